@@ -1,0 +1,32 @@
+# Two commands: `make demo` (the main job on the embedded MNIST) and `make test` (the suite).
+# Each creates .venv if it is missing and installs the package with its pinned dependencies first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+WORKDIR ?= runs/demo
+PYTEST_ARGS ?=
+
+.PHONY: demo test install bench clean-venv
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[dev,dimred]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m experiments.demo --workdir=$(WORKDIR)
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 --dist loadfile tests recon_jax $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.run
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,59 @@
+"""Test-suite set-up shared by tests/ and the library doctests.
+
+- Two fake CPU devices (sharding tests), single-threaded XLA per pytest worker (the suite runs with ``-n 2``).
+- ``x64`` fixture: float64 for the duration of one test (``jax.enable_x64``).
+- ``key`` fixture: a seeded typed PRNG key.
+- ``--runslow`` runs tests marked ``slow``; ``accelerator`` tests are skipped without a GPU/TPU.
+"""
+
+import os
+
+_flags = os.environ.get("XLA_FLAGS", "")
+if "xla_force_host_platform_device_count" not in _flags:
+    _flags += " --xla_force_host_platform_device_count=2"
+if "xla_cpu_multi_thread_eigen" not in _flags:
+    _flags += " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+os.environ["XLA_FLAGS"] = _flags.strip()
+os.environ.setdefault("RECON_JAX_SMOKE", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+try:
+    from hypothesis import settings as _hyp_settings
+
+    _hyp_settings.register_profile("ci", derandomize=True, deadline=None, max_examples=50)
+    _hyp_settings.load_profile("ci")
+except ImportError:  # pragma: no cover
+    pass
+
+
+def pytest_addoption(parser):
+    parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    run_slow = config.getoption("--runslow")
+    has_accel = any(d.platform in ("gpu", "tpu") for d in jax.devices())
+    skip_slow = pytest.mark.skip(reason="slow: run with --runslow")
+    skip_accel = pytest.mark.skip(reason="needs a GPU or TPU")
+    for item in items:
+        if "slow" in item.keywords and not run_slow:
+            item.add_marker(skip_slow)
+        if "accelerator" in item.keywords and not has_accel:
+            item.add_marker(skip_accel)
+
+
+@pytest.fixture
+def x64():
+    """Runs the test with float64 enabled."""
+    with jax.enable_x64(True):
+        yield
+
+
+@pytest.fixture
+def key():
+    """A seeded typed PRNG key."""
+    return jax.random.key(0)

@@ -1,0 +1,1 @@
+"""Jittable privacy accounting (RDP curves, subsampling, conversions, composition, calibration; PLD bridge)."""

@@ -1,0 +1,1 @@
+"""recon_jax.attacks (filled by its issue)."""

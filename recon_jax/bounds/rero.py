@@ -1,0 +1,3 @@
+"""Filled by the bounds issues."""
+
+__all__: list[str] = []

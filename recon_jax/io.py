@@ -1,0 +1,70 @@
+"""Atomic, crash-safe file writes shared by every long job (shadow store, DR shadow embeddings, reports).
+
+A file is written to a temporary name in the same directory, flushed and fsync'ed, then renamed over the final
+name, so a reader sees either the old complete file or the new complete file, never a partial one.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from typing import Any
+
+import numpy as np
+
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_save_npz"]
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Writes ``data`` to ``path`` atomically (temp file + fsync + rename + directory fsync)."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Writes UTF-8 ``text`` to ``path`` atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Writes ``obj`` as indented JSON to ``path`` atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def atomic_save_npz(path: str | os.PathLike, **arrays: Any) -> None:
+    """Saves NumPy arrays to an ``.npz`` file atomically (uncompressed, so it can be read quickly)."""
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if hasattr(obj, "__array__"):
+        return np.asarray(obj).tolist()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

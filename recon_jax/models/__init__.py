@@ -1,0 +1,1 @@
+"""recon_jax.models (filled by its issue)."""

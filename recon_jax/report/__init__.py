@@ -1,0 +1,1 @@
+"""recon_jax.report (filled by its issue)."""

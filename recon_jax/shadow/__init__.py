@@ -1,0 +1,1 @@
+"""recon_jax.shadow (filled by its issue)."""

@@ -1,0 +1,1 @@
+"""recon_jax.training (filled by its issue)."""
