@@ -1,0 +1,1 @@
+"""Performance scripts: each prints ratios against a baseline measured side by side in the same process."""

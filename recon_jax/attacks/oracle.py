@@ -1,0 +1,3 @@
+"""recon_jax.attacks.oracle (filled by its issue)."""
+
+__all__: list[str] = []

@@ -1,0 +1,1 @@
+"""recon_jax.models.tygert (filled by its issue)."""
