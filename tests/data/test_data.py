@@ -1,0 +1,160 @@
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from recon_jax import data
+from recon_jax.data import embedded
+
+
+def test_embedded_mnist_is_the_real_mnist():
+    # Reference facts from shared/data/mnist/README.md (label counts, first labels, pixel statistics).
+    x_train, y_train = data.load_dataset("mnist", "train")
+    x_test, y_test = data.load_dataset("mnist", "test")
+    assert x_train.shape == (60000, 28, 28, 1) and x_test.shape == (10000, 28, 28, 1)
+    assert x_train.dtype == np.float32 and y_train.dtype == np.int32
+    assert 0.0 <= x_train.min() and x_train.max() <= 1.0
+    np.testing.assert_array_equal(np.bincount(y_train), [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949])
+    np.testing.assert_array_equal(np.bincount(y_test), [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009])
+    np.testing.assert_array_equal(y_train[:10], [5, 0, 4, 1, 9, 2, 1, 3, 1, 4])
+    # README gives 4 decimals.
+    assert abs(float(x_train.mean()) - 0.1307) < 5e-5
+    assert abs(float(x_train.std()) - 0.3081) < 5e-5
+
+
+def test_embedded_mnist_returns_fresh_arrays():
+    a, _ = data.load_dataset("mnist", "test")
+    a[0] = 5.0
+    b, _ = data.load_dataset("mnist", "test")
+    assert b.max() <= 1.0
+
+
+@pytest.fixture
+def mnist_copy(tmp_path):
+    d = tmp_path / "mnist"
+    shutil.copytree(embedded.MNIST_DIR, d)
+    for f in d.iterdir():
+        os.chmod(f, 0o644)
+    embedded._load_uint8.cache_clear()
+    yield d
+    embedded._load_uint8.cache_clear()
+
+
+def test_corrupt_file_is_detected(mnist_copy):
+    path = mnist_copy / "t10k-labels.idx1-ubyte.gz"
+    blob = bytearray(path.read_bytes())
+    blob[100] ^= 0xFF
+    path.write_bytes(bytes(blob))
+    with pytest.raises(data.DataIntegrityError, match="corrupt"):
+        embedded.load_embedded_mnist("test", directory=str(mnist_copy))
+    with pytest.raises(data.DataIntegrityError, match="corrupt"):
+        embedded.verify_checksums(str(mnist_copy))
+
+
+def test_missing_file_is_detected(mnist_copy):
+    (mnist_copy / "t10k-images.idx3-ubyte.gz").unlink()
+    with pytest.raises(data.DataIntegrityError, match="missing"):
+        embedded.load_embedded_mnist("test", directory=str(mnist_copy))
+
+
+def test_checksums_of_vendored_files_pass():
+    embedded.verify_checksums()
+
+
+def test_parse_idx_rejects_bad_input():
+    with pytest.raises(data.DataIntegrityError):
+        data.parse_idx(b"\x01\x00\x08\x01")
+    header = bytes([0, 0, 0x08, 1]) + (5).to_bytes(4, "big")
+    with pytest.raises(data.DataIntegrityError, match="payload"):
+        data.parse_idx(header + bytes(3))
+    big_endian = bytes([0, 0, 0x0C, 1]) + (2).to_bytes(4, "big") + (1).to_bytes(4, "big") + (258).to_bytes(4, "big")
+    np.testing.assert_array_equal(data.parse_idx(big_endian), [1, 258])
+
+
+@pytest.mark.parametrize(
+    "name,split,kwargs,match",
+    [
+        ("imagenet", "train", {}, "name must be one of"),
+        ("mnist", "validation", {}, "split must be one of"),
+        ("mnist", "train", {"data_dir": "/x"}, "takes no options"),
+        ("synthetic", "train", {"num_examples": 0}, "num_examples"),
+        ("synthetic", "valid", {}, "split"),
+        ("folder", "train", {"path": "/nonexistent/dir"}, "path must be an existing directory"),
+        ("tfds:mnist", "validation", {}, "split must be"),
+    ],
+)
+def test_bad_arguments_raise_value_error(name, split, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        data.load_dataset(name, split, **kwargs)
+
+
+def test_synthetic_is_seeded_and_shaped():
+    a = data.load_dataset("synthetic", "train", num_examples=50, shape=(8, 6, 3), num_classes=4, seed=3)
+    b = data.load_dataset("synthetic", "train", num_examples=50, shape=(8, 6, 3), num_classes=4, seed=3)
+    c = data.load_dataset("synthetic", "test", num_examples=50, shape=(8, 6, 3), num_classes=4, seed=3)
+    np.testing.assert_array_equal(a[0], b[0])
+    assert a[0].shape == (50, 8, 6, 3) and set(np.unique(a[1])) <= set(range(4))
+    assert not np.array_equal(a[0], c[0])
+    assert a[0].min() >= 0 and a[0].max() <= 1
+
+
+def test_tfds_not_prepared_fails_fast_with_instructions(tmp_path):
+    with pytest.raises(data.DatasetNotAvailableError) as info:
+        data.load_dataset("tfds:fashion_mnist", "train", data_dir=str(tmp_path))
+    msg = str(info.value)
+    assert "fashion_mnist" in msg and str(tmp_path) in msg and "tfds build" in msg
+
+
+def test_tfds_path_with_mock_data():
+    tfds = pytest.importorskip("tensorflow_datasets")
+    with tfds.testing.mock_data(num_examples=7, policy=tfds.testing.MockPolicy.USE_CODE):
+        images, labels = data.load_dataset("tfds:cifar10", "train")
+    assert images.shape == (7, 32, 32, 3) and images.dtype == np.float32
+    assert images.min() >= 0 and images.max() <= 1
+    assert labels.shape == (7,) and labels.dtype == np.int32
+
+
+def test_image_folder(tmp_path):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    originals = {}
+    for cls in ("cat", "dog"):
+        (tmp_path / "train" / cls).mkdir(parents=True)
+        for i in range(3):
+            arr = rng.integers(0, 256, (10, 12), dtype=np.uint8)
+            Image.fromarray(arr).save(tmp_path / "train" / cls / f"{i}.png")
+            originals[(cls, i)] = arr
+    images, labels = data.load_dataset("folder", "train", path=str(tmp_path), image_size=(10, 12), channels=1)
+    assert images.shape == (6, 10, 12, 1)
+    np.testing.assert_array_equal(labels, [0, 0, 0, 1, 1, 1])
+    # Same size: resizing is the identity, so pixels come back exactly (scaled to [0, 1]).
+    np.testing.assert_allclose(images[4, ..., 0], originals[("dog", 1)] / 255.0, atol=1e-7)
+    small, _ = data.load_dataset("folder", "train", path=str(tmp_path), image_size=5, channels=3)
+    assert small.shape == (6, 5, 5, 3)
+    with pytest.raises(ValueError, match="channels"):
+        data.load_dataset("folder", "train", path=str(tmp_path), channels=2)
+
+
+def test_informed_splits_disjoint_deterministic_and_validated():
+    x = np.arange(100, dtype=np.float32)[:, None]
+    y = np.arange(100)
+    s1 = data.informed_splits(x, y, 40, 30, 20, 10, key_or_seed=7)
+    s2 = data.informed_splits(x, y, 40, 30, 20, 10, key_or_seed=7)
+    s3 = data.informed_splits(x, y, 40, 30, 20, 10, key_or_seed=8)
+    all_idx = np.concatenate([s1.fixed_idx, s1.shadow_idx, s1.target_idx, s1.eval_idx])
+    assert len(np.unique(all_idx)) == 100
+    np.testing.assert_array_equal(s1.shadow_idx, s2.shadow_idx)
+    assert not np.array_equal(s1.shadow_idx, s3.shadow_idx)
+    np.testing.assert_array_equal(s1.target_images[:, 0], s1.target_idx)
+    np.testing.assert_array_equal(s1.fixed_labels, s1.fixed_idx)
+    s_key = data.informed_splits(x, y, 10, 10, 10, key_or_seed=jax.random.key(1))
+    assert len(s_key.eval_idx) == 0
+    with pytest.raises(ValueError, match="exceeds"):
+        data.informed_splits(x, y, 60, 30, 20)
+    with pytest.raises(ValueError, match="shadow_size"):
+        data.informed_splits(x, y, 10, -1, 20)
+    with pytest.raises(ValueError, match="same length"):
+        data.informed_splits(x, y[:5], 1, 1, 1)
