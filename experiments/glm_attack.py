@@ -1,0 +1,121 @@
+"""Closed-form reconstruction of a training image from a released logistic-regression model (Balle et al. Thm 1).
+
+python -m experiments.glm_attack --config=experiments/configs/glm_attack.py:smoke --workdir=/tmp/glm
+
+For each target: train a logistic regression (with intercept, L2) on D- u {target} to a given solver
+tolerance, hand theta and D- to the informed adversary, reconstruct the image and its label in closed form, and
+compare with the nearest-neighbour oracle (the closest image of D-). Shows that recovery is exact at optimality
+and degrades when the victim stops early.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from absl import app, flags
+from ml_collections import config_flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from experiments.common import prepare_workdir, write_run_info
+import recon_jax
+from recon_jax import metrics
+from recon_jax.attacks import glm
+from recon_jax.io import atomic_write_json, atomic_write_text
+from recon_jax.report import image_grid, markdown_table
+
+_CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/glm_attack.py:default")
+_WORKDIR = flags.DEFINE_string("workdir", "runs/glm_attack", "output directory")
+
+
+def run(config, workdir: str) -> dict:
+    """Runs the experiment and writes report.md, metrics.json, config.json and figures to ``workdir``."""
+    workdir = prepare_workdir(workdir)
+    write_run_info(workdir, config, seed=config.seed)
+    t_start = time.time()
+    with jax.enable_x64(True):
+        images, labels = recon_jax.data.load_dataset(config.dataset, "train")
+        splits = recon_jax.data.informed_splits(images, labels, config.fixed_size, 0, config.num_targets,
+                                                key_or_seed=config.seed)
+        shape = images.shape[1:]
+        to_y = lambda lab: np.isin(lab, config.positive_digits).astype(np.float64)
+        fixed_x = splits.fixed_images.reshape(config.fixed_size, -1).astype(np.float64)
+        fixed_y = to_y(splits.fixed_labels)
+        targets = splits.target_images.reshape(config.num_targets, -1).astype(np.float64)
+        target_y = to_y(splits.target_labels)
+        # NN oracle: the fixed-set image closest to each target.
+        d2 = ((targets[:, None, :] - fixed_x[None]) ** 2).mean(-1)
+        oracle = fixed_x[np.argmin(d2, axis=1)]
+        rows, recons = [], {}
+        for tol in config.solver_tols:
+            x_hat, y_hat, grad_norms = [], [], []
+            for i in tqdm(range(config.num_targets), desc=f"fit+attack tol={tol:g}", unit="model"):
+                x_all = np.concatenate([fixed_x, targets[i : i + 1]])
+                y_all = np.concatenate([fixed_y, target_y[i : i + 1]])
+                fit = glm.fit_glm(x_all, y_all, "logistic", l2=config.l2, tol=tol, max_iter=config.max_newton_iters)
+                xr, yr = glm.reconstruct_glm(fit.theta, fixed_x, fixed_y, "logistic", l2=config.l2, validate=False)
+                x_hat.append(np.asarray(xr))
+                y_hat.append(float(yr))
+                grad_norms.append(float(fit.grad_norm))
+            x_hat = np.stack(x_hat)
+            recon_img = np.clip(x_hat, 0, 1).reshape(-1, *shape)
+            tgt_img = targets.reshape(-1, *shape)
+            mse = np.asarray(metrics.mse(tgt_img, recon_img))
+            oracle_mse = np.asarray(metrics.mse(tgt_img, oracle.reshape(-1, *shape)))
+            rows.append({
+                "setting": f"released model grad-norm tol {tol:g}",
+                "mean_grad_norm": float(np.mean(grad_norms)),
+                "mean_mse": float(mse.mean()),
+                "mean_oracle_mse": float(oracle_mse.mean()),
+                "success_rate": float(np.mean(mse < oracle_mse)),
+                "mean_psnr": float(np.mean(np.minimum(np.asarray(metrics.psnr(tgt_img, recon_img)), 100.0))),
+                "mean_ssim": float(np.mean(metrics.ssim(tgt_img, recon_img))),
+                "label_accuracy": float(np.mean(np.round(np.clip(y_hat, 0, 1)) == target_y)),
+                "num_targets": int(config.num_targets),
+            })
+            recons[tol] = recon_img
+    grid_rows = {"target": targets.reshape(-1, *shape)}
+    for tol, rec in recons.items():
+        grid_rows[f"Thm 1, tol {tol:g}"] = rec
+    grid_rows["NN oracle"] = oracle.reshape(-1, *shape)
+    image_grid(grid_rows, os.path.join(workdir, "reconstructions.png"),
+               title="Closed-form reconstruction from a released logistic regression")
+    columns = ["setting", "mean_grad_norm", "mean_mse", "mean_oracle_mse", "success_rate", "mean_psnr", "mean_ssim",
+               "label_accuracy"]
+    table = markdown_table(rows, columns)
+    elapsed = time.time() - t_start
+    report = f"""# Closed-form GLM reconstruction (Balle et al. 2022, Theorem 1)
+
+**What was run.** {config.num_targets} released models, each a logistic regression (even vs odd digit, intercept,
+L2 = {config.l2} on the summed loss) trained by Newton's method on a fixed set D- of {config.fixed_size} embedded-MNIST
+training images plus one target. The informed adversary knows theta and D- and solves the optimality conditions in
+closed form. Rows differ in how close to optimal the victim trained (gradient-norm tolerance). PSNR capped at 100 dB.
+
+{table}
+
+![reconstructions](reconstructions.png)
+
+**Interpretation.** At optimality the target image and its label are recovered exactly (MSE at round-off level,
+far below the nearest-neighbour oracle); the attack needs no prior knowledge about the target. Stopping the
+victim's training early leaves a residual gradient that the attack absorbs as error, so its MSE grows with the
+tolerance. Runtime {elapsed:.1f} s.
+"""
+    atomic_write_text(os.path.join(workdir, "report.md"), report)
+    result = {"rows": rows, "runtime_seconds": elapsed}
+    atomic_write_json(os.path.join(workdir, "metrics.json"), result)
+    print(table)
+    print(f"report: {os.path.join(workdir, 'report.md')}")
+    return result
+
+
+def main(argv):
+    del argv
+    run(_CONFIG.value, _WORKDIR.value)
+
+
+if __name__ == "__main__":
+    app.run(main)
