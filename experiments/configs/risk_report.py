@@ -1,0 +1,60 @@
+"""Config for experiments.risk_report: "how well could someone reconstruct a training record of my model?"
+
+Variants: ``smoke`` (seconds, CI), ``default`` (``make demo``: under 20 minutes on a 2-core CPU), ``paper``
+(Balle et al. Table V sizes; accelerator). Override any field: ``--config.noise_multipliers='(0.5, 2.0)'``.
+"""
+
+import ml_collections
+
+
+def get_config(variant: str = "default") -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.variant = variant
+    c.seed = 0
+    # Data: any recon_jax.data.load_dataset name; the released model trains on D- (fixed_size) + one target.
+    c.dataset = "mnist"
+    c.fixed_size = 500
+    c.num_shadow = 3000  # shadow models (one per shadow target) for the reconstructor network
+    c.num_targets = 100  # released models, one per evaluation target
+    c.eval_size = 2000  # test examples for the released models' accuracy
+    # Released-model architecture: Balle et al.'s MLP (784-hidden-10).
+    c.hidden = 10
+    c.activation = "elu"
+    # Training: full-batch gradient descent with momentum (batch_size=None) or minibatch DP-SGD (batch_size set).
+    c.epochs = 100
+    c.learning_rate = 0.2
+    c.momentum = 0.9
+    c.batch_size = ml_collections.config_dict.placeholder(int)
+    # Privacy sweep: a non-private run (no clipping, no noise) and DP-GD/DP-SGD at each noise multiplier > 0.
+    c.include_non_private = True
+    c.noise_multipliers = (0.5, 2.0)
+    c.clip_norm = 1.0
+    c.delta = 1e-5
+    c.kappas = (1e-3, 1e-2, 1e-1)  # priors for the ReRo bounds table
+    # Adversary's reconstructor network (Balle et al.: MLP 2x1000, MAE+MSE, RMSProp).
+    c.reconstructor_epochs = 40
+    c.reconstructor_batch_size = 128
+    c.reconstructor_learning_rate = 1e-3
+    c.chunk_size = 128
+    if variant == "smoke":
+        c.fixed_size = 50
+        c.num_shadow = 96
+        c.num_targets = 8
+        c.eval_size = 200
+        c.epochs = 5
+        c.noise_multipliers = (2.0,)
+        c.reconstructor_epochs = 2
+        c.reconstructor_batch_size = 32
+        c.chunk_size = 32
+    elif variant == "paper":
+        c.fixed_size = 1000
+        c.num_shadow = 10000
+        c.num_targets = 1000
+        c.eval_size = 10000
+        c.noise_multipliers = (0.3, 0.5, 1.0, 2.0, 4.0)
+        c.reconstructor_epochs = 100
+        c.chunk_size = 512
+    elif variant != "default":
+        raise ValueError(f"unknown variant {variant!r}; choose smoke, default or paper")
+    c.lock()
+    return c

@@ -1,0 +1,68 @@
+import json
+import os
+
+import ml_collections
+import pytest
+
+from experiments import risk_report
+from experiments.configs import risk_report as risk_config
+
+
+def _smoke():
+    config = risk_config.get_config("smoke")
+    return config
+
+
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("noise_multipliers", (0.0,), "config.noise_multipliers"),
+        ("noise_multipliers", (-1.0, 2.0), "config.noise_multipliers"),
+        ("num_shadow", 70000, "config.num_shadow"),  # sizes exceed the 60,000 MNIST training images
+        ("eval_size", 20000, "config.eval_size"),
+        ("delta", 1.5, "config.delta"),
+        ("kappas", (0.0,), "config.kappas"),
+        ("learning_rate", 0.0, "config.learning_rate"),
+        ("batch_size", 10_000, "config.batch_size"),
+        ("dataset", "imagenet", "config.dataset"),
+    ],
+)
+def test_malformed_configs_fail_before_training(tmp_path, monkeypatch, field, value, match):
+    def no_training(*args, **kwargs):
+        raise AssertionError("training started before validation")
+
+    monkeypatch.setattr(risk_report.shadow, "generate_shadow_models", no_training)
+    config = _smoke()
+    with config.unlocked():
+        config[field] = value
+    with pytest.raises(ValueError, match=match):
+        risk_report.run(config, str(tmp_path))
+
+
+def test_unknown_config_key_is_named(tmp_path):
+    config = _smoke()
+    with config.unlocked():
+        config.noise_multiplier = 1.0  # typo of noise_multipliers
+    with pytest.raises(ValueError, match="noise_multiplier"):
+        risk_report.run(config, str(tmp_path))
+    locked = _smoke()
+    with pytest.raises(AttributeError):  # command-line overrides of unknown keys are refused by the locked config
+        locked.sigma = 1.0
+
+
+def test_smoke_report_end_to_end(tmp_path):
+    config = _smoke()
+    result = risk_report.run(config, str(tmp_path))
+    for name in ("report.md", "metrics.json", "config.json", "reconstructions.png", "bounds_vs_attack.png"):
+        assert os.path.exists(tmp_path / name), name
+    rows = json.loads((tmp_path / "metrics.json").read_text())["rows"]
+    assert [r["setting"] for r in rows] == ["non-private", "DP sigma=2"]
+    dp = rows[1]
+    assert dp["eps_rdp"] > 0 and dp["eps_pld"] <= dp["eps_rdp"] * 1.01
+    # Every ReRo bound is a probability at least the prior.
+    for r in dp["bounds"]["rero"]:
+        for route in ("rero_rdp", "rero_gdp", "rero_zcdp"):
+            assert r["kappa"] - 1e-9 <= r[route] <= 1.0
+    report = (tmp_path / "report.md").read_text()
+    assert "What the theorems guarantee" in report and "Interpretation" in report
+    assert result["rows"][0]["num_shadow_models"] == config.num_shadow
