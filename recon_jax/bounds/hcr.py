@@ -1,3 +1,770 @@
-"""Filled by the bounds issues."""
+"""Hammersley-Chapman-Robbins (HCR) confidentiality bounds for dithered features (Tygert et al.).
 
-__all__: list[str] = []
+Setting (Tygert et al., "Guarantees of confidentiality via Hammersley-Chapman-Robbins bounds", Sec. 2 and
+App. A, with the equations restored in ``shared/papers/README.md``): a released model computes features
+``a(x)`` of an input ``x`` and publishes the *dithered* features ``y = a(x) + n`` with
+``n ~ N(0, sigma^2 I)``. For every perturbation ``Delta`` of the input, with
+``delta = a(x + Delta) - a(x)``, every **unbiased** estimator ``x_hat(y)`` of ``x`` satisfies, for each
+coordinate ``i`` (eq. 5 with eq. 12),
+
+    Var(x_hat_i) >= Delta_i^2 / (exp(||delta||^2 / sigma^2) - 1).
+
+The bound holds for *any* ``Delta`` (no linearisation, no smoothness of ``a``), exactly, whenever
+``delta`` is computed by an exact forward pass; it holds in any orthonormal coordinate system of the input
+space (``Delta_i`` is then the i-th coordinate of ``Delta``), in particular in the orthonormal DCT-II
+basis the paper reports. Assumptions: Gaussian, isotropic noise of known ``sigma``, independent of ``x``;
+the estimator is unbiased (no prior information). As ``||Delta|| -> 0`` with ``a`` differentiable, the
+best such bound tends to the Cramer-Rao bound ``Var(x_hat_i) >= sigma^2 [(J^T J)^{-1}]_ii`` (eq. 18),
+``J`` the Jacobian of ``a`` at ``x``, when the Fisher information ``J^T J / sigma^2`` is invertible.
+
+Algorithm 1 (:func:`hcr_bounds`) searches for a good ``Delta``: a perturbation that moves the input far
+while moving the features little, i.e. approximately the least singular direction of ``J``. It starts
+from ``z`` proportional to a noise draw, solves ``min_eps ||J eps - z||`` by LSQR (matrix-free: ``J`` by
+jvp, ``J^T`` by vjp), sets ``z <- a(x + eps) - a(x)`` exactly, rescales, repeats, over several random
+restarts, and keeps the best bound per coordinate.
+
+Notation:
+
+=================== =====================================================================
+``x``               one input (any shape, e.g. [28, 28, 1]); coordinates in a chosen basis
+``a``               the feature map (``feature_fn``)
+``sigma``           standard deviation of the Gaussian dither (``noise_sigma``)
+``Delta``           input perturbation (``input_shift``)
+``delta``           feature perturbation ``a(x + Delta) - a(x)``; ``||delta||^2`` is
+                    ``feature_shift_sq_norm``
+``J``               Jacobian of ``a`` at ``x``
+=================== =====================================================================
+
+Invalid arguments raise ``ValueError`` when they are concrete (with ``validate=True``, the default); under
+``jax.jit`` the values cannot be inspected and the closed forms return NaN for invalid entries instead.
+
+This module also re-exports the matrix-free :func:`~recon_jax.bounds.lsqr.lsqr` and the orthonormal DCT
+helpers of :mod:`recon_jax.bounds.dct`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recon_jax.bounds.dct import dct_ii_matrix, dctn_ortho, idctn_ortho
+from recon_jax.bounds.lsqr import LSQRResult, jacobian_lsqr, lsqr
+
+__all__ = [
+    "hcr_variance_bound",
+    "log_hcr_variance_bound",
+    "hcr_bounds",
+    "hcr_bounds_batch",
+    "HCRInfo",
+    "cramer_rao_variance_bound",
+    "cramer_rao_bounds",
+    "feature_rms",
+    "dither",
+    "dithered_accuracy",
+    "to_coordinates",
+    "from_coordinates",
+    "default_dct_axes",
+    "rademacher_perturbation",
+    # Re-exported helpers.
+    "lsqr",
+    "jacobian_lsqr",
+    "LSQRResult",
+    "dct_ii_matrix",
+    "dctn_ortho",
+    "idctn_ortho",
+]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Validation helpers.
+
+
+def _is_concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _concrete_array(x):
+    """A float64 NumPy view of ``x`` if it is concrete, else None."""
+    if not _is_concrete(x):
+        return None
+    try:
+        return np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+
+
+def _float_dtype(*xs):
+    dtype = jnp.result_type(*xs)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        dtype = jnp.result_type(float)
+    return dtype
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Closed form (eq. 5 with eq. 12).
+
+
+def _log_expm1(log_t: jax.Array) -> jax.Array:
+    """log(exp(t) - 1) from log t, for t in [0, inf], without overflow or cancellation.
+
+    t <= 2^-40: log t + t/2 (next term t^2/24 is below float64 resolution); t >= 30: t + log1p(-exp(-t));
+    otherwise log(expm1(t)).
+    """
+    t = jnp.exp(log_t)
+    small = log_t < -40.0 * np.log(2.0)
+    large = t > 30.0
+    t_mid = jnp.where(small | large, jnp.ones_like(t), t)
+    t_large = jnp.where(large, t, jnp.full_like(t, 30.0))
+    mid = jnp.log(jnp.expm1(t_mid))
+    big = t_large + jnp.log1p(-jnp.exp(-t_large))
+    return jnp.where(small, log_t + 0.5 * t, jnp.where(large, big, mid))
+
+
+def _validate_hcr_args(input_shift, feature_shift_sq_norm, noise_sigma):
+    d = _concrete_array(input_shift)
+    if d is not None and not np.all(np.isfinite(d)):
+        raise ValueError(f"input_shift must be finite; got {input_shift!r}")
+    s = _concrete_array(feature_shift_sq_norm)
+    if s is not None and (np.any(np.isnan(s)) or np.any(s < 0)):
+        raise ValueError(f"feature_shift_sq_norm must lie in [0, inf]; got {feature_shift_sq_norm!r}")
+    g = _concrete_array(noise_sigma)
+    if g is not None and (np.any(~np.isfinite(g)) or np.any(g <= 0)):
+        raise ValueError(f"noise_sigma must be finite and in (0, inf); got {noise_sigma!r}")
+
+
+@jax.jit
+def _log_hcr_core(d, s, sigma):
+    """Log-space HCR bound on validated, same-dtype arrays (jitted: also fast when called eagerly)."""
+    invalid = ~jnp.isfinite(d) | jnp.isnan(s) | (s < 0) | ~jnp.isfinite(sigma) | (sigma <= 0)
+    abs_d = jnp.abs(d)
+    s_pos = s > 0
+    s_safe = jnp.where(s_pos, s, jnp.ones_like(s))
+    sigma_safe = jnp.where(sigma > 0, sigma, jnp.ones_like(sigma))
+    log_t = jnp.log(s_safe) - 2.0 * jnp.log(sigma_safe)
+    log_den = _log_expm1(log_t)
+    d_pos = abs_d > 0
+    log_num = 2.0 * jnp.log(jnp.where(d_pos, abs_d, jnp.ones_like(abs_d)))
+    out = jnp.where(s_pos, log_num - log_den, jnp.inf)
+    out = jnp.where(jnp.isinf(s) & s_pos, -jnp.inf, out)
+    out = jnp.where(d_pos, out, -jnp.inf)
+    return jnp.where(invalid, jnp.nan, out)
+
+
+def log_hcr_variance_bound(
+    input_shift: jax.Array,
+    feature_shift_sq_norm: jax.Array,
+    noise_sigma: jax.Array,
+    *,
+    validate: bool = True,
+) -> jax.Array:
+    """Log of the HCR variance bound ``Delta^2 / expm1(||delta||^2 / sigma^2)`` (Tygert et al. eqs. 5, 12).
+
+    Computed entirely in log space: ``2 log|Delta| - log(expm1(exp(log s - 2 log sigma)))``, so neither
+    ``s / sigma^2`` nor ``Delta^2`` is ever formed; valid for ``s / sigma^2`` from 0 (result ``+inf``, the
+    shift is undetectable) through tiny to astronomically large (result very negative). (Subnormal
+    *inputs* may be flushed to zero by XLA on CPU.) ``Delta = 0``
+    gives ``-inf`` (a vacuous bound), including when ``s = 0``.
+
+    Args:
+        input_shift: ``Delta_i``, the perturbation of the input coordinate(s) bounded (any real).
+        feature_shift_sq_norm: ``||a(x + Delta) - a(x)||^2 >= 0``.
+        noise_sigma: the dither's standard deviation ``sigma > 0``.
+        validate: raise ``ValueError`` on invalid concrete input (default). Under ``jit`` (or with
+            ``validate=False``) invalid entries give NaN.
+
+    Returns:
+        ``log Var`` lower bound, broadcast over the arguments.
+
+    Raises:
+        ValueError: if ``input_shift`` is not finite, ``feature_shift_sq_norm`` is negative or NaN, or
+            ``noise_sigma`` is not in ``(0, inf)`` (concrete values only).
+
+    >>> round(float(log_hcr_variance_bound(1.0, 1e-30, 1.0)), 3)  # = log(1e30)
+    69.078
+    """
+    if validate:
+        _validate_hcr_args(input_shift, feature_shift_sq_norm, noise_sigma)
+    dtype = _float_dtype(input_shift, feature_shift_sq_norm, noise_sigma)
+    return _log_hcr_core(
+        jnp.asarray(input_shift, dtype), jnp.asarray(feature_shift_sq_norm, dtype), jnp.asarray(noise_sigma, dtype)
+    )
+
+
+def hcr_variance_bound(
+    input_shift: jax.Array,
+    feature_shift_sq_norm: jax.Array,
+    noise_sigma: jax.Array,
+    *,
+    validate: bool = True,
+) -> jax.Array:
+    """HCR lower bound on the variance of any unbiased estimator of one input coordinate.
+
+    Tygert et al., eq. (5) with the Gaussian denominator of eq. (12) (Appendix A): for features dithered
+    by ``N(0, sigma^2 I)`` and an input perturbation with coordinate ``Delta_i`` (``input_shift``) that
+    moves the features by ``delta`` with ``||delta||^2 = feature_shift_sq_norm``,
+
+        Var(x_hat_i) >= Delta_i^2 / (exp(||delta||^2 / sigma^2) - 1)
+
+    for every unbiased estimator ``x_hat``. Evaluated as ``exp`` of :func:`log_hcr_variance_bound`, so it
+    neither overflows nor loses precision when ``||delta||^2 / sigma^2`` is tiny (``~ sigma^2 Delta^2 /
+    ||delta||^2``, the Cramer-Rao regime) or huge (``~ Delta^2 exp(-||delta||^2/sigma^2)``); it returns
+    ``inf`` only when the true value exceeds the float range or when ``||delta|| = 0 < |Delta|`` (an
+    undetectable shift: no unbiased estimator exists), and ``0`` when ``Delta = 0``. Jittable,
+    vmappable, differentiable in all arguments where finite.
+
+    Args:
+        input_shift: ``Delta_i`` (any real, broadcastable).
+        feature_shift_sq_norm: ``||delta||^2 >= 0``.
+        noise_sigma: ``sigma > 0``.
+        validate: raise ``ValueError`` on invalid concrete input (default); under ``jit`` invalid entries
+            give NaN.
+
+    Returns:
+        The variance lower bound, broadcast over the arguments.
+
+    Raises:
+        ValueError: if ``input_shift`` is not finite, ``feature_shift_sq_norm`` is negative or NaN, or
+            ``noise_sigma`` is not in ``(0, inf)`` (concrete values only).
+
+    >>> round(float(hcr_variance_bound(2.0, 1.0, 1.0)), 5)  # 4 / (e - 1)
+    2.32791
+    >>> # 1e40 / expm1(100): both overflow float32, the ratio does not.
+    >>> round(float(hcr_variance_bound(1e20, 100.0, 1.0)) * 1e4, 4)
+    3.72
+    """
+    return jnp.exp(
+        log_hcr_variance_bound(input_shift, feature_shift_sq_norm, noise_sigma, validate=validate)
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Coordinates.
+
+
+def default_dct_axes(shape: Sequence[int]) -> tuple[int, ...]:
+    """The axes :func:`hcr_bounds` transforms by default: the two spatial axes of an ``[H, W, C]`` image,
+    otherwise every axis.
+
+    >>> default_dct_axes((28, 28, 1)), default_dct_axes((784,))
+    ((0, 1), (0,))
+    """
+    if len(shape) == 3:
+        return (0, 1)
+    return tuple(range(len(shape)))
+
+
+def to_coordinates(v: jax.Array, coordinates="dct", dct_axes=None) -> jax.Array:
+    """Expresses an input-space vector in the coordinate system of the bounds.
+
+    Args:
+        v: input-shaped array.
+        coordinates: ``"dct"`` (orthonormal DCT-II over ``dct_axes``), ``"pixel"`` (identity), or an
+            orthogonal matrix ``Q`` of shape ``[v.size, v.size]`` whose rows are the basis vectors
+            (coefficients ``Q @ v.ravel()``, reshaped like ``v``).
+        dct_axes: axes for ``"dct"``; default :func:`default_dct_axes`.
+
+    Returns:
+        The coefficients, shaped like ``v``.
+
+    Raises:
+        ValueError: for an unknown ``coordinates``.
+
+    >>> to_coordinates(jnp.ones(4), "pixel").tolist()
+    [1.0, 1.0, 1.0, 1.0]
+    """
+    v = jnp.asarray(v)
+    if isinstance(coordinates, str):
+        if coordinates == "dct":
+            return dctn_ortho(v, dct_axes if dct_axes is not None else default_dct_axes(v.shape))
+        if coordinates == "pixel":
+            return v
+        raise ValueError(f"coordinates must be 'dct', 'pixel' or an orthogonal matrix; got {coordinates!r}")
+    q = jnp.asarray(coordinates)
+    if q.shape != (v.size, v.size):
+        raise ValueError(f"coordinates matrix must have shape {(v.size, v.size)}; got {q.shape}")
+    return (q @ v.reshape(-1)).reshape(v.shape)
+
+
+def from_coordinates(c: jax.Array, coordinates="dct", dct_axes=None) -> jax.Array:
+    """Inverse of :func:`to_coordinates` (same arguments).
+
+    >>> v = jnp.arange(4.0).reshape(2, 2)
+    >>> bool(jnp.allclose(from_coordinates(to_coordinates(v)), v, atol=1e-5))
+    True
+    """
+    c = jnp.asarray(c)
+    if isinstance(coordinates, str):
+        if coordinates == "dct":
+            return idctn_ortho(c, dct_axes if dct_axes is not None else default_dct_axes(c.shape))
+        if coordinates == "pixel":
+            return c
+        raise ValueError(f"coordinates must be 'dct', 'pixel' or an orthogonal matrix; got {coordinates!r}")
+    q = jnp.asarray(coordinates)
+    if q.shape != (c.size, c.size):
+        raise ValueError(f"coordinates matrix must have shape {(c.size, c.size)}; got {q.shape}")
+    return (q.T @ c.reshape(-1)).reshape(c.shape)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Algorithm 1.
+
+
+class HCRInfo(NamedTuple):
+    """Diagnostics of :func:`hcr_bounds` (leading axes ``[num_restarts, num_rounds]``).
+
+    Attributes:
+        feature_shift_norm: ``||a(x + eps) - a(x)||`` per restart and round.
+        input_shift_norm: ``||eps||`` per restart and round.
+        lsqr_itn: LSQR iterations per restart and round (both solves with ``refine="inverse"``).
+        lsqr_istop: LSQR stopping codes per restart and round.
+        best_input_shift: the perturbation (input-shaped, pixel coordinates) of the last round of the
+            restart whose bound summed over coordinates is largest.
+    """
+
+    feature_shift_norm: jax.Array
+    input_shift_norm: jax.Array
+    lsqr_itn: jax.Array
+    lsqr_istop: jax.Array
+    best_input_shift: jax.Array
+
+
+def _check_hcr_search_args(noise_sigma, num_restarts, num_rounds, perturbation_size):
+    g = _concrete_array(noise_sigma)
+    if g is not None and (g.size != 1 or not np.isfinite(g).all() or (g <= 0).any()):
+        raise ValueError(f"noise_sigma must be a finite scalar in (0, inf); got {noise_sigma!r}")
+    if int(num_restarts) != num_restarts or num_restarts < 1:
+        raise ValueError(f"num_restarts must be an integer >= 1; got {num_restarts!r}")
+    if int(num_rounds) != num_rounds or num_rounds < 1:
+        raise ValueError(f"num_rounds must be an integer >= 1; got {num_rounds!r}")
+    p = _concrete_array(perturbation_size)
+    if p is not None and (p.size != 1 or not np.isfinite(p).all() or (p <= 0).any()):
+        raise ValueError(f"perturbation_size must be a finite scalar in (0, inf); got {perturbation_size!r}")
+
+
+def hcr_bounds(
+    feature_fn: Callable[[jax.Array], jax.Array],
+    x: jax.Array,
+    noise_sigma: float | jax.Array,
+    key: jax.Array,
+    num_restarts: int = 25,
+    num_rounds: int = 10,
+    perturbation_size: float | jax.Array = 1.0 / 200.0,
+    *,
+    coordinates="dct",
+    dct_axes: Sequence[int] | None = None,
+    atol: float = 1e-4,
+    btol: float = 1e-6,
+    conlim: float = 1e8,
+    iter_lim: int = 100,
+    damp: float = 0.0,
+    keep_best_round: bool = True,
+    refine: str = "paper",
+    return_info: bool = False,
+):
+    """Per-coordinate lower bounds on the standard deviation of any unbiased estimator of ``x`` (Alg. 1).
+
+    Tygert et al., Algorithm 1 with the bound of eqs. (5) and (12). For each of ``num_restarts``
+    independent restarts (run in parallel with ``vmap``): draw ``g ~ N(0, I)`` shaped like the features
+    and set ``z = g * perturbation_size * sigma / sqrt(dim a)``, so ``||z|| ~ perturbation_size * sigma``
+    and the denominator ``expm1(||delta||^2/sigma^2) ~ perturbation_size^2`` (the paper's "size of the
+    perturbation"). Then, ``num_rounds`` times: rescale ``z`` to that norm, solve
+    ``min_eps ||J eps - z||`` by matrix-free LSQR (``J`` = Jacobian of ``feature_fn`` at ``x``), compute
+    ``delta = a(x + eps) - a(x)`` by an exact forward pass, and evaluate
+    ``sqrt(hcr_variance_bound(eps_i, ||delta||^2, sigma))`` in the chosen coordinates; set ``z = delta``.
+    The result is the maximum over restarts (and, by default, over rounds: every round is a valid
+    bound) per coordinate.
+
+    What is bounded: ``std(x_hat_i) >= result_i`` for every unbiased estimator ``x_hat`` of ``x`` from
+    ``feature_fn(x) + N(0, sigma^2 I)``, where ``x_hat_i`` is the i-th coordinate of ``x_hat`` in the
+    orthonormal DCT-II basis over ``dct_axes`` (default) or in pixels. The bound is rigorous whatever
+    LSQR achieves (approximation only makes it looser) up to floating-point error in the forward pass.
+    Assumptions: Gaussian isotropic dither with known ``sigma``, unbiased estimation.
+
+    Args:
+        feature_fn: ``x -> a(x)``, differentiable almost everywhere (ReLU nets are fine), one example.
+        x: one input, any shape (e.g. ``[28, 28, 1]``).
+        noise_sigma: dither standard deviation ``sigma > 0`` (scalar).
+        key: a typed PRNG key; restart ``r`` uses ``fold_in(key, r)``.
+        num_restarts: independent random starts (paper: 25).
+        num_rounds: rounds of LSQR + exact forward pass per start (reference code: 10 for MNIST).
+        perturbation_size: target ``||delta|| / sigma`` (paper: 1/200 or 1/1000 for MNIST).
+        coordinates: ``"dct"``, ``"pixel"``, or an orthogonal matrix (rows = basis vectors); see
+            :func:`to_coordinates`.
+        dct_axes: axes of the DCT (default :func:`default_dct_axes`).
+        atol, btol, conlim, iter_lim, damp: LSQR settings (see :func:`~recon_jax.bounds.lsqr.lsqr`).
+        keep_best_round: maximise over rounds as well as restarts (else only the last round counts, as in
+            the reference code).
+        refine: how the next round's ``z`` is chosen. ``"paper"``: ``z = a(x + eps) - a(x)`` (Alg. 1 as
+            published; for a linear ``a`` this is ``J J^+ z``, a fixed point, so the rounds only matter
+            through the nonlinearity). ``"inverse"``: ``z = (J^T)^+ eps`` by a second LSQR solve, so
+            ``eps_{k+1} = (J^T J)^+ eps_k``: inverse iteration, converging to the least singular
+            direction of ``J`` (the direction of the largest Cramer-Rao variance). Either way the bound
+            of each round is evaluated with the exact ``delta``, so both are rigorous.
+        return_info: also return an :class:`HCRInfo`.
+
+    Returns:
+        ``std_bound`` shaped like ``x`` (coefficients in the chosen coordinates), and an
+        :class:`HCRInfo` if ``return_info``.
+
+    Raises:
+        ValueError: for a non-positive or non-finite ``noise_sigma`` or ``perturbation_size`` (when
+            concrete), ``num_restarts < 1`` or ``num_rounds < 1``.
+
+    >>> import jax
+    >>> w = jnp.diag(jnp.array([1.0, 2.0, 4.0]))
+    >>> b = hcr_bounds(lambda v: w @ v, jnp.zeros(3), 1.0, jax.random.key(0), num_restarts=2,
+    ...                num_rounds=20, perturbation_size=1e-2, coordinates="pixel", refine="inverse",
+    ...                keep_best_round=False)
+    >>> [round(float(t), 2) for t in b]  # Cramer-Rao sigma / w_00 in the least-informative coordinate
+    [1.0, 0.0, 0.0]
+    """
+    _check_hcr_search_args(noise_sigma, num_restarts, num_rounds, perturbation_size)
+    if refine not in ("paper", "inverse"):
+        raise ValueError(f"refine must be 'paper' or 'inverse'; got {refine!r}")
+    if isinstance(coordinates, str) and coordinates not in ("dct", "pixel"):
+        raise ValueError(f"coordinates must be 'dct', 'pixel' or an orthogonal matrix; got {coordinates!r}")
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.result_type(float))
+    dtype = x.dtype
+    sigma = jnp.asarray(noise_sigma, dtype)
+    size = jnp.asarray(perturbation_size, dtype)
+
+    a0, jvp_fn = jax.linearize(feature_fn, x)
+    vjp_fn = jax.linear_transpose(jvp_fn, x)
+
+    def rmatvec(u):
+        return vjp_fn(u.astype(a0.dtype))[0]
+
+    def matvec(v):
+        return jvp_fn(v)
+
+    scale = size * sigma / jnp.sqrt(jnp.asarray(a0.size, dtype))
+
+    def one_restart(r):
+        g = jax.random.normal(jax.random.fold_in(key, r), a0.shape, a0.dtype)
+        z0 = g * scale.astype(a0.dtype)
+        target = jnp.sqrt(jnp.sum(z0 * z0))
+
+        def round_body(carry, _):
+            z, best, _ = carry
+            zn = jnp.sqrt(jnp.sum(z * z))
+            z = z * (target / jnp.where(zn > 0, zn, jnp.ones_like(zn)))
+            res = lsqr(matvec, rmatvec, z, atol=atol, btol=btol, conlim=conlim, iter_lim=iter_lim, damp=damp)
+            eps = res.x.astype(dtype)
+            delta = feature_fn(x + eps) - a0
+            s = jnp.sum(jnp.square(delta.astype(dtype)))
+            coords = to_coordinates(eps, coordinates, dct_axes)
+            std = jnp.exp(0.5 * log_hcr_variance_bound(coords, s, sigma, validate=False))
+            # A zero solution (or NaN from a failed solve) gives no information: bound 0.
+            std = jnp.where(jnp.isnan(std), jnp.zeros_like(std), std)
+            new_best = jnp.maximum(best, std) if keep_best_round else std
+            itn = res.itn
+            if refine == "inverse":
+                res_t = lsqr(rmatvec, matvec, eps.astype(dtype), atol=atol, btol=btol, conlim=conlim,
+                             iter_lim=iter_lim, damp=damp)
+                z_next = res_t.x.astype(a0.dtype)
+                itn = itn + res_t.itn
+            else:
+                z_next = delta
+            diag = (jnp.sqrt(s), jnp.sqrt(jnp.sum(eps * eps)), itn, res.istop)
+            return (z_next, new_best, eps), diag
+
+        init = (z0, jnp.zeros(x.shape, dtype), jnp.zeros(x.shape, dtype))
+        (_, best, eps_last), diag = jax.lax.scan(round_body, init, None, length=num_rounds)
+        return best, eps_last, diag
+
+    best, eps_last, (fnorm, enorm, itn, istop) = jax.vmap(one_restart)(jnp.arange(num_restarts))
+    std_bound = jnp.max(best, axis=0)
+    if not return_info:
+        return std_bound
+    winner = jnp.argmax(jnp.sum(best.reshape(num_restarts, -1), axis=1))
+    info = HCRInfo(
+        feature_shift_norm=fnorm,
+        input_shift_norm=enorm,
+        lsqr_itn=itn,
+        lsqr_istop=istop,
+        best_input_shift=eps_last[winner],
+    )
+    return std_bound, info
+
+
+def hcr_bounds_batch(
+    feature_fn: Callable[[jax.Array], jax.Array],
+    xs: jax.Array,
+    noise_sigma: float | jax.Array,
+    key: jax.Array,
+    example_ids: jax.Array | None = None,
+    **kwargs,
+):
+    """:func:`hcr_bounds` for a batch ``xs[n]``, vmapped over examples (one small operator per example).
+
+    Example ``n`` uses the key ``fold_in(key, example_ids[n])`` (default ids ``0..N-1``), so results do
+    not depend on how a data set is chunked if the caller passes global indices.
+
+    Args:
+        feature_fn: as in :func:`hcr_bounds` (for one example).
+        xs: ``[N, ...]`` inputs.
+        noise_sigma: dither standard deviation (scalar, shared).
+        key: typed PRNG key.
+        example_ids: ``[N]`` integer ids for key derivation.
+        **kwargs: forwarded to :func:`hcr_bounds` (``num_restarts``, ``perturbation_size``, ...).
+
+    Returns:
+        ``[N, ...]`` standard-deviation bounds (and a batched :class:`HCRInfo` if ``return_info=True``).
+
+    >>> import jax
+    >>> xs = jnp.zeros((2, 3))
+    >>> out = hcr_bounds_batch(lambda v: 2.0 * v, xs, 1.0, jax.random.key(0), num_restarts=2,
+    ...                        num_rounds=2, coordinates="pixel")
+    >>> out.shape
+    (2, 3)
+    """
+    xs = jnp.asarray(xs)
+    if example_ids is None:
+        example_ids = jnp.arange(xs.shape[0])
+    _check_hcr_search_args(
+        noise_sigma, kwargs.get("num_restarts", 25), kwargs.get("num_rounds", 10), kwargs.get("perturbation_size", 1.0)
+    )
+
+    def one(x, i):
+        return hcr_bounds(feature_fn, x, noise_sigma, jax.random.fold_in(key, i), **kwargs)
+
+    return jax.vmap(one)(xs, jnp.asarray(example_ids))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Cramer-Rao limit (eq. 18).
+
+
+def cramer_rao_variance_bound(
+    jacobian: jax.Array,
+    noise_sigma: float | jax.Array,
+    *,
+    rcond: float | None = None,
+    validate: bool = True,
+) -> jax.Array:
+    """Cramer-Rao lower bounds ``sigma^2 [(J^T J)^{-1}]_ii`` on the variance of unbiased estimators.
+
+    Tygert et al. eq. (18): the limit of the HCR bound as the perturbation shrinks, for features
+    ``a(x) + N(0, sigma^2 I)`` with Jacobian ``J = da/dx`` (Fisher information ``J^T J / sigma^2``).
+    Computed from the SVD ``J = U S V^T`` as ``sigma^2 sum_k V_ik^2 / s_k^2`` over the numerically
+    nonzero singular values. If the Fisher information is singular, coordinate ``i`` is unidentifiable
+    unless ``e_i`` lies in the row space of ``J``; unidentifiable coordinates get ``+inf`` (no unbiased
+    estimator exists), identifiable ones the pseudo-inverse value.
+
+    Args:
+        jacobian: ``[m, n]`` Jacobian (features x input coordinates, in the coordinates wanted).
+        noise_sigma: ``sigma > 0``.
+        rcond: singular values ``<= rcond * s_max`` count as zero (default ``max(m, n) * machine eps``).
+        validate: raise ``ValueError`` on invalid concrete input (default); under ``jit`` invalid
+            ``noise_sigma`` gives NaN.
+
+    Returns:
+        ``[n]`` variance lower bounds.
+
+    Raises:
+        ValueError: if ``jacobian`` is not 2-D or not finite, or ``noise_sigma`` is not in ``(0, inf)``.
+
+    >>> j = jnp.array([[2.0, 0.0], [0.0, 0.5], [0.0, 0.0]])
+    >>> [round(float(t), 4) for t in cramer_rao_variance_bound(j, 1.0)]
+    [0.25, 4.0]
+    """
+    j = jnp.asarray(jacobian)
+    if j.ndim != 2:
+        raise ValueError(f"jacobian must be 2-D [features, inputs]; got shape {j.shape}")
+    if validate:
+        jc = _concrete_array(j)
+        if jc is not None and not np.all(np.isfinite(jc)):
+            raise ValueError("jacobian must be finite")
+        g = _concrete_array(noise_sigma)
+        if g is not None and (np.any(~np.isfinite(g)) or np.any(g <= 0)):
+            raise ValueError(f"noise_sigma must be finite and in (0, inf); got {noise_sigma!r}")
+    dtype = _float_dtype(j, noise_sigma)
+    j = j.astype(dtype)
+    sigma = jnp.asarray(noise_sigma, dtype)
+    m, n = j.shape
+    if rcond is None:
+        rcond = max(m, n) * float(np.finfo(np.dtype(dtype)).eps)
+    _, svals, vt = jnp.linalg.svd(j, full_matrices=False)  # vt: [k, n]
+    keep = svals > rcond * jnp.max(svals)
+    inv_sq = jnp.where(keep, 1.0 / jnp.where(keep, svals, 1.0) ** 2, 0.0)
+    vt_sq = vt * vt
+    var = jnp.sum(vt_sq * inv_sq[:, None], axis=0)
+    in_rowspace = jnp.sum(vt_sq * keep[:, None], axis=0)
+    identifiable = in_rowspace > 1.0 - 1e3 * float(np.finfo(np.dtype(dtype)).eps) * max(m, n)
+    out = jnp.where(identifiable, sigma**2 * var, jnp.inf)
+    return jnp.where(jnp.isfinite(sigma) & (sigma > 0), out, jnp.nan)
+
+
+def cramer_rao_bounds(
+    feature_fn: Callable[[jax.Array], jax.Array],
+    x: jax.Array,
+    noise_sigma: float | jax.Array,
+    *,
+    coordinates="dct",
+    dct_axes: Sequence[int] | None = None,
+    rcond: float | None = None,
+) -> jax.Array:
+    """Cramer-Rao standard-deviation bounds in the coordinates of :func:`hcr_bounds` (small inputs only).
+
+    Forms the full Jacobian of ``feature_fn`` at ``x`` (``jax.jacfwd``; ``dim a x dim x`` memory),
+    rotates it into the chosen coordinates and returns ``sqrt`` of :func:`cramer_rao_variance_bound`.
+    This is the ``perturbation_size -> 0`` limit of the best per-coordinate HCR bound (Tygert et al.
+    eq. 18), which requires ``feature_fn`` to be differentiable at ``x``.
+
+    Args:
+        feature_fn: ``x -> a(x)`` for one example.
+        x: one input, any shape.
+        noise_sigma: ``sigma > 0``.
+        coordinates: ``"dct"``, ``"pixel"`` or an orthogonal matrix (see :func:`to_coordinates`).
+        dct_axes: DCT axes (default :func:`default_dct_axes`).
+        rcond: see :func:`cramer_rao_variance_bound`.
+
+    Returns:
+        Standard-deviation lower bounds shaped like ``x`` (``inf`` for unidentifiable coordinates).
+
+    Raises:
+        ValueError: if ``noise_sigma`` is invalid (concrete values).
+
+    >>> [round(float(t), 4) for t in cramer_rao_bounds(lambda v: 2.0 * v, jnp.zeros(2), 1.0,
+    ...                                                 coordinates="pixel")]
+    [0.5, 0.5]
+    """
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.result_type(float))
+    jac = jax.jacfwd(lambda v: feature_fn(v).reshape(-1))(x)  # [m, *x.shape]
+    m = jac.shape[0]
+    # Jacobian w.r.t. coordinates c (x = Q^T c): rows are Q applied to the rows of J.
+    jac_c = jax.vmap(lambda row: to_coordinates(row, coordinates, dct_axes))(jac).reshape(m, -1)
+    var = cramer_rao_variance_bound(jac_c, noise_sigma, rcond=rcond)
+    return jnp.sqrt(var).reshape(x.shape)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Dithering utilities.
+
+
+def feature_rms(features: jax.Array) -> jax.Array:
+    """Root-mean-square of all entries, ``sqrt(mean(a^2))`` (the paper's dither scale unit).
+
+    >>> float(feature_rms(jnp.array([3.0, 4.0, 0.0, 0.0])))
+    2.5
+    """
+    f = jnp.asarray(features)
+    return jnp.sqrt(jnp.mean(jnp.square(f)))
+
+
+def dither(key: jax.Array, features: jax.Array, noise_sigma: float | jax.Array) -> jax.Array:
+    """Dithered features ``a + N(0, sigma^2 I)`` (Tygert et al. eq. 7); usually ``sigma = scale * RMS``.
+
+    Args:
+        key: typed PRNG key.
+        features: ``[..., d]`` features.
+        noise_sigma: ``sigma >= 0``.
+
+    Returns:
+        Noisy features, shaped like ``features``.
+
+    Raises:
+        ValueError: if ``noise_sigma`` is negative or not finite (concrete values).
+
+    >>> import jax
+    >>> dither(jax.random.key(0), jnp.zeros(3), 0.0).tolist()
+    [0.0, 0.0, 0.0]
+    """
+    g = _concrete_array(noise_sigma)
+    if g is not None and (np.any(~np.isfinite(g)) or np.any(g < 0)):
+        raise ValueError(f"noise_sigma must be finite and in [0, inf); got {noise_sigma!r}")
+    f = jnp.asarray(features)
+    return f + jnp.asarray(noise_sigma, f.dtype) * jax.random.normal(key, f.shape, f.dtype)
+
+
+def dithered_accuracy(
+    classifier_fn: Callable[[jax.Array], jax.Array],
+    features: jax.Array,
+    labels: jax.Array,
+    noise_sigma: float | jax.Array,
+    key: jax.Array,
+    num_draws: int = 1,
+) -> tuple[jax.Array, jax.Array]:
+    """Classifier accuracy on clean features and on dithered features (averaged over ``num_draws``).
+
+    Args:
+        classifier_fn: ``[N, d] features -> [N, classes]`` logits.
+        features: ``[N, d]`` clean features.
+        labels: ``[N]`` integer labels.
+        noise_sigma: dither standard deviation ``>= 0``.
+        key: typed PRNG key; draw ``t`` uses ``fold_in(key, t)``.
+        num_draws: independent dithers averaged.
+
+    Returns:
+        ``(clean_accuracy, dithered_accuracy)`` in ``[0, 1]``.
+
+    Raises:
+        ValueError: if ``num_draws < 1`` or ``noise_sigma`` is invalid.
+
+    >>> import jax
+    >>> f = jnp.array([[5.0, 0.0], [0.0, 5.0]])
+    >>> clean, noisy = dithered_accuracy(lambda a: a, f, jnp.array([0, 1]), 0.1, jax.random.key(0))
+    >>> float(clean), float(noisy)
+    (1.0, 1.0)
+    """
+    if int(num_draws) != num_draws or num_draws < 1:
+        raise ValueError(f"num_draws must be an integer >= 1; got {num_draws!r}")
+    features = jnp.asarray(features)
+    labels = jnp.asarray(labels)
+    clean = jnp.mean(jnp.argmax(classifier_fn(features), axis=-1) == labels)
+
+    def one(t):
+        noisy = dither(jax.random.fold_in(key, t), features, noise_sigma)
+        return jnp.mean(jnp.argmax(classifier_fn(noisy), axis=-1) == labels)
+
+    noisy = jnp.mean(jax.lax.map(one, jnp.arange(num_draws)))
+    return clean, noisy
+
+
+def rademacher_perturbation(
+    key: jax.Array,
+    x: jax.Array,
+    std_bound: jax.Array,
+    *,
+    coordinates="dct",
+    dct_axes: Sequence[int] | None = None,
+) -> jax.Array:
+    """Adds ``+-std_bound`` (independent Rademacher signs) to ``x`` in the bound's coordinates.
+
+    The visualisation of Tygert et al. Figs. 2 and 4: move every DCT mode of the (normalised) input by
+    its HCR standard-deviation bound with a random sign and transform back; the result shows how much
+    uncertainty any unbiased reconstruction must carry. (Undo the input normalisation and clip to
+    ``[0, 1]`` for display.)
+
+    Args:
+        key: typed PRNG key.
+        x: one input (normalised), any shape.
+        std_bound: bounds shaped like ``x``, from :func:`hcr_bounds` with the same coordinates.
+        coordinates: as in :func:`to_coordinates`.
+        dct_axes: DCT axes.
+
+    Returns:
+        The perturbed input in the original (pixel) coordinates, shaped like ``x``.
+
+    Raises:
+        ValueError: if the shapes differ.
+
+    >>> import jax
+    >>> out = rademacher_perturbation(jax.random.key(0), jnp.zeros(4), jnp.ones(4), coordinates="pixel")
+    >>> sorted(set(abs(float(t)) for t in out))
+    [1.0]
+    """
+    x = jnp.asarray(x)
+    std_bound = jnp.asarray(std_bound)
+    if x.shape != std_bound.shape:
+        raise ValueError(f"std_bound must have the shape of x {x.shape}; got {std_bound.shape}")
+    signs = jax.random.rademacher(key, x.shape, dtype=x.dtype)
+    c = to_coordinates(x, coordinates, dct_axes) + signs * std_bound.astype(x.dtype)
+    return from_coordinates(c, coordinates, dct_axes)

@@ -1,0 +1,320 @@
+"""HCR bounds (recon_jax.bounds.hcr): closed form vs mpmath, DCT vs SciPy, Cramer-Rao limit, Alg. 1."""
+
+import jax
+import jax.numpy as jnp
+import mpmath
+import numpy as np
+import pytest
+import scipy.fft
+
+from recon_jax.bounds import (
+    cramer_rao_bounds,
+    cramer_rao_variance_bound,
+    dct_ii_matrix,
+    dctn_ortho,
+    dither,
+    dithered_accuracy,
+    feature_rms,
+    hcr_bounds,
+    hcr_bounds_batch,
+    hcr_variance_bound,
+    idctn_ortho,
+    log_hcr_variance_bound,
+    rademacher_perturbation,
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Closed form.
+
+_SHIFTS = [1e-200, 1e-8, 0.37, 1.0, 1e100]
+_RATIOS = [1e-300, 1e-30, 1e-8, 0.5, 1.0, 30.0, 700.0, 1e4]  # ||delta||^2 / sigma^2
+_SIGMAS = [1e-6, 1.0, 1e6]
+
+
+def _mp_log_bound(d, s, sigma):
+    mpmath.mp.dps = 50
+    d, s, sigma = mpmath.mpf(d), mpmath.mpf(s), mpmath.mpf(sigma)
+    return mpmath.log(d**2 / mpmath.expm1(s / sigma**2))
+
+
+@pytest.mark.parametrize("sigma", _SIGMAS)
+def test_closed_form_matches_mpmath_float64(x64, sigma):
+    d, r = np.meshgrid(_SHIFTS, _RATIOS, indexing="ij")
+    s = r * sigma**2
+    # XLA on CPU flushes subnormal inputs to zero; keep s a normal float64.
+    keep_cols = np.all(s >= 1e-300, axis=0)
+    d, s = d[:, keep_cols], s[:, keep_cols]
+    got_log = np.asarray(log_hcr_variance_bound(d, s, sigma))
+    ref_log = np.array([[float(_mp_log_bound(dd, ss, sigma)) for dd, ss in zip(row_d, row_s)] for row_d, row_s in zip(d, s)])
+    # Log-space evaluation: absolute error in the log ~ a few ulps of its magnitude (values up to ~1e4).
+    np.testing.assert_allclose(got_log, ref_log, rtol=1e-13, atol=1e-12)
+    got = np.asarray(hcr_variance_bound(d, s, sigma))
+    representable = np.abs(ref_log) < 700
+    ref = np.exp(np.where(representable, ref_log, 0.0))
+    np.testing.assert_allclose(got[representable], ref[representable], rtol=1e-11)
+    assert np.all(np.isfinite(got_log))
+
+
+def test_closed_form_float32_no_overflow_or_underflow():
+    # Delta^2 = 1e40 and expm1(100) both overflow float32; the ratio 3.72e-4 does not.
+    ref = float(mpmath.mpf(1e20) ** 2 / mpmath.expm1(100))
+    # float32 log-space evaluation: relative error ~ |log value| x eps32 ~ 1e-5.
+    np.testing.assert_allclose(float(hcr_variance_bound(1e20, 100.0, 1.0)), ref, rtol=5e-5)
+    # Delta^2 = 1e-50 underflows float32; Delta^2 / expm1(1e-30) = 1e-20 does not.
+    np.testing.assert_allclose(float(hcr_variance_bound(1e-25, 1e-30, 1.0)), 1e-20, rtol=5e-5)
+    # Tiny ratio: the Cramer-Rao regime Delta^2 sigma^2 / s.
+    np.testing.assert_allclose(float(hcr_variance_bound(1.0, 1e-30, 1.0)), 1e30, rtol=1e-5)
+
+
+def test_closed_form_edge_cases(x64):
+    assert float(hcr_variance_bound(0.0, 1.0, 1.0)) == 0.0  # no input shift: vacuous
+    assert float(hcr_variance_bound(0.0, 0.0, 1.0)) == 0.0
+    assert float(hcr_variance_bound(1.0, 0.0, 1.0)) == np.inf  # undetectable shift
+    assert float(hcr_variance_bound(1.0, np.inf, 1.0)) == 0.0
+    assert float(hcr_variance_bound(-2.0, 1.0, 1.0)) == float(hcr_variance_bound(2.0, 1.0, 1.0))
+
+
+def test_closed_form_jit_vmap_grad(x64):
+    d = jnp.array([0.1, 1.0, 3.0])
+    s = jnp.array([1e-20, 0.3, 50.0])
+    eager = hcr_variance_bound(d, s, 0.7)
+    jitted = jax.jit(lambda a, b: hcr_variance_bound(a, b, 0.7))(d, s)
+    np.testing.assert_array_equal(np.asarray(eager), np.asarray(jitted))
+    vm = jax.vmap(lambda a, b: hcr_variance_bound(a, b, 0.7))(d, s)
+    np.testing.assert_allclose(np.asarray(vm), np.asarray(eager), rtol=1e-14)
+    grads = jax.grad(lambda a, b, g: jnp.sum(jnp.log(hcr_variance_bound(a, b, g))), argnums=(0, 1, 2))(d, s, 0.7)
+    for g in grads:
+        assert np.all(np.isfinite(np.asarray(g)))
+    # d/dDelta log bound = 2 / Delta; d/ds log bound = -exp(t) / expm1(t) / sigma^2.
+    np.testing.assert_allclose(np.asarray(grads[0]), 2.0 / np.asarray(d), rtol=1e-12)
+    t = np.asarray(s) / 0.49
+    np.testing.assert_allclose(np.asarray(grads[1]), -np.exp(t) / np.expm1(t) / 0.49, rtol=1e-8)
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [((1.0, 1.0, 0.0), "noise_sigma"), ((1.0, 1.0, -1.0), "noise_sigma"), ((1.0, -1.0, 1.0), "feature_shift"),
+     ((np.inf, 1.0, 1.0), "input_shift"), ((1.0, np.nan, 1.0), "feature_shift"), ((1.0, 1.0, np.inf), "noise_sigma")],
+)
+def test_closed_form_invalid_raises_and_nan_under_jit(args, match):
+    with pytest.raises(ValueError, match=match):
+        hcr_variance_bound(*args)
+    out = jax.jit(hcr_variance_bound)(*[jnp.asarray(a, jnp.float32) for a in args])
+    assert np.isnan(float(out))
+    assert np.isnan(float(hcr_variance_bound(*args, validate=False)))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# DCT.
+
+
+@pytest.mark.parametrize("shape,axes", [((7,), None), ((5, 6), None), ((28, 28, 1), (0, 1)), ((4, 6, 3), (1,)), ((3, 4, 5), (-1, 0))])
+def test_dct_matches_scipy(x64, shape, axes):
+    x = np.random.default_rng(0).normal(size=shape)
+    ref = scipy.fft.dctn(x, axes=axes, norm="ortho")
+    got = np.asarray(dctn_ortho(x, axes))
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)  # float64 dense products: ~1e-15 error
+    back = np.asarray(idctn_ortho(ref, axes))
+    np.testing.assert_allclose(back, scipy.fft.idctn(ref, axes=axes, norm="ortho"), atol=1e-12)
+    np.testing.assert_allclose(back, x, atol=1e-12)
+
+
+def test_dct_matrix_orthogonal_and_float32():
+    c = np.asarray(dct_ii_matrix(28), np.float64)
+    np.testing.assert_allclose(c @ c.T, np.eye(28), atol=1e-6)  # float32 entries
+    x = np.random.default_rng(1).normal(size=(28, 28)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(dctn_ortho(x)), scipy.fft.dctn(x.astype(np.float64), norm="ortho"), atol=1e-4)
+    with pytest.raises(ValueError, match="axes"):
+        dctn_ortho(x, (0, 2))
+    with pytest.raises(ValueError, match="n must"):
+        dct_ii_matrix(0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Cramer-Rao.
+
+
+def test_cramer_rao_variance_matches_dense_inverse(x64):
+    rng = np.random.default_rng(3)
+    j = rng.normal(size=(12, 5))
+    ref = 0.3**2 * np.diag(np.linalg.inv(j.T @ j))
+    np.testing.assert_allclose(np.asarray(cramer_rao_variance_bound(j, 0.3)), ref, rtol=1e-10)
+    jitted = jax.jit(cramer_rao_variance_bound)
+    np.testing.assert_allclose(np.asarray(jitted(j, 0.3)), ref, rtol=1e-10)
+    assert np.all(np.isnan(np.asarray(jitted(j, -1.0))))  # invalid sigma under jit: NaN, not a number
+
+
+def test_cramer_rao_rank_deficient(x64):
+    # Coordinate 2 never reaches the features: unidentifiable (inf); 0 and 1 are identifiable.
+    j = np.array([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0], [1.0, 1.0, 0.0]])
+    out = np.asarray(cramer_rao_variance_bound(j, 1.0))
+    ref = np.diag(np.linalg.inv(j[:, :2].T @ j[:, :2]))
+    np.testing.assert_allclose(out[:2], ref, rtol=1e-10)
+    assert out[2] == np.inf
+    # Only the sum of two coordinates is observed: neither coordinate alone is identifiable.
+    out2 = np.asarray(cramer_rao_variance_bound(np.array([[1.0, 1.0]]), 1.0))
+    assert np.all(np.isinf(out2))
+    with pytest.raises(ValueError, match="noise_sigma"):
+        cramer_rao_variance_bound(j, 0.0)
+    with pytest.raises(ValueError, match="2-D"):
+        cramer_rao_variance_bound(np.ones(3), 1.0)
+
+
+def _tanh_net(seed=0, d_in=(3, 2), d_hidden=9, d_out=10):
+    rng = np.random.default_rng(seed)
+    n = int(np.prod(d_in))
+    w1 = jnp.asarray(rng.normal(size=(d_hidden, n)) / np.sqrt(n))
+    w2 = jnp.asarray(rng.normal(size=(d_out, d_hidden)) / np.sqrt(d_hidden))
+    b1 = jnp.asarray(rng.normal(size=d_hidden) * 0.3)
+
+    def f(x):
+        return w2 @ jnp.tanh(w1 @ x.reshape(-1) + b1)
+
+    x0 = jnp.asarray(rng.normal(size=d_in) * 0.5)
+    return f, x0
+
+
+def test_hcr_tends_to_cramer_rao_per_coordinate(x64):
+    """Tygert eq. (18): with Delta = t (J^T J)^{-1} e_i and delta from an exact forward pass, the HCR bound
+    for coordinate i tends to sigma^2 [(J^T J)^{-1}]_ii as t -> 0 (error O(t))."""
+    f, x0 = _tanh_net()
+    sigma = 0.05
+    jac = np.asarray(jax.jacfwd(f)(x0)).reshape(10, -1)
+    fisher_inv = np.linalg.inv(jac.T @ jac)
+    cr = np.asarray(cramer_rao_variance_bound(jac, sigma))
+    np.testing.assert_allclose(cr, sigma**2 * np.diag(fisher_inv), rtol=1e-10)
+    errors = []
+    for t in [1e-1, 1e-2, 1e-3, 1e-4]:
+        deltas = t * fisher_inv  # column i: Delta for coordinate i
+        hcr = []
+        for i in range(6):
+            shift = jnp.asarray(deltas[:, i]).reshape(x0.shape)
+            s = jnp.sum((f(x0 + shift) - f(x0)) ** 2)
+            hcr.append(float(hcr_variance_bound(deltas[i, i], s, sigma)))
+        errors.append(np.max(np.abs(np.array(hcr) / cr - 1.0)))
+    assert errors[-1] < 1e-3
+    assert all(e2 < e1 for e1, e2 in zip(errors, errors[1:]))  # monotone approach
+
+
+def test_alg1_tends_to_cramer_rao_along_least_informative_direction(x64):
+    """Alg. 1 with inverse-iteration refinement, in the eigenbasis of the Fisher information: the bound for
+    the least-informative coordinate tends to the Cramer-Rao value sigma / s_min as the size -> 0, and in
+    the DCT basis no coordinate exceeds its Cramer-Rao bound in the limit (Cauchy-Schwarz)."""
+    f, x0 = _tanh_net(seed=1)
+    sigma = 0.05
+    jac = np.asarray(jax.jacfwd(f)(x0)).reshape(10, -1)
+    _, svals, vt = np.linalg.svd(jac)
+    cr_min_dir = sigma / svals[-1]
+    key = jax.random.key(0)
+    search = jax.jit(lambda size: hcr_bounds(f, x0, sigma, key, num_restarts=2, num_rounds=12, perturbation_size=size,
+                                             coordinates=vt, refine="inverse", atol=1e-12, btol=1e-12, iter_lim=50))
+    errors = []
+    for size in [1e-1, 1e-2, 1e-3]:
+        b = np.asarray(search(size)).reshape(-1)
+        errors.append(abs(b[-1] / cr_min_dir - 1.0))
+    assert errors[-1] < 5e-3
+    assert errors[-1] < errors[0]
+    cr_dct = np.asarray(cramer_rao_bounds(f, x0, sigma, coordinates="dct"))
+    b_dct = np.asarray(jax.jit(lambda: hcr_bounds(f, x0, sigma, key, num_restarts=4, num_rounds=3,
+                                                  perturbation_size=1e-4, atol=1e-12, btol=1e-12))())
+    assert np.all(b_dct <= cr_dct * (1 + 1e-3))
+    assert np.max(b_dct / cr_dct) > 0.1  # and the search finds a non-trivial bound
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Algorithm 1 against an independent dense implementation.
+
+
+def _naive_alg1(w, x0, sigma, key, restarts, rounds, size):
+    """Alg. 1 for a linear feature map a(x) = W x with dense least squares and SciPy's DCT."""
+    m = w.shape[0]
+    best = np.zeros(x0.shape)
+    for r in range(restarts):
+        g = np.asarray(jax.random.normal(jax.random.fold_in(key, r), (m,), jnp.float64))
+        z = g * size * sigma / np.sqrt(m)
+        target = np.linalg.norm(z)
+        for _ in range(rounds):
+            z = z * target / np.linalg.norm(z)
+            eps = np.linalg.lstsq(w, z, rcond=None)[0].reshape(x0.shape)
+            delta = w @ eps.ravel()
+            s = np.sum(delta**2)
+            coef = scipy.fft.dctn(eps, norm="ortho")
+            best = np.maximum(best, np.sqrt(coef**2 / np.expm1(s / sigma**2)))
+            z = delta
+    return best
+
+
+def test_alg1_matches_dense_reference_on_linear_map(x64):
+    rng = np.random.default_rng(4)
+    w = rng.normal(size=(20, 12)) * np.logspace(0, -1, 12)  # column scaling: mild conditioning
+    x0 = np.zeros((3, 4))
+    key = jax.random.key(5)
+    got = jax.jit(lambda: hcr_bounds(lambda v: jnp.asarray(w) @ v.reshape(-1), jnp.asarray(x0), 0.2, key,
+                                     num_restarts=3, num_rounds=2, perturbation_size=1e-2, atol=1e-13, btol=1e-13,
+                                     coordinates="dct"))()
+    ref = _naive_alg1(w, x0, 0.2, key, 3, 2, 1e-2)
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-6)  # LSQR converged to 1e-13 vs dense lstsq
+
+
+def test_batch_equals_loop_and_info(x64):
+    f, _ = _tanh_net(seed=2)
+    xs = jnp.asarray(np.random.default_rng(0).normal(size=(3, 3, 2)))
+    key = jax.random.key(1)
+    kw = dict(num_restarts=2, num_rounds=2, perturbation_size=1e-2, coordinates="pixel")
+    batched, info = jax.jit(lambda v: hcr_bounds_batch(f, v, 0.1, key, example_ids=jnp.array([7, 8, 9]),
+                                                       return_info=True, **kw))(xs)
+    assert info.lsqr_itn.shape == (3, 2, 2) and info.best_input_shift.shape == (3, 3, 2)
+    single_fn = jax.jit(lambda x, k: hcr_bounds(f, x, 0.1, k, **kw))
+    for i in range(3):
+        single = single_fn(xs[i], jax.random.fold_in(key, 7 + i))
+        # float64; batched vs single matvecs round differently, amplified by the LSQR recurrences.
+        np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(single), rtol=1e-8)
+    # ||delta|| / sigma is close to the requested size (rounds after the first rescale z exactly).
+    np.testing.assert_allclose(np.asarray(info.feature_shift_norm[:, :, -1]) / 0.1, 1e-2, rtol=0.5)
+
+
+def test_hcr_bounds_invalid_arguments():
+    f = lambda v: 2.0 * v  # noqa: E731
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match="noise_sigma"):
+        hcr_bounds(f, jnp.zeros(2), 0.0, key)
+    with pytest.raises(ValueError, match="num_restarts"):
+        hcr_bounds(f, jnp.zeros(2), 1.0, key, num_restarts=0)
+    with pytest.raises(ValueError, match="perturbation_size"):
+        hcr_bounds(f, jnp.zeros(2), 1.0, key, perturbation_size=-1.0)
+    with pytest.raises(ValueError, match="refine"):
+        hcr_bounds(f, jnp.zeros(2), 1.0, key, refine="power")
+    with pytest.raises(ValueError, match="coordinates"):
+        hcr_bounds(f, jnp.zeros(2), 1.0, key, coordinates="wavelet")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Dithering utilities.
+
+
+def test_dither_statistics_and_accuracy():
+    key = jax.random.key(0)
+    feats = jnp.asarray(np.random.default_rng(0).normal(size=(2000, 16)) * 3.0, jnp.float32)
+    np.testing.assert_allclose(float(feature_rms(feats)), np.sqrt(np.mean(np.asarray(feats) ** 2)), rtol=1e-5)
+    noise = np.asarray(dither(key, feats, 0.5) - feats)
+    # 32,000 draws: std of the sample std ~ 0.5 / sqrt(64000) ~ 0.002.
+    assert abs(noise.std() - 0.5) < 0.01 and abs(noise.mean()) < 0.01
+    labels = jnp.argmax(feats[:, :4], axis=1)
+    clf = lambda a: a[:, :4]  # noqa: E731
+    clean, noisy0 = dithered_accuracy(clf, feats, labels, 0.0, key, num_draws=2)
+    assert float(clean) == 1.0 and float(noisy0) == 1.0
+    _, noisy = dithered_accuracy(clf, feats, labels, 3.0, key, num_draws=3)
+    assert 0.25 < float(noisy) < 0.95  # heavy noise hurts, but above chance (4 classes)
+    with pytest.raises(ValueError, match="noise_sigma"):
+        dither(key, feats, -1.0)
+    with pytest.raises(ValueError, match="num_draws"):
+        dithered_accuracy(clf, feats, labels, 1.0, key, num_draws=0)
+
+
+def test_rademacher_perturbation_moves_each_mode_by_its_bound(x64):
+    x = np.random.default_rng(2).normal(size=(6, 5, 1))
+    bound = np.random.default_rng(3).uniform(size=(6, 5, 1))
+    out = np.asarray(rademacher_perturbation(jax.random.key(0), x, bound))
+    diff = scipy.fft.dctn(out, axes=(0, 1), norm="ortho") - scipy.fft.dctn(x, axes=(0, 1), norm="ortho")
+    np.testing.assert_allclose(np.abs(diff), bound, atol=1e-12)
+    assert 0 < np.sum(diff > 0) < diff.size  # both signs occur

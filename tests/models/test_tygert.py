@@ -1,0 +1,88 @@
+"""Tygert et al. models (recon_jax.models.tygert) and the experiments.tygert_hcr smoke run."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recon_jax.models import tygert
+
+
+def test_mnist_net_architecture_and_init():
+    model = tygert.MNISTFeatureNet()
+    params = model.init(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
+    shapes = jax.tree.map(lambda v: v.shape, params["params"])
+    # Paper Sec. 3.1: Affine784x784 - ReLU - Affine784x784 - ReLU features, Affine784x10 classifier.
+    assert shapes["hidden"]["Dense_0"] == {"kernel": (784, 784), "bias": (784,)}
+    assert shapes["feature_layer"]["Dense_0"] == {"kernel": (784, 784), "bias": (784,)}
+    assert shapes["classifier"]["Dense_0"] == {"kernel": (784, 10), "bias": (10,)}
+    # PyTorch default init: U(-1/sqrt(784), 1/sqrt(784)) for weights and biases.
+    w = np.asarray(params["params"]["hidden"]["Dense_0"]["kernel"])
+    assert np.abs(w).max() <= 1 / 28 and np.abs(w).max() > 0.99 / 28
+    np.testing.assert_allclose(w.std(), (1 / 28) / np.sqrt(3), rtol=0.02)
+    f, c = tygert.feature_and_classifier_fns(model, params)
+    x = jax.random.normal(jax.random.key(1), (3, 28, 28, 1))
+    feats = f(x)
+    assert feats.shape == (3, 784) and bool(jnp.all(feats >= 0))  # ReLU features
+    np.testing.assert_allclose(np.asarray(f(x[0])), np.asarray(feats[0]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(model.apply(params, x)), np.asarray(c(feats)), rtol=1e-5, atol=1e-5)
+
+
+def test_cifar_net_shapes():
+    model = tygert.CIFAR10FeatureNet()
+    x = jax.ShapeDtypeStruct((2, 32, 32, 3), jnp.float32)
+    params = jax.eval_shape(model.init, jax.random.key(0), x)
+    p = params["params"]
+    assert p["conv0"]["Conv_0"]["kernel"].shape == (3, 3, 3, 32)
+    assert p["conv1"]["Conv_0"]["kernel"].shape == (5, 5, 32, 1024)
+    assert p["conv2"]["Conv_0"]["kernel"].shape == (3, 3, 1024, 3072)
+    assert p["dense"]["Dense_0"]["kernel"].shape == (3072, 3072)
+    assert p["classifier"]["Dense_0"]["kernel"].shape == (3072, 10)
+    feats = jax.eval_shape(lambda q, v: model.apply(q, v, method=tygert.CIFAR10FeatureNet.features), params, x)
+    assert feats.shape == (2, 3072)  # "3,072 entries ... in the corresponding features"
+    single = jax.eval_shape(lambda q, v: model.apply(q, v, method=tygert.CIFAR10FeatureNet.features), params,
+                            jax.ShapeDtypeStruct((32, 32, 3), jnp.float32))
+    assert single.shape == (3072,)
+
+
+def test_normalisations_roundtrip():
+    x = jnp.linspace(0.0, 1.0, 5)
+    np.testing.assert_allclose(np.asarray(tygert.denormalize_mnist(tygert.normalize_mnist(x))), np.asarray(x), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(tygert.normalize_cifar10(x)), np.linspace(-1, 1, 5), atol=1e-6)
+
+
+def test_train_classifier_learns_separable_data():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, size=256)
+    x = rng.normal(size=(256, 28, 28, 1)).astype(np.float32) * 0.3
+    x[:, :8, :8, 0] += 2.0 * (2.0 * y - 1.0)[:, None, None]  # strong class signal in one corner
+    model = tygert.MNISTFeatureNet(width=32, num_classes=2)
+    losses = []
+    params = tygert.train_classifier(model, jnp.asarray(x), jnp.asarray(y), jax.random.key(0), epochs=3,
+                                     batch_size=32, epoch_callback=lambda e, p, loss: losses.append(float(loss)))
+    assert losses[-1] < losses[0] * 0.5, losses
+    acc = float(jnp.mean(jnp.argmax(model.apply(params, jnp.asarray(x)), -1) == jnp.asarray(y)))
+    assert acc > 0.95
+
+
+def test_experiment_smoke_run(tmp_path):
+    from experiments import tygert_hcr
+    from experiments.configs.tygert_hcr import get_config
+
+    config = get_config("smoke")
+    metrics = tygert_hcr.run(config, str(tmp_path))
+    for name in ("report.md", "metrics.json", "config.json", "rademacher.png", "histograms_size_0.005.png"):
+        assert os.path.exists(tmp_path / name), name
+    with open(tmp_path / "metrics.json") as fh:
+        stored = json.load(fh)
+    assert stored["accuracy_clean"] == metrics["accuracy_clean"]
+    assert 0.0 <= metrics["accuracy_dithered"] <= 1.0
+    hcr = metrics["hcr"]["size_0.005"]
+    assert hcr["num_examples"] == config.num_hcr_examples
+    assert np.isfinite(hcr["median_all"]) and hcr["median_all"] > 0
+    # Resumable: the trained parameters and each chunk of bounds are stored for the next run to reuse.
+    assert os.path.exists(tmp_path / "params.pkl")
+    chunks = [f for f in os.listdir(tmp_path) if f.startswith("bounds_size_0.005_")]
+    assert len(chunks) == -(-config.num_hcr_examples // config.hcr_chunk)
