@@ -1,0 +1,30 @@
+"""Config for experiments.ziller_table1: Ziller et al. Table 1 and a ReRo-route comparison (analytic, CPU seconds)."""
+
+import ml_collections
+
+
+def get_config(variant: str = "default") -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.variant = variant
+    # Second table: ReRo bounds of the Gaussian mechanism (noise multiplier sigma, T full-batch steps) per route.
+    c.route_sigmas = (0.5, 1.0, 2.0, 5.0, 10.0)
+    c.route_kappas = (1e-1, 1e-3, 1e-6, 1e-9)
+    c.route_steps = 1
+    c.rdp_orders_min = 1.01
+    c.rdp_orders_max = 512.0
+    c.num_rdp_orders = 400  # log-spaced Renyi orders for the RDP-curve route
+    c.num_eps = 2000  # epsilon grid for the (eps, delta)-DP route (min over the Gaussian privacy profile)
+    c.eps_max = 200.0
+    c.plot_num_sigmas = 200  # figure: every bound against sigma
+    c.plot_dim = 1000
+    c.plot_clip_norm = 1.0
+    if variant == "smoke":
+        c.route_sigmas = (1.0, 4.0)
+        c.route_kappas = (1e-1, 1e-6)
+        c.num_rdp_orders = 50
+        c.num_eps = 200
+        c.plot_num_sigmas = 20
+    elif variant not in ("default", "paper"):
+        raise ValueError(f"unknown variant {variant!r}; choose smoke, default or paper")
+    c.lock()
+    return c

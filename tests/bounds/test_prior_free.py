@@ -1,0 +1,234 @@
+"""Tests for recon_jax.bounds.prior_free (Ziller et al.) against SciPy / NumPy and the paper's Table 1."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.special as sc
+import scipy.stats as st
+from hypothesis import given
+from hypothesis import strategies as hs
+
+from recon_jax.bounds import (
+    clip_factor,
+    expected_mse,
+    expected_ncc,
+    mse_lower_bound,
+    ncc_cdf,
+    ncc_samples,
+    ncc_upper_bound,
+    ncc_upper_bound_dimension_free,
+    psnr_upper_bound,
+    rero_mse,
+    rero_psnr,
+    worst_case_success,
+)
+
+# (sigma, C, N, T, kappa, worst-case %, MSE, PSNR, NCC %) exactly as printed in Ziller et al., Table 1.
+TABLE1 = [
+    (1.0, 1.0, 1000, 1, 0.1, "38.9", "1.0e+00", "0.0", "3.2"),
+    (1e-4, 1.0, 1000, 1, 0.1, "100.0", "1.0e-08", "80.0", "100.0"),
+    (1e-2, 1.0, 1000, 1, 0.1, "100.0", "1.0e-04", "40.0", "95.3"),
+    (1e2, 1.0, 1000, 1, 0.1, "10.2", "1.0e+04", "-40.0", "0.0"),
+    (1e4, 1.0, 1000, 1, 0.1, "10.0", "1.0e+08", "-80.0", "0.0"),
+    (1.0, 1e-2, 1000, 1, 0.1, "38.9", "1.0e-04", "40.0", "3.2"),
+    (1.0, 10.0, 1000, 1, 0.1, "38.9", "1.0e+02", "-20.0", "3.2"),
+    (1.0, 1e4, 1000, 1, 0.1, "38.9", "1.0e+08", "-80.0", "3.2"),
+    (1.0, 1.0, 10, 1, 0.1, "38.9", "1.0e+00", "0.0", "30.2"),
+    (1.0, 1.0, 10**5, 1, 0.1, "38.9", "1.0e+00", "0.0", "0.3"),
+    (1.0, 1.0, 10**9, 1, 0.1, "38.9", "1.0e+00", "0.0", "0.0"),
+    (1.0, 1.0, 1000, 10, 0.1, "97.0", "1.0e-01", "10.0", "10.0"),
+    (1.0, 1.0, 1000, 10**5, 0.1, "100.0", "1.0e-05", "50.0", "99.5"),
+    (1.0, 1.0, 1000, 10**9, 0.1, "100.0", "1.0e-09", "90.0", "100.0"),
+    (1.0, 1.0, 1000, 1, 1e-5, "0.1", "1.0e+00", "0.0", "3.2"),
+    (1.0, 1.0, 1000, 1, 1e-9, "0.0", "1.0e+00", "0.0", "3.2"),
+]
+
+
+def _fmt_pct(x):
+    return f"{100 * float(x) + 0.0:.1f}"
+
+
+@pytest.mark.parametrize("row", TABLE1)
+def test_table1_reproduced_to_printed_precision(x64, row):
+    sigma, c, n, t, kappa, wc, mse, psnr, ncc = row
+    assert _fmt_pct(worst_case_success(kappa, sigma, t)) == wc
+    assert f"{float(mse_lower_bound(sigma, c, t)):.1e}" == mse
+    assert f"{float(psnr_upper_bound(sigma, c, 1.0, t)) + 0.0:.1f}" == psnr
+    assert _fmt_pct(ncc_upper_bound(sigma, n, t)) == ncc
+
+
+def test_closed_forms_match_numpy(x64):
+    rng = np.random.default_rng(0)
+    sigma = 10 ** rng.uniform(-6, 6, 50)
+    c = 10 ** rng.uniform(-3, 3, 50)
+    t = np.floor(10 ** rng.uniform(0, 9, 50))
+    n = np.floor(10 ** rng.uniform(0, 9, 50))
+    np.testing.assert_allclose(np.asarray(mse_lower_bound(sigma, c, t)), c**2 * sigma**2 / t, rtol=1e-14)
+    np.testing.assert_allclose(
+        np.asarray(psnr_upper_bound(sigma, c, 2.0, t)), 10 * np.log10(4.0 * t / (c**2 * sigma**2)), rtol=1e-12, atol=1e-12
+    )
+    np.testing.assert_allclose(np.asarray(ncc_upper_bound(sigma, n, t)), np.sqrt(1 / (1 + n * sigma**2 / t)), rtol=1e-14)
+    np.testing.assert_allclose(
+        np.asarray(ncc_upper_bound_dimension_free(sigma, t)), np.sqrt(1 / (1 + sigma**2 / t)), rtol=1e-14
+    )
+    beta = rng.uniform(0.01, 1, 50)
+    var = rng.uniform(0, 3, 50)
+    np.testing.assert_allclose(
+        np.asarray(expected_mse(sigma, c, var, beta, t)), (1 - beta) ** 2 * var + c**2 * sigma**2 / t, rtol=1e-14
+    )
+    np.testing.assert_allclose(
+        np.asarray(expected_ncc(var, beta, sigma, c, t)),
+        beta * np.sqrt(var) / np.sqrt(beta**2 * var + c**2 * sigma**2 / t),
+        rtol=1e-13,
+    )
+    np.testing.assert_allclose(np.asarray(clip_factor(np.array([0.0, 0.5, 2.0]), 1.0)), [1.0, 1.0, 0.5])
+
+
+def test_rero_mse_matches_scipy_chi2(x64):
+    for n in [1, 2, 50, 1000, 10**5]:
+        for sigma, c, t in [(1.0, 1.0, 1), (1e-6, 1.0, 1), (1e6, 1e-2, 1), (1.0, 1.0, 10**9), (3.0, 2.0, 7)]:
+            scale = c**2 * sigma**2 / t  # MSE = scale * chi2_N / N
+            for q in [0.2, 0.9, 1.0, 1.1, 2.0]:
+                eta = q * scale
+                ref = st.chi2.cdf(n * eta / scale, n)
+                np.testing.assert_allclose(float(rero_mse(eta, sigma, c, n, t)), ref, rtol=1e-10, atol=1e-300)
+                # PSNR >= p  <=>  MSE <= range^2 10^(-p/10)
+                p = 10 * math.log10(4.0 / eta)
+                np.testing.assert_allclose(float(rero_psnr(p, sigma, c, n, 2.0, t)), ref, rtol=1e-9, atol=1e-300)
+
+
+def test_rero_mse_is_a_bound_monte_carlo(x64):
+    # Empirical P[MSE <= eta] of the actual reconstruction beta X + xi never exceeds the bound (Prop. 5/6).
+    rng = np.random.default_rng(1)
+    n, sigma, c = 20, 0.5, 1.0
+    x = rng.normal(size=n) * 0.5
+    beta = min(1.0, c / np.linalg.norm(x))
+    recon = beta * x + c * sigma * rng.normal(size=(20000, n))
+    mse = np.mean((recon - x) ** 2, axis=1)
+    for eta in [0.1, 0.2, 0.3]:
+        empirical = np.mean(mse <= eta)
+        assert empirical <= float(rero_mse(eta, sigma, c, n)) + 4 * math.sqrt(0.25 / 20000)
+
+
+def _numpy_ncc_cdf(eta, x, sigma, c, steps, num, seed):
+    """Independent NumPy implementation of the NCC distribution from its definition (Ziller et al., Eq. 3, 68)."""
+    rng = np.random.default_rng(seed)
+    beta = min(1.0, c / np.linalg.norm(x))
+    recon = beta * x + c * sigma / math.sqrt(steps) * rng.normal(size=(num, x.size))
+    vals = np.array([np.corrcoef(x, r)[0, 1] for r in recon])
+    return np.mean(vals[None, :] <= np.asarray(eta)[:, None], axis=1)
+
+
+def test_ncc_cdf_matches_independent_numpy(x64, key):
+    rng = np.random.default_rng(2)
+    x = rng.uniform(0, 1, 64)
+    eta = np.array([0.0, 0.05, 0.1, 0.2, 0.4])
+    num = 4000
+    ours = np.asarray(ncc_cdf(eta, x, 0.3, 1.0, key, num, steps=2, chunk_size=512))
+    ref = _numpy_ncc_cdf(eta, x, 0.3, 1.0, 2, num, 3)
+    # Two independent empirical CDFs: DKW gives |F1 - F2| <= 2 sqrt(log(2/a) / (2n)) w.p. 1 - 2a; a = 1e-6.
+    assert np.max(np.abs(ours - ref)) <= 2 * math.sqrt(math.log(2e6) / (2 * num))
+    # Monotone in eta, in [0, 1].
+    assert np.all(np.diff(ours) >= 0) and ours[0] >= 0 and ours[-1] <= 1
+
+
+def test_ncc_samples_reproducible_and_chunk_independent(key):
+    x = jnp.linspace(-1.0, 1.0, 30)
+    a = ncc_samples(x, 1.0, 1.0, key, 100, chunk_size=100)
+    b = ncc_samples(x, 1.0, 1.0, key, 100, chunk_size=100)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    c = jax.jit(lambda k: ncc_samples(x, 1.0, 1.0, k, 100, chunk_size=100))(key)
+    np.testing.assert_allclose(np.asarray(c), np.asarray(a), rtol=1e-5)
+    assert a.shape == (100,)
+
+
+def test_worst_case_success_is_gdp_bound(x64):
+    for kappa in [1e-12, 1e-5, 0.1, 0.5]:
+        for sigma, t in [(1e-6, 1), (1.0, 1), (1.0, 10**9), (1e6, 10)]:
+            mu = math.sqrt(t) / sigma
+            ref = st.norm.sf(st.norm.isf(kappa) - mu)
+            np.testing.assert_allclose(float(worst_case_success(kappa, sigma, t)), ref, rtol=1e-9)
+
+
+def test_jit_vmap_grad(x64):
+    sig = jnp.array([0.5, 1.0, 2.0])
+    eager = rero_mse(0.5, sig, 1.0, 100.0)
+    np.testing.assert_allclose(np.asarray(jax.jit(rero_mse)(0.5, sig, 1.0, 100.0)), np.asarray(eager), rtol=1e-14)
+    np.testing.assert_allclose(
+        np.asarray(jax.vmap(rero_mse, (None, 0, None, None))(0.5, sig, 1.0, 100.0)), np.asarray(eager), rtol=1e-14
+    )
+    # d/deta P(N/2, N eta / (2 s)) = chi2 pdf(N eta / s; N) * N / s
+    g = float(jax.grad(rero_mse)(0.5, 1.0, 1.0, 100.0))
+    np.testing.assert_allclose(g, st.chi2.pdf(50.0, 100) * 100, rtol=1e-9)
+    g_sigma = jax.grad(psnr_upper_bound)(2.0, 1.0)
+    np.testing.assert_allclose(float(g_sigma), -20 / (2.0 * math.log(10)), rtol=1e-12)
+    assert np.isfinite(float(jax.grad(ncc_upper_bound)(1.0, 1000.0)))
+
+
+def test_float32_usable():
+    out = rero_mse(jnp.float32(1.0), jnp.float32(1.0), jnp.float32(1.0), jnp.float32(1000.0))
+    assert out.dtype == jnp.float32
+    np.testing.assert_allclose(float(out), sc.gammainc(500, 500), rtol=1e-4)
+    assert math.isfinite(float(psnr_upper_bound(jnp.float32(1e-30), jnp.float32(1.0))))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: mse_lower_bound(-1.0, 1.0),
+        lambda: mse_lower_bound(1.0, 0.0),
+        lambda: mse_lower_bound(1.0, 1.0, steps=0),
+        lambda: psnr_upper_bound(1.0, 1.0, data_range=0.0),
+        lambda: ncc_upper_bound(1.0, 0.5),
+        lambda: rero_mse(0.0, 1.0, 1.0, 10),
+        lambda: rero_mse(1.0, 1.0, 1.0, 0),
+        lambda: rero_psnr(math.inf, 1.0, 1.0, 10),
+        lambda: expected_mse(1.0, 1.0, -1.0),
+        lambda: expected_ncc(1.0, 1.5, 1.0, 1.0),
+        lambda: worst_case_success(1.0, 1.0),
+        lambda: worst_case_success(0.1, -1.0),
+        lambda: clip_factor(-1.0, 1.0),
+    ],
+)
+def test_invalid_inputs_raise(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_invalid_inputs_nan_under_jit():
+    assert np.isnan(float(jax.jit(rero_mse)(1.0, -1.0, 1.0, 10.0)))
+    assert np.isnan(float(jax.jit(worst_case_success)(0.1, 0.0)))
+    assert np.isnan(float(jax.jit(ncc_upper_bound)(1.0, 0.0)))
+    assert np.isnan(float(mse_lower_bound(1.0, -1.0, validate=False)))
+
+
+@given(
+    eta=hs.floats(1e-4, 10.0),
+    sigma=hs.floats(1e-3, 1e3),
+    factor=hs.floats(1.001, 50.0),
+    dim=hs.integers(1, 10**6),
+)
+def test_monotonicity(eta, sigma, factor, dim):
+    # MSE bounds increase with sigma; ReRo bounds decrease with sigma and increase with the threshold.
+    assert float(mse_lower_bound(sigma * factor, 1.0)) > float(mse_lower_bound(sigma, 1.0))
+    base = float(rero_mse(eta, sigma, 1.0, dim))
+    assert float(rero_mse(eta, sigma * factor, 1.0, dim)) <= base + 1e-6
+    assert float(rero_mse(eta * factor, sigma, 1.0, dim)) >= base - 1e-6
+    assert float(ncc_upper_bound(sigma * factor, dim)) <= float(ncc_upper_bound(sigma, dim)) + 1e-7
+    assert float(worst_case_success(0.1, sigma * factor)) <= float(worst_case_success(0.1, sigma)) + 1e-6
+
+
+def test_ziller_table1_experiment_smoke(tmp_path):
+    from experiments.configs.ziller_table1 import get_config
+    from experiments.ziller_table1 import run
+
+    metrics = run(get_config("smoke"), str(tmp_path))
+    assert metrics["table1_all_match"], metrics["table1_matches"]
+    for name in ("report.md", "metrics.json", "config.json", "bounds_vs_sigma.png"):
+        assert (tmp_path / name).exists()
+    # GDP (an exact trade-off bound) is never looser than the RDP/zCDP routes.
+    for r in metrics["routes"]:
+        assert r["GDP"] <= min(r["RDP curve"], r["zCDP"]) + 1e-12

@@ -1,0 +1,226 @@
+"""Tests for recon_jax.bounds.rero (Balle et al. Sec. VII; Hayes/Kaissis GDP bound) against SciPy/NumPy."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.special as sc
+import scipy.stats as st
+from hypothesis import given
+from hypothesis import strategies as hs
+
+from recon_jax.bounds import (
+    baseline_kappa_gaussian,
+    baseline_kappa_gaussian_tail_bound,
+    baseline_kappa_uniform_ball,
+    dp_from_rero,
+    rero_from_approx_dp,
+    rero_from_dp,
+    rero_from_rdp,
+    rero_from_rdp_curve,
+    rero_from_zcdp,
+    rero_gdp,
+)
+
+KAPPAS = np.array([1e-12, 1e-6, 1e-3, 0.1, 0.5, 0.9])
+
+
+# ---------------------------------------------------------------- references (NumPy / SciPy / mpmath-free closed forms)
+
+
+def _ref_rdp(kappa, eps, order):
+    with np.errstate(over="ignore"):  # exp overflows to inf for huge orders * rho; min(1, inf) = 1 is intended
+        return np.minimum(1.0, np.exp((1 - 1 / order) * (np.log(kappa) + eps)))
+
+
+def _ref_zcdp_by_grid(kappa, rho):
+    # Independent route: minimise Theorem 2 over a dense grid of orders (Cor. 4 is its closed-form minimum).
+    orders = 1 + np.logspace(-6, 6, 200001)
+    return np.minimum(1.0, np.min(_ref_rdp(kappa, orders * rho, orders)))
+
+
+def test_rero_from_dp_and_rdp_match_reference(x64):
+    eps = np.array([0.0, 0.1, 1.0, 10.0, 30.0])
+    k, e = np.meshgrid(KAPPAS, eps)
+    np.testing.assert_allclose(np.asarray(rero_from_dp(k, e)), np.minimum(1, k * np.exp(e)), rtol=1e-14)
+    for order in [1.01, 2.0, 32.0, 1e6]:
+        np.testing.assert_allclose(np.asarray(rero_from_rdp(k, e, order)), _ref_rdp(k, e, order), rtol=1e-13)
+    # alpha -> inf recovers Cor. 3.
+    np.testing.assert_allclose(np.asarray(rero_from_rdp(k, e, np.inf)), np.minimum(1, k * np.exp(e)), rtol=1e-14)
+
+
+def test_rero_from_rdp_curve_is_min_over_orders(x64):
+    orders = np.concatenate([1 + np.logspace(-2, 0, 20), np.arange(3, 64)])
+    sigmas = np.array([0.5, 1.0, 4.0, 1e3])
+    rdp = orders[None, :] / (2 * sigmas[:, None] ** 2)  # Gaussian mechanism RDP, [4, K]
+    ours = np.asarray(rero_from_rdp_curve(KAPPAS[:, None], orders, rdp[None]))  # [6, 4]
+    ref = np.array([[min(_ref_rdp(k, r, orders).min(), 1.0) for r in rdp] for k in KAPPAS])
+    np.testing.assert_allclose(ours, ref, rtol=1e-13)
+    # An infinite epsilon at one order just removes that order.
+    rdp_inf = rdp[1].copy()
+    rdp_inf[0] = np.inf
+    assert float(rero_from_rdp_curve(0.1, orders, rdp_inf)) == pytest.approx(float(ref[3, 1]), rel=1e-13)
+
+
+@pytest.mark.parametrize("kappa,rho", [(1e-12, 0.5), (1e-6, 2.0), (1e-3, 0.5), (0.1, 0.01), (0.5, 1e-4)])
+def test_rero_from_zcdp_is_optimum_of_theorem2(x64, kappa, rho):
+    # Grid minimum is >= the true minimum; a 2e5-point log grid gets within 1e-6 relative of it.
+    np.testing.assert_allclose(float(rero_from_zcdp(kappa, rho)), _ref_zcdp_by_grid(kappa, rho), rtol=1e-6)
+
+
+def test_rero_from_zcdp_trivial_regime():
+    assert float(rero_from_zcdp(0.1, 5.0)) == 1.0  # rho >= log(1/kappa)
+    assert float(rero_from_zcdp(0.1, 0.0)) == pytest.approx(0.1, rel=1e-6)
+
+
+def test_rero_gdp_matches_scipy(x64):
+    mus = np.array([0.0, 1e-6, 0.3, 1.0, 5.0, 40.0])
+    k, m = np.meshgrid(KAPPAS, mus)
+    ref = st.norm.cdf(st.norm.ppf(k) + m)
+    np.testing.assert_allclose(np.asarray(rero_gdp(k, m)), ref, rtol=1e-12, atol=1e-300)
+    # Ziller et al.'s equivalent form 1 - Phi(Phi^{-1}(1 - kappa) - mu).
+    np.testing.assert_allclose(np.asarray(rero_gdp(k, m)), st.norm.sf(st.norm.isf(k) - m), rtol=1e-9)
+    assert float(rero_gdp(0.3, np.inf)) == 1.0
+
+
+def test_dp_from_rero(x64):
+    eps = np.array([0.0, 0.5, 3.0, 800.0])
+    gam = np.array([0.0, 0.3, 0.9, 0.999999, 1.0])
+    e, g = np.meshgrid(eps, gam)
+    with np.errstate(over="ignore", invalid="ignore"):
+        ref = np.maximum(0, (np.exp(e) + 1) * g - np.exp(e))
+    ref = np.where(g == 1, 1.0, np.where(np.isnan(ref), 0.0, ref))
+    np.testing.assert_allclose(np.asarray(dp_from_rero(e, g)), ref, rtol=1e-9, atol=1e-15)
+
+
+def test_approx_dp_route():
+    assert float(rero_from_approx_dp(0.01, 0.0, 0.0)) == pytest.approx(0.01, rel=1e-6)
+    assert float(rero_from_approx_dp(0.5, 2.0, 0.1)) == 1.0
+
+
+def test_baselines_match_scipy(x64):
+    etas = np.array([1e-3, 0.1, 0.5, 0.999])
+    dims = np.array([1, 2, 10, 1000, 10**9])
+    e, d = np.meshgrid(etas, dims)
+    np.testing.assert_allclose(np.asarray(baseline_kappa_uniform_ball(e, d)), e.astype(float) ** d, rtol=1e-12)
+    assert float(baseline_kappa_uniform_ball(2.0, 5)) == 1.0
+    for dim in [1, 3, 100, 10**4, 10**5]:
+        for ratio in [0.3, 0.9, 1.0, 1.1, 3.0]:
+            eta = ratio * math.sqrt(dim)  # around the bulk of ||Z|| ~ sqrt(d)
+            ref = sc.gammainc(dim / 2, eta**2 / 2)
+            got = float(baseline_kappa_gaussian(eta, 1.0, dim))
+            np.testing.assert_allclose(got, ref, rtol=1e-11, atol=1e-300)
+            np.testing.assert_allclose(float(baseline_kappa_gaussian(eta * 1e6, 1e6, dim)), ref, rtol=1e-11)
+            np.testing.assert_allclose(float(baseline_kappa_gaussian(eta * 1e-6, 1e-6, dim)), ref, rtol=1e-11)
+
+
+def _mp_chi2_cdf(dim: float, q: float) -> float:
+    """P[chi^2_dim <= q] by mpmath quadrature of the Gamma(dim/2) density (SciPy is inaccurate for dim ~ 1e9)."""
+    import mpmath
+
+    with mpmath.workdps(30):
+        a, x = mpmath.mpf(dim) / 2, mpmath.mpf(q) / 2
+        lg, sd = mpmath.loggamma(a), mpmath.sqrt(a)
+        f = lambda t: mpmath.exp((a - 1) * mpmath.log(t) - t - lg)  # noqa: E731
+        return float(mpmath.quad(f, [p for p in (x - k * sd for k in (40, 20, 10, 5, 2, 1, 0)) if p > 0]))
+
+
+def test_baseline_gaussian_huge_dims_vs_mpmath(x64):
+    # d = 2e9 (the issue's "dim up to 1e9" and beyond), eta five chi-standard-deviations below the bulk.
+    for dim in [10**7, 2 * 10**9]:
+        q = dim - 5 * math.sqrt(2 * dim)
+        got = float(baseline_kappa_gaussian(math.sqrt(q), 1.0, dim))
+        np.testing.assert_allclose(got, _mp_chi2_cdf(dim, q), rtol=1e-9)
+        np.testing.assert_allclose(float(baseline_kappa_gaussian(math.sqrt(q) * 1e-6, 1e-6, dim)), got, rtol=1e-9)
+
+
+def test_tail_bound_is_an_upper_bound(x64):
+    for dim in [1, 10, 1000, 10**6]:
+        for ratio in [1e-3, 0.2, 0.5, 0.9, 0.999]:
+            eta = ratio * math.sqrt(dim)
+            exact = float(baseline_kappa_gaussian(eta, 1.0, dim))
+            bound = float(baseline_kappa_gaussian_tail_bound(eta, 1.0, dim))
+            t = ratio**2
+            np.testing.assert_allclose(bound, math.exp(dim / 2 * (1 - t + math.log(t))), rtol=1e-10)
+            assert exact <= bound * (1 + 1e-12)
+    assert float(baseline_kappa_gaussian_tail_bound(2.0, 1.0, 1)) == 1.0
+
+
+def test_jit_vmap_grad(x64):
+    kappas = jnp.array([1e-6, 0.1, 0.5])
+    mus = jnp.array([0.1, 1.0, 3.0])
+    for fn in [rero_gdp, rero_from_dp, rero_from_zcdp]:
+        eager = fn(kappas, mus)
+        np.testing.assert_allclose(np.asarray(jax.jit(fn)(kappas, mus)), np.asarray(eager), rtol=1e-14)
+        np.testing.assert_allclose(np.asarray(jax.vmap(fn)(kappas, mus)), np.asarray(eager), rtol=1e-14)
+    g = jax.grad(lambda m: rero_gdp(0.1, m))(1.0)
+    np.testing.assert_allclose(float(g), st.norm.pdf(st.norm.ppf(0.1) + 1.0), rtol=1e-12)
+    g_rdp = jax.grad(lambda e: rero_from_rdp(0.01, e, 2.0))(1.0)
+    np.testing.assert_allclose(float(g_rdp), 0.5 * math.sqrt(0.01 * math.e), rtol=1e-12)
+    g_k = jax.grad(lambda k: baseline_kappa_gaussian(k, 1.0, 5.0))(2.0)
+    np.testing.assert_allclose(float(g_k), st.chi.pdf(2.0, 5), rtol=1e-10)
+    orders = jnp.linspace(1.5, 20, 30)
+    curve = jax.vmap(lambda s: rero_from_rdp_curve(1e-3, orders, orders / (2 * s * s)))(jnp.array([1.0, 2.0]))
+    assert curve.shape == (2,) and bool(jnp.all(jnp.isfinite(curve)))
+
+
+def test_float32_usable():
+    out = rero_gdp(jnp.float32(1e-6), jnp.float32(2.0))
+    assert out.dtype == jnp.float32
+    np.testing.assert_allclose(float(out), st.norm.cdf(st.norm.ppf(1e-6) + 2.0), rtol=1e-4)
+    np.testing.assert_allclose(float(baseline_kappa_gaussian(10.0, 1.0, 100)), sc.gammainc(50, 50), rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: rero_from_dp(0.0, 1.0),
+        lambda: rero_from_dp(1.0, 1.0),
+        lambda: rero_from_dp(0.5, -1.0),
+        lambda: rero_from_rdp(0.5, 1.0, 1.0),
+        lambda: rero_from_rdp_curve(0.5, np.array([2.0, 0.5]), np.array([1.0, 1.0])),
+        lambda: rero_from_zcdp(0.5, -0.1),
+        lambda: rero_gdp(np.array([0.1, 1.5]), 1.0),
+        lambda: rero_gdp(0.1, -1.0),
+        lambda: dp_from_rero(-1.0, 0.5),
+        lambda: dp_from_rero(1.0, 1.5),
+        lambda: baseline_kappa_uniform_ball(0.0, 3),
+        lambda: baseline_kappa_uniform_ball(0.5, 0),
+        lambda: baseline_kappa_gaussian(1.0, -1.0, 3),
+        lambda: baseline_kappa_gaussian(1.0, 1.0, 0.5),
+        lambda: rero_gdp(math.nan, 1.0),
+    ],
+)
+def test_invalid_inputs_raise(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_invalid_inputs_nan_under_jit():
+    assert np.isnan(float(jax.jit(rero_gdp)(1.5, 1.0)))
+    assert np.isnan(float(jax.jit(rero_from_zcdp)(0.5, -1.0)))
+    assert np.isnan(float(jax.jit(rero_from_rdp)(0.5, 1.0, 0.5)))
+    assert np.isnan(float(jax.jit(baseline_kappa_gaussian)(1.0, 0.0, 3.0)))
+    assert np.isnan(float(rero_from_dp(2.0, 1.0, validate=False)))
+
+
+@given(
+    kappa=hs.floats(1e-12, 0.99),
+    factor=hs.floats(1.0001, 100.0),
+    eps=hs.floats(0.0, 20.0),
+    mu=hs.floats(0.0, 10.0),
+    order=hs.floats(1.01, 100.0),
+)
+def test_monotone_in_kappa_and_privacy(kappa, factor, eps, mu, order):
+    k2 = min(kappa * factor, 0.995)
+    for fn, arg in [(rero_from_dp, eps), (rero_from_zcdp, eps), (rero_gdp, mu)]:
+        assert float(fn(k2, arg)) >= float(fn(kappa, arg)) - 1e-6
+        assert float(fn(kappa, arg * factor + 1e-3)) >= float(fn(kappa, arg)) - 1e-6
+    assert float(rero_from_rdp(k2, eps, order)) >= float(rero_from_rdp(kappa, eps, order)) - 1e-6
+    assert float(rero_from_rdp(kappa, eps * factor + 1e-3, order)) >= float(rero_from_rdp(kappa, eps, order)) - 1e-6
+    # ReRo of the Gaussian mechanism decreases with the noise multiplier (mu = 1 / sigma).
+    sigma = 1.0 / (mu + 1e-3)
+    assert float(rero_gdp(kappa, 1.0 / (sigma * factor))) <= float(rero_gdp(kappa, 1.0 / sigma)) + 1e-6
+    assert 0.0 <= float(rero_gdp(kappa, mu)) <= 1.0
