@@ -1,5 +1,49 @@
-"""Model zoo (flax.linen) and framework adapters. Filled by the shadow-engine issue."""
+"""Model zoo (flax.linen), ``ModelFns`` adapters for flax and Haiku, and flattening with a recorded layout.
 
-from recon_jax.models import dimred, tygert
+- :mod:`recon_jax.models.zoo`: Balle et al.'s MNIST MLP and CIFAR-10 CNN, Biswas et al.'s MLP, a LeNet.
+- :mod:`recon_jax.models.adapters`: :class:`ModelFns` (``init``, ``apply``), :func:`from_flax`, :func:`from_haiku`.
+- :mod:`recon_jax.models.flatten`: :func:`ravel` / :func:`unravel` with a :class:`Layout`, layer selection.
+- :mod:`recon_jax.models.tygert`, :mod:`recon_jax.models.dimred`: Tygert feature networks, DR networks.
+"""
 
-__all__ = ["dimred", "tygert"]
+from recon_jax.models import adapters, dimred, flatten, tygert, zoo
+from recon_jax.models.adapters import ModelFns, from_flax, from_haiku
+from recon_jax.models.flatten import Layout, LayoutEntry, layout_of, ravel, select, select_indices, unravel
+from recon_jax.models.zoo import (
+    ACTIVATIONS,
+    MLP,
+    ConvNet,
+    LeNet,
+    balle_cifar_cnn,
+    balle_mnist_mlp,
+    biswas_mlp,
+    count_params,
+    lenet,
+)
+
+__all__ = [
+    "adapters",
+    "dimred",
+    "flatten",
+    "tygert",
+    "zoo",
+    "ModelFns",
+    "from_flax",
+    "from_haiku",
+    "Layout",
+    "LayoutEntry",
+    "layout_of",
+    "ravel",
+    "unravel",
+    "select",
+    "select_indices",
+    "ACTIVATIONS",
+    "MLP",
+    "ConvNet",
+    "LeNet",
+    "balle_mnist_mlp",
+    "balle_cifar_cnn",
+    "biswas_mlp",
+    "lenet",
+    "count_params",
+]

@@ -1,1 +1,37 @@
-"""recon_jax.training (filled by its issue)."""
+"""Pure training algorithms over parameter pytrees: full-batch GD (+momentum), minibatch SGD, DP-GD / DP-SGD.
+
+- :class:`Algorithm` and the factories :func:`full_batch_gd`, :func:`minibatch_sgd`, :func:`dp_gd`,
+  :func:`dp_sgd` describe an algorithm (frozen, hashable).
+- :func:`train` trains ONE model on ``fixed_set + {target}`` (epochs in ``lax.scan``); vmap/jit it, or use
+  :func:`recon_jax.shadow.generate_shadow_models` for many.
+- :func:`per_example_gradients`, :func:`clip_gradients`, :func:`privatized_gradient`: DP-SGD building blocks
+  (a noise ``mechanism`` from :mod:`recon_jax.mechanisms`).
+"""
+
+from recon_jax.training.algorithms import Algorithm, dp_gd, dp_sgd, full_batch_gd, minibatch_sgd
+from recon_jax.training.dp import (
+    CLIPPING_MODES,
+    clip_gradients,
+    layer_groups,
+    per_example_gradients,
+    privatized_gradient,
+    softmax_cross_entropy,
+)
+from recon_jax.training.train import TrainResult, initial_params, train
+
+__all__ = [
+    "Algorithm",
+    "full_batch_gd",
+    "minibatch_sgd",
+    "dp_gd",
+    "dp_sgd",
+    "CLIPPING_MODES",
+    "clip_gradients",
+    "layer_groups",
+    "per_example_gradients",
+    "privatized_gradient",
+    "softmax_cross_entropy",
+    "TrainResult",
+    "initial_params",
+    "train",
+]

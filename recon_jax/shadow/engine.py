@@ -1,0 +1,316 @@
+"""The shadow-model engine: one model per target, ``jax.jit(jax.vmap(train))`` over chunks, sharded over devices.
+
+Balle et al. (Sec. IV, Alg. 1 step 1) train one shadow model ``theta_i = A(D_- U {z_i})`` per shadow target;
+their informed MIA (Alg. 2) and Lumbut et al.'s attack need the same. :func:`generate_shadow_models` writes
+the single-model trainer once (:func:`recon_jax.training.train`, epochs in ``lax.scan``), vmaps it over a chunk
+of targets with the fixed set entering *unbatched* (``in_axes=None``) and the target as a separate loss term,
+jits it once, and shards the model axis over a ``jax.sharding.Mesh`` of all devices (one CPU device, N fake
+CPU devices, GPUs/TPUs, several hosts after ``jax.distributed.initialize()``).
+
+Model i uses ``key_i = fold_in(key, i)``; the models do not depend on the chunk size, the device count or the
+resume point. With ``store=`` the outputs stream to a resumable :class:`~recon_jax.shadow.store.ShadowStore`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from tqdm.auto import tqdm
+
+from recon_jax.models.adapters import ModelFns
+from recon_jax.models.flatten import layout_of
+from recon_jax.shadow.devices import MODEL_AXIS, default_mesh
+from recon_jax.shadow.store import ShadowSet, ShadowStore, array_digest
+from recon_jax.training.algorithms import Algorithm
+from recon_jax.training.train import train
+
+__all__ = ["OUTPUTS", "generate_shadow_models", "shadow_model_fn"]
+
+OUTPUTS = ("params", "probe_logits", "eval_accuracy", "target_loss", "final_loss")
+
+
+def shadow_model_fn(model_fns: ModelFns, algorithm: Algorithm, outputs: Sequence[str] = ("params",)):
+    """The single-model function the engine vmaps: ``(index, tx, ty, tw, shared) -> dict of outputs``.
+
+    ``shared`` is a dict with the fixed set ``fx, fy``, ``init_params`` (or None), ``key`` (the base key),
+    ``shuffle_key`` (or None), ``probe`` (or None), ``ex, ey`` (eval set, or None). Exposed for users who want
+    to vmap/pmap it themselves; the engine is ``jit(vmap(fn, in_axes=(0, 0, 0, 0, None)))``.
+
+    >>> from recon_jax.models import from_flax, balle_mnist_mlp
+    >>> from recon_jax.training import full_batch_gd
+    >>> fn = shadow_model_fn(from_flax(balle_mnist_mlp()), full_batch_gd(epochs=1), ("target_loss",))
+    >>> callable(fn)
+    True
+    """
+    outputs = tuple(outputs)
+
+    def one(index, tx, ty, tw, shared):
+        key = jax.random.fold_in(shared["key"], index)
+        res = train(model_fns, algorithm, (shared["fx"], shared["fy"]), (tx, ty), key=key,
+                    init_params=shared["init_params"], shuffle_key=shared["shuffle_key"], target_weight=tw)
+        params = res.params
+        out = {}
+        if "params" in outputs:
+            out["params"] = ravel_pytree(params)[0]
+        if "probe_logits" in outputs:
+            out["probe_logits"] = model_fns.apply(params, shared["probe"])
+        if "eval_accuracy" in outputs:
+            pred = jnp.argmax(model_fns.apply(params, shared["ex"]), axis=-1)
+            out["eval_accuracy"] = jnp.mean((pred == shared["ey"]).astype(jnp.float32))
+        if "target_loss" in outputs:
+            out["target_loss"] = algorithm.loss_fn(model_fns.apply(params, tx[None]), ty.reshape((1,)))[0]
+        if "final_loss" in outputs:
+            out["final_loss"] = res.losses[-1]
+        return out
+
+    return one
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(model_fns: ModelFns, algorithm: Algorithm, outputs: tuple, mesh: Mesh, key_impl: str):
+    one = shadow_model_fn(model_fns, algorithm, outputs)
+
+    def chunk_fn(index, tx, ty, tw, shared):
+        shared = dict(shared)
+        shared["key"] = jax.random.wrap_key_data(shared["key"], impl=key_impl)
+        if shared["shuffle_key"] is not None:
+            shared["shuffle_key"] = jax.random.wrap_key_data(shared["shuffle_key"], impl=key_impl)
+        return jax.vmap(one, in_axes=(0, 0, 0, 0, None))(index, tx, ty, tw, shared)
+
+    batched = NamedSharding(mesh, P(MODEL_AXIS))
+    replicated = NamedSharding(mesh, P())
+    return jax.jit(chunk_fn, in_shardings=(batched, batched, batched, batched, replicated),
+                   out_shardings=batched), batched, replicated
+
+
+@functools.lru_cache(maxsize=64)
+def _output_specs(fn, chunk, example_shape, dtype, label_dtype, treedef, leaf_specs) -> dict:
+    """Per-model output shapes and dtypes of ``fn`` (abstract evaluation, cached: tracing ``train`` is slow)."""
+    shared = jax.tree_util.tree_unflatten(treedef, [jax.ShapeDtypeStruct(s, d) for s, d in leaf_specs])
+    abstract = jax.eval_shape(fn, jax.ShapeDtypeStruct((chunk,), np.int32),
+                              jax.ShapeDtypeStruct((chunk, *example_shape), dtype),
+                              jax.ShapeDtypeStruct((chunk,), label_dtype), jax.ShapeDtypeStruct((chunk,), dtype),
+                              shared)
+    return {k: (tuple(v.shape[1:]), np.dtype(v.dtype).str) for k, v in abstract.items()}
+
+
+def _global(x: np.ndarray, sharding: NamedSharding) -> jax.Array:
+    """A global array from a host array every process holds in full (works single- and multi-process)."""
+    x = np.asarray(x)
+    return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+
+
+def _to_host(tree) -> dict:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        tree = multihost_utils.process_allgather(tree, tiled=True)
+    return jax.tree_util.tree_map(np.asarray, tree)
+
+
+def _key_data(key):
+    if key is None:
+        return None
+    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        raise ValueError("keys must be typed keys from jax.random.key(...), not legacy uint32 PRNGKey arrays")
+    return np.asarray(jax.random.key_data(key))
+
+
+def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set, targets, key: jax.Array, *,
+                           init_params=None, shuffle_key: jax.Array | None = None, target_weights=None,
+                           probe_inputs=None, eval_set=None, outputs: Sequence[str] = ("params",),
+                           chunk_size: int | None = None, mesh: Mesh | None = None, store: str | None = None,
+                           progress: bool = True, dtype=None) -> ShadowSet:
+    """Trains one model per target on ``fixed_set + {target_i}`` and returns (or stores) their outputs.
+
+    Args:
+      model_fns: the model (:class:`~recon_jax.models.ModelFns`, flax or Haiku).
+      algorithm: the training :class:`~recon_jax.training.Algorithm` (the released model's algorithm).
+      fixed_set: ``(x [n, ...], y [n])``, the fixed set D_- (host or device arrays).
+      targets: ``(x [K, ...], y [K])``, one target per model.
+      key: base key; model i uses ``fold_in(key, i)`` (its random init, fresh shuffles and DP noise).
+      init_params: the adversary-known initial parameters (required iff ``algorithm.init == "fixed"``).
+      shuffle_key: shared shuffling key (required iff minibatches with ``algorithm.shuffle == "known"``).
+      target_weights: optional ``[K]`` of 1 (train on target i) or 0 (MIA "out" model); default all 1.
+      probe_inputs: ``[m, ...]`` inputs for ``"probe_logits"`` (Balle et al.'s black-box features).
+      eval_set: ``(x, y)`` for ``"eval_accuracy"``.
+      outputs: any of ``"params"`` (flat ``[P]``), ``"probe_logits"`` (``[m, classes]``), ``"eval_accuracy"``,
+        ``"target_loss"`` (loss on the model's own target, for MIA), ``"final_loss"`` (last training loss).
+      chunk_size: models per compiled call (rounded up to a multiple of the device count); bounds memory.
+        Default: 16 per device on CPU (small per-device batches stay in cache: measured fastest for the Balle
+        MLP, see ``benchmarks/shadow.py``), 256 per device on GPU/TPU.
+      mesh: a 1-D mesh whose axis is named ``"models"``; default: all devices
+        (:func:`~recon_jax.shadow.default_mesh`).
+      store: a directory: stream chunks there atomically, resume a previous run with the same configuration,
+        and return the memory-mapped result. ``None`` keeps everything in memory.
+      progress: show a tqdm bar (models/s).
+      dtype: cast inputs to this float dtype (default: the fixed set's float dtype, float32 for integers).
+
+    Memory: each call holds one chunk of training states per device. DP algorithms hold per-example gradients
+    (``chunk x batch x P`` floats): give them a ``microbatch_size`` and a smaller ``chunk_size``. With ``store``
+    only the current chunk's outputs are in host memory; on several hosts the store directory must be on a
+    filesystem all processes see (process 0 writes it).
+
+    Returns:
+      A :class:`~recon_jax.shadow.ShadowSet` (``arrays[name]`` has a leading model axis of size K).
+
+    Raises:
+      ValueError: on invalid arguments; :class:`~recon_jax.shadow.ShadowStoreMismatchError` if ``store``
+      holds a shadow set with a different configuration.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from recon_jax.models import from_flax, balle_mnist_mlp
+    >>> from recon_jax.training import full_batch_gd, initial_params
+    >>> fns = from_flax(balle_mnist_mlp())
+    >>> x, y = jax.random.uniform(jax.random.key(1), (40, 784)), jnp.arange(40) % 10
+    >>> p0 = initial_params(fns, jax.random.key(0), x)
+    >>> s = generate_shadow_models(fns, full_batch_gd(epochs=5, learning_rate=0.05), (x[:32], y[:32]),
+    ...                            (x[32:], y[32:]), jax.random.key(2), init_params=p0,
+    ...                            outputs=("params", "target_loss"), chunk_size=4, progress=False)
+    >>> s["params"].shape, s["target_loss"].shape
+    ((8, 7960), (8,))
+    """
+    outputs = tuple(outputs)
+    bad = [o for o in outputs if o not in OUTPUTS]
+    if bad or not outputs:
+        raise ValueError(f"outputs must be a non-empty subset of {OUTPUTS}, got {outputs}")
+    if len(set(outputs)) != len(outputs):
+        raise ValueError(f"outputs has duplicates: {outputs}")
+    if chunk_size is not None and not (isinstance(chunk_size, int) and chunk_size >= 1):
+        raise ValueError(f"chunk_size must be None or an integer >= 1, got {chunk_size!r}")
+    if not (isinstance(fixed_set, (tuple, list)) and len(fixed_set) == 2):
+        raise ValueError("fixed_set must be a pair (x [n, ...], y [n])")
+    if not (isinstance(targets, (tuple, list)) and len(targets) == 2):
+        raise ValueError("targets must be a pair (x [K, ...], y [K])")
+    fx, fy = np.asarray(fixed_set[0]), np.asarray(fixed_set[1])
+    tx, ty = np.asarray(targets[0]), np.asarray(targets[1])
+    if dtype is None:
+        dtype = fx.dtype if np.issubdtype(fx.dtype, np.floating) else np.float32
+    dtype = np.dtype(jnp.zeros((), dtype).dtype)  # respects jax_enable_x64
+    fx, tx = fx.astype(dtype), tx.astype(dtype)
+    if not (np.issubdtype(fy.dtype, np.integer) and np.issubdtype(ty.dtype, np.integer)):
+        raise ValueError(f"labels must be integers, got fixed_set y {fy.dtype} and targets y {ty.dtype}")
+    fy, ty = fy.astype(np.int32), ty.astype(np.int32)
+    if fx.shape[0] != fy.shape[0]:
+        raise ValueError(f"fixed_set x and y must have the same length, got {fx.shape[0]} and {fy.shape[0]}")
+    if tx.shape[0] != ty.shape[0] or tx.shape[0] < 1:
+        raise ValueError(f"targets x and y must have the same length >= 1, got {tx.shape[0]} and {ty.shape[0]}")
+    if tx.shape[1:] != fx.shape[1:]:
+        raise ValueError(f"targets x must have example shape {fx.shape[1:]}, got {tx.shape[1:]}")
+    count = tx.shape[0]
+    tw = np.ones(count, dtype) if target_weights is None else np.asarray(target_weights, dtype)
+    if tw.shape != (count,) or not np.all((tw == 0) | (tw == 1)):
+        raise ValueError(f"target_weights must be a [{count}] array of 0/1, got shape {tw.shape}")
+    if algorithm.init == "fixed" and init_params is None:
+        raise ValueError("init_params is required when algorithm.init == 'fixed' (the adversary-known init)")
+    if algorithm.init == "random" and init_params is not None:
+        raise ValueError("init_params must be None when algorithm.init == 'random'")
+    needs_shuffle = algorithm.batch_size is not None and algorithm.shuffle == "known"
+    if needs_shuffle and shuffle_key is None:
+        raise ValueError("shuffle_key is required for minibatch training with shuffle='known'")
+    if not needs_shuffle:
+        shuffle_key = None
+    if "probe_logits" in outputs and probe_inputs is None:
+        raise ValueError("probe_inputs is required for the 'probe_logits' output")
+    if "eval_accuracy" in outputs and eval_set is None:
+        raise ValueError("eval_set is required for the 'eval_accuracy' output")
+    probe = None if "probe_logits" not in outputs else np.asarray(probe_inputs, dtype)
+    ex = ey = None
+    if "eval_accuracy" in outputs:
+        ex, ey = np.asarray(eval_set[0], dtype), np.asarray(eval_set[1])
+
+    mesh = default_mesh() if mesh is None else mesh
+    if MODEL_AXIS not in mesh.axis_names:
+        raise ValueError(f"mesh must have an axis named {MODEL_AXIS!r}, got {mesh.axis_names}")
+    n_dev = mesh.shape[MODEL_AXIS]
+    if chunk_size is None:
+        on_cpu = all(d.platform == "cpu" for d in mesh.devices.flat)
+        chunk_size = (16 if on_cpu else 256) * n_dev
+    chunk = -(-chunk_size // n_dev) * n_dev
+    key_impl = str(jax.random.key_impl(key)) if hasattr(key, "dtype") else "threefry2x32"
+    key_data = _key_data(key)
+    shuffle_data = _key_data(shuffle_key)
+
+    if init_params is not None:
+        init_params = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype), init_params)
+        layout_params = init_params
+    else:
+        layout_params = jax.eval_shape(lambda k: model_fns.init(k, jnp.asarray(fx[:1])), jax.random.key(0))
+    layout = layout_of(layout_params)
+
+    fn, batched, replicated = _compiled(model_fns, algorithm, outputs, mesh, key_impl)
+    shared_host = {"fx": fx, "fy": fy, "init_params": init_params, "key": key_data, "shuffle_key": shuffle_data,
+                   "probe": probe, "ex": ex, "ey": ey}
+    shared = jax.tree_util.tree_map(lambda a: _global(a, replicated), shared_host)
+
+    # Output specs from an abstract evaluation of one chunk.
+    leaves, treedef = jax.tree_util.tree_flatten(shared)
+    specs = _output_specs(fn, chunk, tuple(tx.shape[1:]), np.dtype(dtype).str, np.dtype(ty.dtype).str, treedef,
+                          tuple((tuple(a.shape), np.dtype(a.dtype).str) for a in leaves))
+
+    st, manifest = None, None
+    if store is not None:
+        config = {
+            "model": model_fns.name,
+            "algorithm": algorithm.describe(),
+            "count": count,
+            "dtype": np.dtype(dtype).name,
+            "outputs": list(outputs),
+            "key": [key_impl, array_digest(key_data)],
+            "shuffle_key": None if shuffle_data is None else array_digest(shuffle_data),
+            "fixed_set": [array_digest(fx), array_digest(fy)],
+            "targets": [array_digest(tx), array_digest(ty), array_digest(tw)],
+            "init_params": None if init_params is None else array_digest(ravel_pytree(init_params)[0]),
+            "probe": None if probe is None else array_digest(probe),
+            "eval_set": None if ex is None else [array_digest(ex), array_digest(ey)],
+        }
+        st = ShadowStore(store)
+        manifest = st.open(config, count, layout, specs)
+        if manifest.get("complete"):
+            return st.load()
+        ranges = st.missing_ranges(manifest)
+    else:
+        ranges = [(0, count)]
+        results = {k: np.empty((count, *s), d) for k, (s, d) in specs.items()}
+
+    pieces = [(s, min(s + chunk, e)) for a, e in ranges for s in range(a, e, chunk)]
+    done = count - sum(e - s for s, e in pieces)
+    is_writer = jax.process_index() == 0
+
+    def launch(start, stop):
+        idx = np.arange(start, start + chunk)
+        idx = np.minimum(idx, stop - 1)  # pad the last chunk with copies of its last model
+        args = [_global(idx.astype(np.int32), batched), _global(tx[idx], batched), _global(ty[idx], batched),
+                _global(tw[idx], batched)]
+        return fn(*args, shared)
+
+    bar = tqdm(total=count, initial=done, unit="model", disable=not progress, desc="shadow models")
+    pending = None
+    for piece in pieces + [None]:
+        launched = (piece, launch(*piece)) if piece is not None else None  # dispatch before fetching previous
+        if pending is not None:
+            (start, stop), out = pending
+            host = {k: v[: stop - start] for k, v in _to_host(out).items()}
+            if st is not None:
+                if is_writer:
+                    st.write_chunk(start, stop, host)
+            else:
+                for k, v in host.items():
+                    results[k][start:stop] = v
+            bar.update(stop - start)
+        pending = launched
+    bar.close()
+
+    if st is not None:
+        if is_writer:
+            st.consolidate(manifest)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+            multihost_utils.sync_global_devices("recon_jax.shadow.consolidate")
+        return st.load()
+    return ShadowSet(arrays=results, layout=layout, count=count)

@@ -1,0 +1,178 @@
+"""Training-algorithm descriptions: frozen, hashable dataclasses (static arguments of jitted trainers).
+
+:class:`Algorithm` covers every released-model algorithm of the papers:
+
+- full-batch gradient descent with momentum (Balle et al. Table V: lr 0.2, momentum 0.9, 100 epochs),
+- minibatch SGD whose shuffling seed is known to the adversary (``shuffle="known"``) or fresh per model
+  (``shuffle="fresh"``) (Balle et al. Sec. VI-B d),
+- fixed (adversary-known) or random initialisation (``init="fixed" | "random"``, Sec. VI-B e),
+- any optax optimizer (``optimizer=``; give ``optimizer_id`` so stores can hash the configuration),
+- DP-GD / DP-SGD: per-example clipping (``clip_norm``, ``clipping="flat" | "per_layer"``) and a noise
+  ``mechanism`` (:class:`recon_jax.mechanisms.GaussianMechanism`, the VMF mechanism, or ``NoNoise``).
+
+The factories :func:`full_batch_gd`, :func:`minibatch_sgd`, :func:`dp_gd` and :func:`dp_sgd` build the usual
+cases.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import optax
+
+from recon_jax.mechanisms.base import GaussianMechanism, Mechanism, NoNoise
+from recon_jax.training.dp import CLIPPING_MODES, softmax_cross_entropy
+
+__all__ = ["Algorithm", "full_batch_gd", "minibatch_sgd", "dp_gd", "dp_sgd"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Algorithm:
+    """A training algorithm for one model (see the module docstring).
+
+    Attributes:
+      epochs: number of passes over the data (>= 1).
+      learning_rate: step size of the default optimizer (SGD with momentum).
+      momentum: momentum of the default optimizer (0 for plain GD).
+      batch_size: minibatch size, or ``None`` for full batch. Batches are consecutive slices of a random
+        permutation of the n + 1 training points (fixed set + target), the remainder dropped.
+      shuffle: ``"known"`` (the permutation derives from a shared ``shuffle_key``, identical for every model) or
+        ``"fresh"`` (derives from the model's own key).
+      init: ``"fixed"`` (caller passes ``init_params``; Balle et al.'s default) or ``"random"`` (each model
+        draws its own initialisation from its key).
+      optimizer: an optax transformation replacing the default SGD(learning_rate, momentum).
+      optimizer_id: a stable description of ``optimizer`` (required with ``optimizer`` for store hashing).
+      clip_norm: per-example clip norm C for DP-GD / DP-SGD; ``None`` trains without clipping.
+      clipping: ``"flat"`` or ``"per_layer"``.
+      mechanism: noise mechanism applied to the clipped sum (``None`` with ``clip_norm``: no noise).
+      microbatch_size: with clipping, compute per-example gradients this many at a time (bounds memory).
+      loss_fn: per-example loss ``(logits [N, C], labels [N]) -> [N]``.
+    """
+
+    epochs: int = 100
+    learning_rate: float = 0.2
+    momentum: float = 0.9
+    batch_size: int | None = None
+    shuffle: str = "known"
+    init: str = "fixed"
+    optimizer: Any = None
+    optimizer_id: str | None = None
+    clip_norm: float | None = None
+    clipping: str = "flat"
+    mechanism: Mechanism | None = None
+    microbatch_size: int | None = None
+    loss_fn: Callable = softmax_cross_entropy
+
+    def __post_init__(self):
+        if not (isinstance(self.epochs, int) and self.epochs >= 1):
+            raise ValueError(f"epochs must be an integer >= 1, got {self.epochs!r}")
+        if self.optimizer is None:
+            if not self.learning_rate > 0:
+                raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+            if not 0 <= self.momentum < 1:
+                raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        if self.batch_size is not None and not (isinstance(self.batch_size, int) and self.batch_size >= 1):
+            raise ValueError(f"batch_size must be None (full batch) or an integer >= 1, got {self.batch_size!r}")
+        if self.shuffle not in ("known", "fresh"):
+            raise ValueError(f"shuffle must be 'known' or 'fresh', got {self.shuffle!r}")
+        if self.init not in ("fixed", "random"):
+            raise ValueError(f"init must be 'fixed' or 'random', got {self.init!r}")
+        if self.clip_norm is not None and not self.clip_norm > 0:
+            raise ValueError(f"clip_norm must be None or > 0, got {self.clip_norm}")
+        if self.clipping not in CLIPPING_MODES:
+            raise ValueError(f"clipping must be one of {CLIPPING_MODES}, got {self.clipping!r}")
+        if self.mechanism is not None and self.clip_norm is None:
+            raise ValueError("mechanism requires clip_norm (DP-GD / DP-SGD clip before adding noise)")
+        if self.microbatch_size is not None and not (
+                isinstance(self.microbatch_size, int) and self.microbatch_size >= 1):
+            raise ValueError(f"microbatch_size must be None or an integer >= 1, got {self.microbatch_size!r}")
+
+    @property
+    def private(self) -> bool:
+        """Whether per-example clipping (DP-GD / DP-SGD) is on."""
+        return self.clip_norm is not None
+
+    def make_optimizer(self) -> optax.GradientTransformation:
+        """The optax transformation used for updates."""
+        if self.optimizer is not None:
+            return self.optimizer
+        return optax.sgd(self.learning_rate, momentum=self.momentum if self.momentum > 0 else None)
+
+    def describe(self) -> dict:
+        """A JSON-compatible description (the shadow store hashes it).
+
+        Raises:
+          ValueError: if a custom ``optimizer`` has no ``optimizer_id``.
+        """
+        if self.optimizer is not None and self.optimizer_id is None:
+            raise ValueError("optimizer_id is required with a custom optimizer (it names the optimizer in hashes)")
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "optimizer":
+                continue
+            if f.name == "mechanism" and v is not None:
+                v = {"type": type(v).__name__,
+                     **(dataclasses.asdict(v) if dataclasses.is_dataclass(v) else {"repr": repr(v)})}
+            elif callable(v):
+                v = f"{getattr(v, '__module__', '')}.{getattr(v, '__qualname__', repr(v))}"
+            out[f.name] = v
+        return out
+
+
+def full_batch_gd(learning_rate: float = 0.2, momentum: float = 0.9, epochs: int = 100,
+                  init: str = "fixed", **kwargs) -> Algorithm:
+    """Full-batch gradient descent with momentum: Balle et al.'s released-model algorithm (Table V).
+
+    >>> full_batch_gd().batch_size is None
+    True
+    """
+    return Algorithm(learning_rate=learning_rate, momentum=momentum, epochs=epochs, init=init, **kwargs)
+
+
+def minibatch_sgd(batch_size: int, learning_rate: float = 0.2, momentum: float = 0.9, epochs: int = 100,
+                  shuffle: str = "known", init: str = "fixed", **kwargs) -> Algorithm:
+    """Minibatch SGD (momentum) with a known (shared) or fresh (per-model) shuffling seed (Balle et al. Fig. 7).
+
+    >>> minibatch_sgd(128, shuffle="fresh").shuffle
+    'fresh'
+    """
+    return Algorithm(batch_size=batch_size, learning_rate=learning_rate, momentum=momentum, epochs=epochs,
+                     shuffle=shuffle, init=init, **kwargs)
+
+
+def dp_gd(clip_norm: float, noise_multiplier: float | None = None, mechanism: Mechanism | None = None,
+          learning_rate: float = 0.2, momentum: float = 0.9, epochs: int = 100, **kwargs) -> Algorithm:
+    """Full-batch DP gradient descent (Balle et al. Sec. VI-D): clip each per-example gradient, add noise.
+
+    Give either ``noise_multiplier`` (Gaussian mechanism) or a ``mechanism``; neither means clipping only.
+
+    >>> dp_gd(1.0, noise_multiplier=2.0).mechanism
+    GaussianMechanism(noise_multiplier=2.0)
+    """
+    return Algorithm(learning_rate=learning_rate, momentum=momentum, epochs=epochs, clip_norm=clip_norm,
+                     mechanism=_mechanism(noise_multiplier, mechanism), **kwargs)
+
+
+def dp_sgd(batch_size: int, clip_norm: float, noise_multiplier: float | None = None,
+           mechanism: Mechanism | None = None, learning_rate: float = 0.2, momentum: float = 0.0,
+           epochs: int = 1, shuffle: str = "fresh", **kwargs) -> Algorithm:
+    """Minibatch DP-SGD (Abadi et al.; Biswas et al. Alg. 1) with shuffled fixed-size batches.
+
+    Batches are slices of a random permutation (not Poisson subsampling); account for them with ``q = B / n``.
+
+    >>> dp_sgd(128, 1.0, noise_multiplier=1.0).batch_size
+    128
+    """
+    return Algorithm(batch_size=batch_size, learning_rate=learning_rate, momentum=momentum, epochs=epochs,
+                     shuffle=shuffle, clip_norm=clip_norm, mechanism=_mechanism(noise_multiplier, mechanism),
+                     **kwargs)
+
+
+def _mechanism(noise_multiplier, mechanism):
+    if noise_multiplier is not None and mechanism is not None:
+        raise ValueError("give noise_multiplier or mechanism, not both")
+    if noise_multiplier is not None:
+        return GaussianMechanism(noise_multiplier=noise_multiplier)
+    return mechanism if mechanism is not None else NoNoise()

@@ -1,0 +1,167 @@
+"""Shadow engine: vmap == loop, sharded == unsharded, chunk-size and resume invariance, store behaviour."""
+
+import os
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from recon_jax import models, shadow, training
+
+FNS = models.from_flax(models.MLP(features=(8, 4), activation="elu"))
+ALG = training.full_batch_gd(learning_rate=0.3, momentum=0.9, epochs=5)
+OUT = ("params", "probe_logits", "eval_accuracy", "target_loss", "final_loss")
+
+
+def _data(n=20, k=7, d=6, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n + k + 5, d)).astype(np.float32)
+    y = (np.arange(n + k + 5) % 4).astype(np.int32)
+    return (x[:n], y[:n]), (x[n:n + k], y[n:n + k]), x[n + k:]
+
+
+def _gen(fixed, targets, probe, **kw):
+    p0 = training.initial_params(FNS, jax.random.key(0), fixed[0])
+    kw.setdefault("chunk_size", 4)
+    return shadow.generate_shadow_models(FNS, kw.pop("alg", ALG), fixed, targets, jax.random.key(1),
+                                         init_params=p0, probe_inputs=probe, eval_set=fixed, progress=False, **kw)
+
+
+def test_vmapped_engine_equals_naive_loop():
+    fixed, targets, probe = _data(k=3)
+    s = _gen(fixed, targets, probe, outputs=OUT, chunk_size=2)
+    p0 = training.initial_params(FNS, jax.random.key(0), fixed[0])
+    for i in range(3):
+        res = training.train(FNS, ALG, fixed, (targets[0][i], targets[1][i]),
+                             key=jax.random.fold_in(jax.random.key(1), i), init_params=p0)
+        flat = np.asarray(models.ravel(res.params)[0])
+        # vmapped vs unbatched float32 matmuls: same math, possibly different accumulation order
+        np.testing.assert_allclose(s["params"][i], flat, rtol=1e-5, atol=1e-6)
+        logits = np.asarray(FNS.apply(res.params, probe))
+        np.testing.assert_allclose(s["probe_logits"][i], logits, rtol=1e-5, atol=1e-5)
+        acc = np.mean(np.argmax(np.asarray(FNS.apply(res.params, fixed[0])), -1) == fixed[1])
+        assert s["eval_accuracy"][i] == pytest.approx(acc)
+        tl = -jax.nn.log_softmax(FNS.apply(res.params, targets[0][i:i + 1]))[0, targets[1][i]]
+        assert s["target_loss"][i] == pytest.approx(float(tl), rel=1e-5, abs=1e-6)
+        assert s["final_loss"][i] == pytest.approx(float(res.losses[-1]), rel=1e-5)
+    assert s.layout == models.layout_of(p0)
+
+
+def test_sharded_over_two_devices_equals_one_device_and_chunk_size_invariance():
+    assert len(jax.devices()) == 2  # conftest: two fake CPU devices
+    fixed, targets, probe = _data()
+    two = _gen(fixed, targets, probe, outputs=("params",), chunk_size=4)
+    one = _gen(fixed, targets, probe, outputs=("params",), chunk_size=3,
+               mesh=shadow.default_mesh(jax.devices()[:1]))
+    big = _gen(fixed, targets, probe, outputs=("params",), chunk_size=16)
+    # float32 tolerance of the issue (models must not depend on chunking or devices beyond rounding)
+    np.testing.assert_allclose(two["params"], one["params"], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(two["params"], big["params"], rtol=0, atol=1e-5)
+
+
+def test_float64_identical_across_devices_and_resume_close_across_chunk_sizes(x64):
+    fixed, targets, probe = _data()
+    fixed = (fixed[0].astype(np.float64), fixed[1])
+    targets = (targets[0].astype(np.float64), targets[1])
+    two_dev = _gen(fixed, targets, probe, outputs=("params",), chunk_size=4)  # 2 models per device per call
+    one_dev = _gen(fixed, targets, probe, outputs=("params",), chunk_size=2,
+                   mesh=shadow.default_mesh(jax.devices()[:1]))  # 2 models per call
+    assert two_dev["params"].dtype == np.float64
+    # same per-device batch shape: bit-identical whatever the device count
+    np.testing.assert_array_equal(two_dev["params"], one_dev["params"])
+    # a different per-device batch shape may change XLA's matmul blocking, i.e. the summation order:
+    # differences are then at the level of float64 rounding (a few ulps), not exactly zero
+    big = _gen(fixed, targets, probe, outputs=("params",), chunk_size=16)
+    np.testing.assert_allclose(two_dev["params"], big["params"], rtol=0, atol=1e-13)
+
+
+def test_haiku_model_in_engine():
+    fixed, targets, _ = _data(k=3)
+
+    def f(x):
+        return hk.nets.MLP([8, 4], activation=jax.nn.elu)(x)
+
+    fns = models.from_haiku(hk.transform(f))
+    p0 = training.initial_params(fns, jax.random.key(0), fixed[0])
+    s = shadow.generate_shadow_models(fns, ALG, fixed, targets, jax.random.key(1), init_params=p0,
+                                      outputs=("params", "final_loss"), chunk_size=2, progress=False)
+    res = training.train(fns, ALG, fixed, (targets[0][2], targets[1][2]),
+                         key=jax.random.fold_in(jax.random.key(1), 2), init_params=p0)
+    np.testing.assert_allclose(s["params"][2], models.ravel(res.params)[0], rtol=1e-5, atol=1e-6)
+    assert s.layout.paths[0].startswith("mlp/~/linear_0")
+
+
+def test_random_init_minibatch_and_mia_out_models():
+    fixed, targets, probe = _data()
+    alg = training.minibatch_sgd(7, learning_rate=0.1, epochs=2, shuffle="fresh", init="random")
+    s = shadow.generate_shadow_models(FNS, alg, fixed, targets, jax.random.key(1), chunk_size=4,
+                                      outputs=("params",), progress=False)
+    k3 = jax.random.fold_in(jax.random.key(1), 3)
+    res = training.train(FNS, alg, fixed, (targets[0][3], targets[1][3]), key=k3)
+    np.testing.assert_allclose(s["params"][3], models.ravel(res.params)[0], rtol=1e-5, atol=1e-6)
+    # MIA: weight-0 ("out") models ignore their target: with known init they all coincide
+    out = _gen(fixed, targets, probe, outputs=("params",), target_weights=np.zeros(7))
+    np.testing.assert_allclose(out["params"], np.broadcast_to(out["params"][0], out["params"].shape), atol=1e-6)
+
+
+def test_store_resume_after_interruption_equals_uninterrupted(tmp_path, monkeypatch):
+    fixed, targets, probe = _data(k=11)
+    ref = _gen(fixed, targets, probe, outputs=("params", "target_loss"), chunk_size=2)
+    calls = {"n": 0}
+    real_write = shadow.ShadowStore.write_chunk
+
+    def failing_write(self, start, stop, arrays):
+        if calls["n"] == 2:
+            raise KeyboardInterrupt("simulated interruption")
+        calls["n"] += 1
+        real_write(self, start, stop, arrays)
+
+    monkeypatch.setattr(shadow.ShadowStore, "write_chunk", failing_write)
+    d = str(tmp_path / "store")
+    with pytest.raises(KeyboardInterrupt):
+        _gen(fixed, targets, probe, outputs=("params", "target_loss"), chunk_size=2, store=d)
+    assert len(os.listdir(os.path.join(d, "chunks"))) == 2
+    monkeypatch.setattr(shadow.ShadowStore, "write_chunk", real_write)
+    # corrupt one finished chunk (truncate): it must be detected and recomputed
+    first = sorted(os.listdir(os.path.join(d, "chunks")))[0]
+    path = os.path.join(d, "chunks", first)
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+    s = _gen(fixed, targets, probe, outputs=("params", "target_loss"), chunk_size=3, store=d)
+    assert isinstance(s["params"], np.memmap)
+    np.testing.assert_allclose(s["params"], ref["params"], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(s["target_loss"], ref["target_loss"], rtol=0, atol=1e-5)
+    loaded = shadow.load_shadow_models(d)
+    np.testing.assert_array_equal(loaded["params"], s["params"])
+    assert loaded.layout == ref.layout and loaded.count == 11
+    assert not os.listdir(os.path.join(d, "chunks"))  # consolidated
+    # completed store: rerun returns it without recomputation; other config refused
+    again = _gen(fixed, targets, probe, outputs=("params", "target_loss"), store=d)
+    np.testing.assert_array_equal(again["params"], s["params"])
+    with pytest.raises(shadow.ShadowStoreMismatchError, match="different configuration"):
+        _gen(fixed, targets, probe, outputs=("params", "target_loss"), store=d,
+             alg=training.full_batch_gd(learning_rate=0.3, momentum=0.9, epochs=6))
+
+
+def test_invalid_arguments():
+    fixed, targets, probe = _data(k=2)
+    p0 = training.initial_params(FNS, jax.random.key(0), fixed[0])
+    gen = lambda **kw: shadow.generate_shadow_models(FNS, kw.pop("alg", ALG), fixed, targets, jax.random.key(1),
+                                                     progress=False, **kw)
+    with pytest.raises(ValueError, match="outputs"):
+        gen(init_params=p0, outputs=("weights",))
+    with pytest.raises(ValueError, match="init_params"):
+        gen()
+    with pytest.raises(ValueError, match="probe_inputs"):
+        gen(init_params=p0, outputs=("probe_logits",))
+    with pytest.raises(ValueError, match="chunk_size"):
+        gen(init_params=p0, chunk_size=0)
+    with pytest.raises(ValueError, match="target_weights"):
+        gen(init_params=p0, target_weights=np.array([0.5, 1.0]))
+    with pytest.raises(ValueError, match="typed keys"):
+        shadow.generate_shadow_models(FNS, ALG, fixed, targets, jax.random.PRNGKey(0), init_params=p0,
+                                      progress=False)
+    with pytest.raises(ValueError, match="num_devices"):
+        shadow.cpu_xla_flags(0)

@@ -1,0 +1,199 @@
+"""Training algorithms: GD+momentum vs a hand-written loop, minibatch seeds, DP clipping and noise."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from recon_jax import models, training
+from recon_jax.mechanisms import GaussianMechanism, NoNoise
+
+FNS = models.from_flax(models.MLP(features=(8, 4), activation="elu"))
+
+
+def _data(n=24, d=6, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n + 1, d)).astype(np.float32)
+    y = (np.arange(n + 1) % 4).astype(np.int32)
+    return (jnp.asarray(x[:n]), jnp.asarray(y[:n])), (jnp.asarray(x[n]), jnp.asarray(y[n]))
+
+
+def _naive_gd(params, x, y, lr, momentum, epochs):
+    """Full-batch heavy-ball GD written out by hand on the concatenated data (independent of the trainer)."""
+
+    def loss(p):
+        logits = FNS.apply(p, x)
+        return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(len(y)), y])
+
+    vel = jax.tree_util.tree_map(jnp.zeros_like, params)
+    for _ in range(epochs):
+        g = jax.grad(loss)(params)
+        vel = jax.tree_util.tree_map(lambda v, gi: momentum * v + gi, vel, g)
+        params = jax.tree_util.tree_map(lambda p, v: p - lr * v, params, vel)
+    return params
+
+
+def test_full_batch_gd_momentum_matches_hand_written_loop(key):
+    fixed, target = _data()
+    p0 = training.initial_params(FNS, key, fixed[0])
+    alg = training.full_batch_gd(learning_rate=0.3, momentum=0.9, epochs=6)
+    res = training.train(FNS, alg, fixed, target, key=jax.random.fold_in(key, 1), init_params=p0)
+    x = jnp.concatenate([fixed[0], target[0][None]])
+    y = jnp.concatenate([fixed[1], target[1][None]])
+    ref = _naive_gd(p0, x, y, 0.3, 0.9, 6)
+    # float32; the separate target term sums in a different order than the concatenated mean
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), res.params, ref)
+    assert res.losses.shape == (6,)
+
+
+def test_target_weight_zero_is_training_without_target(key):
+    fixed, target = _data()
+    p0 = training.initial_params(FNS, key, fixed[0])
+    alg = training.full_batch_gd(learning_rate=0.3, momentum=0.5, epochs=4)
+    out = training.train(FNS, alg, fixed, target, key=key, init_params=p0, target_weight=0.0)
+    ref = _naive_gd(p0, fixed[0], fixed[1], 0.3, 0.5, 4)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), out.params, ref)
+
+
+def test_known_seed_minibatch_reproduces_fresh_seed_differs(key):
+    fixed, target = _data()
+    p0 = training.initial_params(FNS, key, fixed[0])
+    sk = jax.random.key(7)
+    known = training.minibatch_sgd(5, learning_rate=0.1, epochs=3, shuffle="known")
+    fresh = training.minibatch_sgd(5, learning_rate=0.1, epochs=3, shuffle="fresh")
+    run = lambda alg, k: training.train(FNS, alg, fixed, target, key=k, init_params=p0, shuffle_key=sk,
+                                        return_trace=True)
+    a, b = run(known, jax.random.key(1)), run(known, jax.random.key(2))
+    np.testing.assert_array_equal(a.trace["batch_indices"], b.trace["batch_indices"])
+    jax.tree_util.tree_map(np.testing.assert_array_equal, a.params, b.params)  # exact reproduction
+    c, d = run(fresh, jax.random.key(1)), run(fresh, jax.random.key(2))
+    assert not np.array_equal(c.trace["batch_indices"], d.trace["batch_indices"])
+    assert not np.allclose(models.ravel(c.params)[0], models.ravel(d.params)[0])
+    # every epoch is a permutation of the 25 points, 5 batches of 5
+    idx = np.asarray(a.trace["batch_indices"]).reshape(3, 25)
+    assert all(sorted(row) == list(range(25)) for row in idx)
+
+
+def test_trace_is_consistent_with_plain_sgd_updates(key):
+    fixed, target = _data()
+    p0 = training.initial_params(FNS, key, fixed[0])
+    alg = training.minibatch_sgd(8, learning_rate=0.05, momentum=0.0, epochs=2, shuffle="fresh")
+    res = training.train(FNS, alg, fixed, target, key=key, init_params=p0, return_trace=True)
+    P, G = np.asarray(res.trace["params"]), np.asarray(res.trace["gradients"])
+    assert P.shape == G.shape == (6, 8 * 6 + 8 + 8 * 4 + 4)
+    np.testing.assert_array_equal(P[0], models.ravel(p0)[0])
+    # plain SGD: theta_{t+1} = theta_t - lr g_t (float32 rounding of one update)
+    np.testing.assert_allclose(P[1:], P[:-1] - 0.05 * G[:-1], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(models.ravel(res.params)[0], P[-1] - 0.05 * G[-1], rtol=0, atol=1e-6)
+    # the trace's step-0 gradient equals the gradient of the mean loss on the recorded batch
+    idx = np.asarray(res.trace["batch_indices"][0])
+    xs = np.concatenate([np.asarray(fixed[0]), np.asarray(target[0])[None]])[idx]
+    ys = np.concatenate([np.asarray(fixed[1]), np.asarray(target[1])[None]])[idx]
+    g0 = jax.grad(lambda p: jnp.mean(training.softmax_cross_entropy(FNS.apply(p, xs), ys)))(p0)
+    np.testing.assert_allclose(G[0], models.ravel(g0)[0], rtol=1e-5, atol=1e-6)
+
+
+def _per_example_norm_check(grads, clipped, clip_norm):
+    norms = np.linalg.norm(np.asarray(clipped), axis=1)
+    raw = np.linalg.norm(np.asarray(grads), axis=1)
+    assert np.all(norms <= clip_norm * (1 + 1e-5))
+    # unclipped rows untouched, clipped rows rescaled to exactly C
+    small = raw <= clip_norm
+    np.testing.assert_allclose(np.asarray(clipped)[small], np.asarray(grads)[small], rtol=1e-6)
+    np.testing.assert_allclose(norms[~small], clip_norm, rtol=1e-5)
+
+
+@pytest.mark.parametrize("clip_norm", [0.05, 0.5, 50.0])
+def test_dp_clipping_bounds_every_per_example_gradient(key, clip_norm):
+    fixed, _ = _data()
+    p0 = training.initial_params(FNS, key, fixed[0])
+    grads = training.per_example_gradients(FNS, p0, *fixed)
+    # per-example gradients equal grad of each example's loss computed one at a time
+    for i in (0, 7):
+        gi = jax.grad(lambda p: training.softmax_cross_entropy(FNS.apply(p, fixed[0][i:i + 1]), fixed[1][i:i + 1])[0])(p0)
+        np.testing.assert_allclose(grads[i], models.ravel(gi)[0], rtol=1e-5, atol=1e-7)
+    _per_example_norm_check(grads, training.clip_gradients(grads, clip_norm), clip_norm)
+    layout = models.layout_of(p0)
+    per_layer = np.asarray(training.clip_gradients(grads, clip_norm, "per_layer", layout))
+    ids, n_layers = training.layer_groups(layout)
+    assert n_layers == 2
+    for g in range(n_layers):
+        assert np.all(np.linalg.norm(per_layer[:, ids == g], axis=1) <= clip_norm / np.sqrt(2) * (1 + 1e-5))
+    assert np.all(np.linalg.norm(per_layer, axis=1) <= clip_norm * (1 + 1e-5))
+
+
+def test_dp_gd_released_gradients_are_bounded_and_noised(key):
+    fixed, target = _data()
+    p0 = training.initial_params(FNS, key, fixed[0])
+    clean = training.dp_gd(0.1, epochs=3, learning_rate=0.1)  # clipping, no noise
+    res = training.train(FNS, clean, fixed, target, key=key, init_params=p0, return_trace=True)
+    # mean of clipped per-example gradients has norm <= C
+    assert np.all(np.linalg.norm(np.asarray(res.trace["gradients"]), axis=1) <= 0.1 * (1 + 1e-5))
+    # microbatching gives the same clipped sums
+    mb = training.dp_gd(0.1, epochs=3, learning_rate=0.1, microbatch_size=7)
+    res_mb = training.train(FNS, mb, fixed, target, key=key, init_params=p0, return_trace=True)
+    np.testing.assert_allclose(res_mb.trace["gradients"], res.trace["gradients"], rtol=1e-5, atol=1e-7)
+    # Gaussian mechanism: released - clipped mean ~ N(0, (sigma C / B)^2) per coordinate
+    sigma, C, B = 3.0, 0.1, 25
+    noisy = training.privatized_gradient(FNS, p0, jnp.concatenate([fixed[0], target[0][None]]),
+                                         jnp.concatenate([fixed[1], target[1][None]]), key, clip_norm=C,
+                                         mechanism=GaussianMechanism(noise_multiplier=sigma))
+    base = training.privatized_gradient(FNS, p0, jnp.concatenate([fixed[0], target[0][None]]),
+                                        jnp.concatenate([fixed[1], target[1][None]]), key, clip_norm=C,
+                                        mechanism=NoNoise())
+    z = (np.asarray(noisy) - np.asarray(base)) / (sigma * C / B)
+    p = z.size  # 92 coordinates: std of the sample std is ~1/sqrt(2p) ~ 0.074; 5 sigma margin
+    assert abs(z.std() - 1.0) < 5 / np.sqrt(2 * p) and abs(z.mean()) < 5 / np.sqrt(p)
+    np.testing.assert_allclose(base, res.trace["gradients"][0], rtol=1e-5, atol=1e-7)
+
+
+def test_dp_sgd_with_noise_trains_and_uses_fresh_noise(key):
+    fixed, target = _data()
+    p0 = training.initial_params(FNS, key, fixed[0])
+    alg = training.dp_sgd(5, clip_norm=1.0, noise_multiplier=1.0, epochs=2)
+    a = training.train(FNS, alg, fixed, target, key=jax.random.key(1), init_params=p0, return_trace=True)
+    b = training.train(FNS, alg, fixed, target, key=jax.random.key(2), init_params=p0, return_trace=True)
+    assert a.trace["gradients"].shape == (10, 92)
+    assert not np.allclose(a.trace["gradients"], b.trace["gradients"])
+    a2 = training.train(FNS, alg, fixed, target, key=jax.random.key(1), init_params=p0, return_trace=True)
+    np.testing.assert_array_equal(a.trace["gradients"], a2.trace["gradients"])
+
+
+def test_random_init_and_optax_optimizer(key):
+    fixed, target = _data()
+    alg = training.Algorithm(epochs=30, init="random", optimizer=optax.adam(0.05), optimizer_id="adam(0.05)")
+    r1 = training.train(FNS, alg, fixed, target, key=jax.random.key(1))
+    r2 = training.train(FNS, alg, fixed, target, key=jax.random.key(2))
+    assert r1.losses[-1] < 0.7 * r1.losses[0]
+    assert not np.allclose(models.ravel(r1.params)[0], models.ravel(r2.params)[0])
+    assert alg.describe()["optimizer_id"] == "adam(0.05)"
+    with pytest.raises(ValueError, match="optimizer_id"):
+        training.Algorithm(optimizer=optax.adam(0.1)).describe()
+
+
+def test_invalid_arguments_raise(key):
+    fixed, target = _data()
+    p0 = training.initial_params(FNS, key, fixed[0])
+    with pytest.raises(ValueError, match="epochs"):
+        training.Algorithm(epochs=0)
+    with pytest.raises(ValueError, match="momentum"):
+        training.full_batch_gd(momentum=1.0)
+    with pytest.raises(ValueError, match="shuffle"):
+        training.minibatch_sgd(4, shuffle="sometimes")
+    with pytest.raises(ValueError, match="clip_norm"):
+        training.dp_gd(-1.0)
+    with pytest.raises(ValueError, match="mechanism requires clip_norm"):
+        training.Algorithm(mechanism=NoNoise())
+    with pytest.raises(ValueError, match="init_params"):
+        training.train(FNS, training.full_batch_gd(epochs=1), fixed, target, key=key)
+    with pytest.raises(ValueError, match="shuffle_key"):
+        training.train(FNS, training.minibatch_sgd(4, epochs=1), fixed, target, key=key, init_params=p0)
+    with pytest.raises(ValueError, match="batch_size"):
+        training.train(FNS, training.minibatch_sgd(100, epochs=1, shuffle="fresh"), fixed, target, key=key,
+                       init_params=p0)
+    with pytest.raises(ValueError, match="target x"):
+        training.train(FNS, training.full_batch_gd(epochs=1), fixed, (fixed[0][:2], fixed[1][0]), key=key,
+                       init_params=p0)
+    with pytest.raises(ValueError, match="clipping"):
+        training.clip_gradients(jnp.ones((2, 3)), 1.0, "per_tensor")
