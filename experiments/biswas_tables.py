@@ -1,0 +1,174 @@
+"""Biswas et al. Table I (VMF: approach 1 vs 2) and Table IV (eps <-> kappa <-> sigma), computed by recon_jax.
+
+python -m experiments.biswas_tables --config=experiments/configs/biswas_tables.py:smoke --workdir=/tmp/biswas_tables
+
+Everything is computed by ``recon_jax.accounting`` in float64 and printed next to the paper's values, with a note
+on every cell that differs. See experiments/biswas_tables.md for the explanation of each discrepancy.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from absl import app, flags
+from ml_collections import config_flags
+import jax
+import numpy as np
+
+from experiments.common import prepare_workdir, write_run_info
+from recon_jax import accounting
+from recon_jax.io import atomic_write_json, atomic_write_text
+from recon_jax.report import markdown_table
+
+_CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/biswas_tables.py:default")
+_WORKDIR = flags.DEFINE_string("workdir", "runs/biswas_tables", "output directory")
+
+_NOTES_I = {
+    25: "approach 1 with the exact root of the leftover delta; the paper searched a coarse grid",
+    50: "as above",
+    75: "as above",
+    100: "paper lists approach 2 (2.5, reproduced); our exact approach 1 is slightly better",
+    150: "paper's 7.97 = approach 2 with tau interpolated linearly between integer orders (not sound); "
+         "the convexity chord gives the value shown",
+    300: "paper's 41.02 = the same unsound interpolation at alpha = 1.5; not reproducible with a sound bound",
+}
+
+
+def _pct(ours, paper):
+    return 100.0 * (ours / paper - 1.0)
+
+
+def _figure(path, kappas, e1, e2, e2p, paper_k, paper_e):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax.semilogy(kappas, e1, label="approach 1 (exact optimiser)")
+    ax.semilogy(kappas, e2, label="approach 2 (cumulant chord, sound)")
+    ax.semilogy(kappas, e2p, "--", label="approach 2 (paper's eps interpolation)")
+    ax.semilogy(paper_k, paper_e, "ko", label="paper (Tables I, IV)")
+    ax.set_xlabel("kappa")
+    ax.set_ylabel("epsilon (N = 3 epochs)")
+    ax.set_title("VMF mechanism, p = 13,700, q = 128/60000, delta = 1/60000")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def run(config, workdir: str) -> dict:
+    """Computes both tables and writes report.md, metrics.json, config.json and eps_vs_kappa.png."""
+    workdir = prepare_workdir(workdir)
+    write_run_info(workdir, config, seed=None)
+    t0 = time.time()
+    p, d = config.dim, config.delta
+    q = config.batch_size / config.dataset_size
+    steps = int(np.ceil(config.epochs / q))
+    n_ep = config.epochs
+    with jax.enable_x64(True):
+        t1_k = np.array([r[0] for r in config.table_i], np.float64)
+        kappas = np.unique(np.concatenate([t1_k, np.asarray(config.table_iv_kappa, np.float64)]))
+        e1 = np.asarray(accounting.vmf_epsilon(kappas, p, q, n_ep, d, approach=1))
+        e2 = np.asarray(accounting.vmf_epsilon(kappas, p, q, n_ep, d, approach=2))
+        e2p = np.asarray(accounting.vmf_epsilon(kappas, p, q, n_ep, d, approach=2, interpolation="paper"))
+        by_k = {float(k): (a, b, c) for k, a, b, c in zip(kappas, e1, e2, e2p)}
+        sig = np.asarray(config.table_iv_sigma, np.float64)
+        eps_sigma = np.asarray(accounting.dpsgd_epsilon(sig, q, steps, d))
+        steps_col = {}
+        if config.step_composition:
+            s1 = np.asarray(accounting.vmf_epsilon(kappas, p, q, steps, d, approach=1))
+            s2 = np.asarray(accounting.vmf_epsilon(kappas, p, q, steps, d, approach=2))
+            steps_col = {float(k): float(min(a, b)) for k, a, b in zip(kappas, s1, s2)}
+        cal_k = cal_s = None
+        if config.calibrate:
+            targets = np.asarray(config.table_iv_eps, np.float64)
+            cal_k = np.asarray(accounting.calibrate_vmf_kappa(targets, p, q, n_ep, d))
+            cal_s = np.asarray(accounting.calibrate_sigma(targets, q, steps, d))
+        grid = np.linspace(20.0, 520.0, config.curve_points)
+        g1 = np.asarray(accounting.vmf_epsilon(grid, p, q, n_ep, d, approach=1))
+        g2 = np.asarray(accounting.vmf_epsilon(grid, p, q, n_ep, d, approach=2))
+        g2p = np.asarray(accounting.vmf_epsilon(grid, p, q, n_ep, d, approach=2, interpolation="paper"))
+
+    rows_i = []
+    for k, e_paper, ap_paper in config.table_i:
+        a1, a2, a2p = by_k[float(k)]
+        best, ap = (a1, 1) if a1 <= a2 else (a2, 2)
+        ours_paper_ap = a1 if ap_paper == 1 else a2
+        rows_i.append({"kappa": k, "paper eps": e_paper, "paper approach": ap_paper, "ours approach 1": a1,
+                       "ours approach 2": a2, "ours best": best, "best approach": ap,
+                       "diff % (paper's approach)": _pct(ours_paper_ap, e_paper),
+                       "approach 2, paper interp.": a2p, "note": _NOTES_I.get(int(k), "reproduced")})
+    rows_iv = []
+    for i, (e_paper, k, s) in enumerate(zip(config.table_iv_eps, config.table_iv_kappa, config.table_iv_sigma)):
+        a1, a2, a2p = by_k[float(k)]
+        best = min(a1, a2)
+        row = {"paper eps": e_paper, "kappa": k, "ours eps(kappa)": best, "diff %": _pct(best, e_paper),
+               "paper interp.": a2p, "sigma": s, "ours eps(sigma)": float(eps_sigma[i]),
+               "diff % (sigma)": _pct(float(eps_sigma[i]), e_paper)}
+        if steps_col:
+            row["VMF eps over steps"] = steps_col[float(k)]
+        if cal_k is not None:
+            row["kappa(paper eps)"] = float(cal_k[i])
+            row["sigma(paper eps)"] = float(cal_s[i])
+        row["note"] = ("reproduced" if abs(_pct(best, e_paper)) <= 2.0 else
+                       "only with the paper's unsound interpolation" if abs(_pct(a2p, e_paper)) <= 0.5 else
+                       "approach 1 exact optimiser (paper: grid)" if best < e_paper else "differs")
+        rows_iv.append(row)
+    fig = _figure(os.path.join(workdir, "eps_vs_kappa.png"), grid, g1, g2, g2p,
+                  [r[0] for r in config.table_i] + list(config.table_iv_kappa),
+                  [r[1] for r in config.table_i] + list(config.table_iv_eps))
+    elapsed = time.time() - t0
+
+    gauss_dev = max(abs(r["diff % (sigma)"]) for r in rows_iv)
+    key = "diff % (paper's approach)"
+    t1_main = [r for r in rows_i if r["kappa"] in (100, 125, 200)]
+    t1_low = [r for r in rows_i if r["kappa"] in (25, 50, 75)]
+    table_i = markdown_table(rows_i, list(rows_i[0].keys()))
+    table_iv = markdown_table(rows_iv, list(rows_iv[0].keys()))
+    report = f"""# Biswas et al.: Table I and Table IV recomputed by recon_jax.accounting
+
+**Setting.** p = {p}, q = {config.batch_size}/{config.dataset_size}, delta = 1/{config.dataset_size}. VMF epsilons
+compose over N = {n_ep} *epochs* as in the paper (``compositions={n_ep}``); the Gaussian row is DP-SGD composed
+over {steps} *steps* (= ceil(epochs / q)), which is what reproduces the paper's sigma -> eps row. Float64.
+
+## Table I (kappa -> eps, approach 1 vs 2)
+
+{table_i}
+
+## Table IV (eps <-> kappa <-> sigma)
+
+{table_iv}
+
+![eps vs kappa](eps_vs_kappa.png)
+
+**Summary.** Table I approach 2 at kappa in {{100, 125, 200}}: max deviation
+{max(abs(r[key]) for r in t1_main):.2f}%. Approach 1 at kappa in {{25, 50, 75}}: our
+exact optimiser is {min(r[key] for r in t1_low):.2f}% to {max(r[key] for r in t1_low):.2f}% relative to the
+paper's grid search. Gaussian
+sigma -> eps row: max deviation {gauss_dev:.2f}%. The paper's kappa = 150 and kappa = 300 cells are reproduced only by
+interpolating the subsampled RDP itself (not its cumulant) between integer orders, which Wang et al.'s Cor. 10
+does not justify, and which the paper did not apply to its other cells. Composing the VMF mechanism over steps
+(the count a DP-SGD guarantee needs; column "VMF eps over steps" when enabled) gives much larger epsilons with the
+paper's two approaches than its 3-epoch count. Details: experiments/biswas_tables.md. Runtime {elapsed:.1f} s.
+"""
+    atomic_write_text(os.path.join(workdir, "report.md"), report)
+    result = {"table_i": rows_i, "table_iv": rows_iv, "gaussian_max_abs_diff_pct": gauss_dev,
+              "table_i_approach2_max_abs_diff_pct": max(abs(r["diff % (paper's approach)"]) for r in t1_main),
+              "table_i_approach1_diff_pct": [r["diff % (paper's approach)"] for r in t1_low],
+              "steps": steps, "figure": os.path.basename(fig), "runtime_seconds": elapsed}
+    atomic_write_json(os.path.join(workdir, "metrics.json"), result)
+    print(report)
+    return result
+
+
+def main(argv):
+    del argv
+    run(_CONFIG.value, _WORKDIR.value)
+
+
+if __name__ == "__main__":
+    app.run(main)

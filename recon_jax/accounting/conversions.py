@@ -1,0 +1,172 @@
+r"""Conversions RDP -> (eps, delta)-DP, subsampling amplification and composition in the (eps, delta) domain.
+
+| symbol | meaning |
+|---|---|
+| ``orders`` (alpha) | Renyi orders > 1, shape [n] |
+| ``rdp`` | RDP curve at those orders, shape [..., n] |
+| ``eps``, ``delta`` | (eps, delta)-DP parameters |
+| ``q`` | Poisson sampling probability (gamma in Biswas et al.) |
+| ``n`` | number of composed mechanisms (N in Biswas et al. Thm 2) |
+
+The RDP -> DP conversion is Canonne, Kamath and Steinke 2020, Prop. 2.11 (Biswas et al. Prop. 4):
+``delta = exp((alpha - 1)(rdp - eps)) / (alpha - 1) * (1 - 1/alpha)^alpha`` (equivalently
+``eps = rdp + log(1 - 1/alpha) - (log delta + log alpha) / (alpha - 1)``), optimised over the orders given,
+together with the KL bound ``delta >= sqrt(1 - exp(-rdp))`` => eps = 0 (valid since D_alpha >= KL).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from recon_jax.accounting._checks import check_range
+
+__all__ = ["eps_from_rdp", "delta_from_rdp", "amplify_dp_poisson", "kov_composition"]
+
+
+def _prep(orders, rdp):
+    rdp = jnp.asarray(rdp, jnp.result_type(float))
+    orders = jnp.asarray(orders, rdp.dtype)
+    if orders.ndim != 1 or rdp.ndim < 1 or rdp.shape[-1] != orders.shape[0]:
+        raise ValueError(f"orders must be 1-D and rdp's last axis must match it; got {orders.shape} and {rdp.shape}")
+    return orders, rdp
+
+
+def eps_from_rdp(orders, rdp, delta, *, return_order: bool = False):
+    """Smallest epsilon such that an RDP curve implies (eps, delta)-DP (Canonne et al. 2020, Prop. 2.11).
+
+    Args:
+      orders: Renyi orders > 1, shape [n] (may be traced).
+      rdp: RDP values at the orders, shape [..., n], >= 0 (``inf`` allowed: that order is skipped).
+      delta: target delta in (0, 1), broadcast with ``rdp.shape[:-1]``.
+      return_order: also return the optimal order.
+
+    Returns:
+      eps of shape ``broadcast(rdp.shape[:-1], delta.shape)`` (and the optimal order if requested).
+
+    Raises:
+      ValueError: for orders <= 1, negative rdp, delta outside (0, 1) or mismatched shapes.
+
+    >>> import numpy as np
+    >>> a, r, d = 4.0, 1.0, 1e-5  # the better of the two orders; Prop. 2.11 by hand:
+    >>> want = r + np.log1p(-1 / a) - (np.log(d) + np.log(a)) / (a - 1)
+    >>> bool(np.isclose(eps_from_rdp([2.0, 4.0], [0.5, 1.0], d), want, rtol=1e-6))
+    True
+    """
+    check_range("orders", orders, lambda a: a > 1, "> 1")
+    check_range("rdp", rdp, lambda r: r >= 0, ">= 0")
+    check_range("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")
+    orders, rdp = _prep(orders, rdp)
+    delta = jnp.asarray(delta, rdp.dtype)[..., None]
+    eps = rdp + jnp.log1p(-1.0 / orders) - (jnp.log(delta) + jnp.log(orders)) / (orders - 1.0)
+    eps = jnp.where(delta * delta + jnp.expm1(-rdp) > 0, 0.0, eps)  # KL bound
+    eps = jnp.where(jnp.isnan(eps), jnp.inf, eps)
+    best = jnp.argmin(eps, axis=-1)
+    out = jnp.maximum(jnp.min(eps, axis=-1), 0.0)
+    if return_order:
+        return out, orders[best]
+    return out
+
+
+def delta_from_rdp(orders, rdp, eps, *, return_order: bool = False):
+    """Smallest delta such that an RDP curve implies (eps, delta)-DP (Canonne et al. 2020, Prop. 2.11).
+
+    Args:
+      orders: Renyi orders > 1, shape [n].
+      rdp: RDP values, shape [..., n], >= 0.
+      eps: target epsilon >= 0, broadcast with ``rdp.shape[:-1]``.
+      return_order: also return the optimal order.
+
+    Returns:
+      delta in [0, 1] of shape ``broadcast(rdp.shape[:-1], eps.shape)``.
+
+    Raises:
+      ValueError: for orders <= 1, negative rdp or eps, or mismatched shapes.
+
+    >>> import numpy as np
+    >>> e = eps_from_rdp([2.0, 4.0], [0.5, 1.0], 1e-5)
+    >>> bool(np.isclose(delta_from_rdp([2.0, 4.0], [0.5, 1.0], e), 1e-5, rtol=1e-4))  # inverse of eps_from_rdp
+    True
+    """
+    check_range("orders", orders, lambda a: a > 1, "> 1")
+    check_range("rdp", rdp, lambda r: r >= 0, ">= 0")
+    check_range("eps", eps, lambda e: e >= 0, ">= 0")
+    orders, rdp = _prep(orders, rdp)
+    eps = jnp.asarray(eps, rdp.dtype)[..., None]
+    log_delta = (orders - 1.0) * (rdp - eps + jnp.log1p(-1.0 / orders)) - jnp.log(orders)
+    log_kl = 0.5 * jnp.log(-jnp.expm1(-rdp))  # delta <= sqrt(1 - e^{-KL}), KL <= rdp
+    log_delta = jnp.minimum(log_delta, log_kl)
+    log_delta = jnp.where(jnp.isnan(log_delta), jnp.inf, log_delta)
+    best = jnp.argmin(log_delta, axis=-1)
+    out = jnp.minimum(jnp.exp(jnp.min(log_delta, axis=-1)), 1.0)
+    if return_order:
+        return out, orders[best]
+    return out
+
+
+def amplify_dp_poisson(eps, delta, q):
+    """Privacy amplification of (eps, delta)-DP by Poisson subsampling with probability q (add/remove).
+
+    Balle, Barthe and Gaboardi 2018, Thm 8 (Biswas et al. eq. 9): ``eps_s = log(1 + q (e^eps - 1))``,
+    ``delta_s = q delta``.
+
+    Args:
+      eps: epsilon >= 0; delta: delta in [0, 1]; q: sampling probability in (0, 1]. All broadcast.
+
+    Returns:
+      ``(eps_s, delta_s)``.
+
+    Raises:
+      ValueError: for values outside those ranges.
+
+    >>> import numpy as np
+    >>> e, d = amplify_dp_poisson(1.0, 1e-3, 0.01)
+    >>> bool(np.isclose(e, np.log(1 + 0.01 * (np.e - 1)))), bool(np.isclose(d, 1e-5))
+    (True, True)
+    """
+    check_range("eps", eps, lambda e: e >= 0, ">= 0")
+    check_range("delta", delta, lambda d: (d >= 0) & (d <= 1), "in [0, 1]")
+    check_range("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
+    dt = jnp.result_type(float)
+    eps, delta, q = (jnp.asarray(v, dt) for v in (eps, delta, q))
+    return jnp.log1p(q * jnp.expm1(eps)), q * delta
+
+
+def kov_composition(eps, delta, n, delta_tilde):
+    """Kairouz, Oh and Viswanath 2017 composition bound (Thm 10; Biswas et al. Thm 2, corrected).
+
+    ``n``-fold composition of (eps, delta)-DP mechanisms is ``(eps_tot, 1 - (1 - delta)^n (1 - delta_tilde))``
+    -DP with ``eps_tot = min{ n eps, n eps (e^eps - 1)/(e^eps + 1) + eps sqrt(2 n log(e + sqrt(n eps^2) /
+    delta_tilde)), n eps (e^eps - 1)/(e^eps + 1) + eps sqrt(2 n log(1/delta_tilde)) }``. The leading term of
+    the last two expressions is ``n eps (e^eps - 1)/(e^eps + 1)`` (the paper prints it without the factor
+    ``n eps``). With ``delta_tilde = 0`` only the first expression applies.
+
+    Args:
+      eps: per-mechanism epsilon >= 0; delta: per-mechanism delta in [0, 1); n: number of compositions >= 1;
+      delta_tilde: slack in [0, 1). All broadcast.
+
+    Returns:
+      ``(eps_tot, delta_tot)``.
+
+    Raises:
+      ValueError: for values outside those ranges.
+
+    >>> import numpy as np
+    >>> e, d = kov_composition(0.1, 0.0, 100, 1e-5)  # far below the naive 100 * 0.1 = 10
+    >>> want = 100 * 0.1 * np.tanh(0.05) + 0.1 * np.sqrt(200 * np.log(1e5))
+    >>> bool(np.isclose(e, want, rtol=1e-5)), bool(np.isclose(d, 1e-5))
+    (True, True)
+    """
+    check_range("eps", eps, lambda e: e >= 0, ">= 0")
+    check_range("delta", delta, lambda d: (d >= 0) & (d < 1), "in [0, 1)")
+    check_range("n", n, lambda k: k >= 1, ">= 1")
+    check_range("delta_tilde", delta_tilde, lambda d: (d >= 0) & (d < 1), "in [0, 1)")
+    dt = jnp.result_type(float)
+    eps, delta, n, dtl = (jnp.asarray(v, dt) for v in (eps, delta, n, delta_tilde))
+    lead = n * eps * jnp.tanh(eps / 2.0)  # n eps (e^eps - 1)/(e^eps + 1)
+    pos = dtl > 0
+    dsafe = jnp.where(pos, dtl, 1.0)
+    t2 = lead + eps * jnp.sqrt(2.0 * n * jnp.log(jnp.e + jnp.sqrt(n) * eps / dsafe))
+    t3 = lead + eps * jnp.sqrt(2.0 * n * -jnp.log(dsafe))
+    eps_tot = jnp.where(pos, jnp.minimum(n * eps, jnp.minimum(t2, t3)), n * eps)
+    delta_tot = -jnp.expm1(n * jnp.log1p(-delta) + jnp.log1p(-dtl))
+    return eps_tot, delta_tot

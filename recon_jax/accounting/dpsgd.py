@@ -1,0 +1,233 @@
+r"""DP-SGD accounting: epsilon, noise calibration, and the PLD trade-off curve for ReRo bounds.
+
+| symbol | meaning |
+|---|---|
+| ``sigma`` | noise multiplier of DP-SGD (noise std / clipping norm) |
+| ``q`` | Poisson sampling probability (batch size / dataset size) |
+| ``steps`` | number of DP-SGD steps composed (T) |
+| ``delta`` | target delta |
+| ``alpha`` (trade-off) | type-I error of a test between neighbours; ``f(alpha)`` the smallest type-II error |
+
+Two accountants: ``"rdp"`` is recon_jax's own jittable path (:func:`rdp_subsampled_gaussian` composed over
+``steps``, converted with Canonne et al.'s Prop. 2.11), and ``"pld"`` bridges to ``dp_accounting``'s
+privacy-loss-distribution accountant (tightest epsilon; host-side NumPy, not jittable).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recon_jax.accounting._checks import check_range, concrete_or_none, pad_batch, static_orders
+from recon_jax.accounting.conversions import eps_from_rdp
+from recon_jax.accounting.rdp import DEFAULT_ORDERS, rdp_subsampled_gaussian
+
+__all__ = [
+    "dpsgd_epsilon",
+    "calibrate_sigma",
+    "pld_tradeoff",
+    "rero_dpsgd_tradeoff",
+]
+
+
+def _check_dpsgd(sigma, q, steps, delta):
+    check_range("sigma", sigma, lambda s: s > 0, "> 0")
+    check_range("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
+    check_range("steps", steps, lambda t: t >= 1, ">= 1")
+    check_range("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")
+
+
+def _eps_rdp(sigma, q, steps, delta, orders: np.ndarray):
+    rdp = rdp_subsampled_gaussian(q, sigma, orders)  # [..., n]
+    steps = jnp.asarray(steps, rdp.dtype)
+    return eps_from_rdp(orders, steps[..., None] * rdp, delta)
+
+
+def _pld_accountant(sigma: float, q: float, steps: int, value_discretization_interval: float):
+    import dp_accounting  # host-side bridge; imported lazily
+
+    acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=value_discretization_interval)
+    event = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma))
+    acc.compose(dp_accounting.SelfComposedDpEvent(event, int(steps)))
+    return acc
+
+
+def dpsgd_epsilon(sigma, q, steps, delta, accountant: str = "rdp", orders=None, *,
+                  value_discretization_interval: float = 1e-4) -> jax.Array:
+    """Epsilon of DP-SGD (Poisson-subsampled Gaussian, add/remove adjacency) after ``steps`` steps.
+
+    Args:
+      sigma: noise multiplier(s) > 0.
+      q: sampling probability(ies) in (0, 1].
+      steps: number of steps >= 1 (composition is over *steps*; Biswas et al.'s Gaussian row of Table IV
+        uses steps = epochs / q).
+      delta: target delta in (0, 1). All four broadcast.
+      accountant: ``"rdp"`` (ours; jittable over sigma, q, steps, delta) or ``"pld"`` (bridge to
+        ``dp_accounting``'s PLD accountant; tightest; host-side loop).
+      orders: static RDP orders for ``"rdp"`` (default :data:`DEFAULT_ORDERS`, which contains
+        dp_accounting's usual grid).
+      value_discretization_interval: PLD discretisation for ``"pld"``.
+
+    Returns:
+      epsilon, shape ``broadcast(sigma, q, steps, delta)``.
+
+    Raises:
+      ValueError: for out-of-range inputs or an unknown accountant.
+
+    >>> import numpy as np
+    >>> e = dpsgd_epsilon(1.1, 256 / 60000, 60 * 60000 // 256, 1e-5)  # Abadi et al.'s MNIST setting
+    >>> bool(2.0 < float(e) < 3.0)
+    True
+    """
+    _check_dpsgd(sigma, q, steps, delta)
+    if accountant == "rdp":
+        orders_np = DEFAULT_ORDERS if orders is None else np.atleast_1d(static_orders(orders))
+        return _eps_rdp(sigma, q, steps, delta, orders_np)
+    if accountant == "pld":
+        vals = [concrete_or_none(v) for v in (sigma, q, steps, delta)]
+        if any(v is None for v in vals):
+            raise ValueError("accountant='pld' runs on the host: sigma, q, steps and delta must be concrete")
+        b = np.broadcast_arrays(*vals)
+        out = np.empty(b[0].shape, np.float64)
+        for idx in np.ndindex(out.shape):
+            s, qq, t, d = (float(x[idx]) for x in b)
+            out[idx] = _pld_accountant(s, qq, int(round(t)), value_discretization_interval).get_epsilon(d)
+        return jnp.asarray(out, jnp.result_type(float))
+    raise ValueError(f"accountant must be 'rdp' or 'pld'; got {accountant!r}")
+
+
+@functools.partial(jax.jit, static_argnames=("orders_key", "iters"))
+def _calibrate_sigma_jit(eps, q, steps, delta, orders_key, iters):
+    orders = np.asarray(orders_key)
+
+    def eps_at(log_s):
+        return _eps_rdp(jnp.exp(log_s), q, steps, delta, orders)
+
+    # Fixed bracket sigma in [1e-4, 1e6] (log range 23; 60 halvings resolve it far below float64 rounding).
+    lo = jnp.full(eps.shape, jnp.log(1e-4), eps.dtype)
+    hi = jnp.full(eps.shape, jnp.log(1e6), eps.dtype)
+
+    def bisect(_, carry):
+        lo, hi = carry
+        mid = 0.5 * (lo + hi)
+        ok = eps_at(mid) <= eps
+        return jnp.where(ok, lo, mid), jnp.where(ok, mid, hi)
+
+    lo, hi = jax.lax.fori_loop(0, iters, bisect, (lo, hi))
+    # Relative margin in sigma (1e-9 in float64, ~1e-5 in float32) so that the result stays feasible when
+    # epsilon is re-evaluated with different rounding.
+    hi = hi + max(1e-9, 100.0 * float(jnp.finfo(eps.dtype).eps))
+    feasible = eps_at(hi) <= eps
+    return jnp.where(feasible, jnp.exp(hi), jnp.inf)
+
+
+def calibrate_sigma(eps, q, steps, delta, orders=None, *, iters: int = 60) -> jax.Array:
+    """Smallest noise multiplier whose DP-SGD epsilon (``"rdp"`` accountant) is at most ``eps``.
+
+    Bisects ``iters`` times in log-sigma over the bracket [1e-4, 1e6] (epsilon decreases with sigma); vectorised
+    over all broadcast targets. The returned sigma satisfies ``dpsgd_epsilon(sigma, ...) <= eps`` (the upper end
+    of the final bracket, plus a 1e-9 (float64) or 1e-5 (float32) relative margin against rounding); ``inf`` if
+    even sigma = 1e6 does not reach the target.
+
+    Args:
+      eps: target epsilon(s) > 0.
+      q: sampling probability in (0, 1]; steps: number of steps >= 1; delta: in (0, 1). All broadcast.
+      orders: static RDP orders (default :data:`DEFAULT_ORDERS`).
+      iters: bisection iterations.
+
+    Returns:
+      sigma of shape ``broadcast(eps, q, steps, delta)``.
+
+    Raises:
+      ValueError: for out-of-range inputs.
+
+    >>> import numpy as np
+    >>> orders = [1.5, 2.0, 4.0, 8.0, 16.0, 32.0]
+    >>> s = calibrate_sigma(2.0, 0.01, 1000, 1e-5, orders=orders)
+    >>> bool(float(dpsgd_epsilon(s, 0.01, 1000, 1e-5, orders=orders)) <= 2.0)
+    True
+    """
+    check_range("eps", eps, lambda e: e > 0, "> 0")
+    _check_dpsgd(1.0, q, steps, delta)
+    orders_np = DEFAULT_ORDERS if orders is None else np.atleast_1d(static_orders(orders))
+    dt = jnp.result_type(float)
+    args = jnp.broadcast_arrays(*(jnp.asarray(v, dt) for v in (eps, q, steps, delta)))
+    flat, n = pad_batch(*args)
+    out = _calibrate_sigma_jit(*flat, tuple(float(o) for o in orders_np), iters)
+    return out[:n].reshape(args[0].shape)
+
+
+def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretization_interval: float = 1e-3,
+                 eps_grid=None) -> np.ndarray:
+    r"""Trade-off curve ``f(alpha)`` of subsampled DP-SGD from ``dp_accounting``'s PLD (host-side).
+
+    The PLD gives the privacy profile ``delta(eps)`` (max over add and remove adjacency, pessimistic
+    discretisation). A mechanism that is (eps, delta(eps))-DP for every eps has trade-off function at least
+    ``f(alpha) = sup_eps max(0, 1 - delta(eps) - e^eps alpha, e^{-eps} (1 - delta(eps) - alpha))``
+    (Dong, Roth and Su 2022, Prop. 2.12 applied to the whole profile), computed on ``eps_grid``. This is a
+    lower bound on the true trade-off, so bounds built from it are sound.
+
+    Args:
+      sigma: noise multiplier > 0; q: sampling probability in (0, 1]; steps: number of steps >= 1.
+      alphas: type-I errors in [0, 1] (any shape).
+      value_discretization_interval: PLD discretisation (smaller = tighter, slower).
+      eps_grid: epsilons at which the profile is evaluated (default: 2,000 points in [0, 60]).
+
+    Returns:
+      NumPy array ``f(alphas)`` in [0, 1 - alpha].
+
+    Raises:
+      ValueError: for out-of-range inputs.
+
+    >>> import numpy as np
+    >>> from scipy.stats import norm
+    >>> f = pld_tradeoff(1.0, 1.0, 1, [0.1])  # q = 1, one step: 1-GDP, f(a) = Phi(Phi^-1(1 - a) - 1)
+    >>> bool(abs(f[0] - norm.cdf(norm.ppf(0.9) - 1.0)) < 0.01)
+    True
+    """
+    _check_dpsgd(sigma, q, steps, 0.5)
+    check_range("alphas", alphas, lambda a: (a >= 0) & (a <= 1), "in [0, 1]")
+    alphas = np.asarray(alphas, np.float64)
+    if eps_grid is None:
+        eps_grid = np.concatenate([np.linspace(0.0, 10.0, 1500), np.linspace(10.0, 60.0, 501)[1:]])
+    eps_grid = np.asarray(eps_grid, np.float64)
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib  # host-side bridge; imported lazily
+
+    pld = pld_lib.from_gaussian_mechanism(standard_deviation=float(sigma), sampling_prob=float(q),
+                                          value_discretization_interval=value_discretization_interval)
+    pld = pld.self_compose(int(steps))
+    deltas = np.asarray(pld.get_delta_for_epsilon(eps_grid), np.float64)
+    a = alphas[..., None]
+    f1 = 1.0 - deltas - np.exp(eps_grid) * a
+    f2 = np.exp(-eps_grid) * (1.0 - deltas - a)
+    f = np.max(np.maximum(f1, f2), axis=-1)
+    return np.clip(f, 0.0, 1.0 - alphas)
+
+
+def rero_dpsgd_tradeoff(kappa, sigma: float, q: float, steps: int, **kwargs) -> np.ndarray:
+    """Hayes, Mahloujifar and Balle 2023 ReRo bound for subsampled DP-SGD: ``ReRo <= 1 - f(kappa)``.
+
+    ``kappa`` is the prior probability of a successful reconstruction without access to the model (the
+    baseline, e.g. ``recon_jax.bounds.baseline_kappa_*``); ``f`` is the trade-off curve from
+    :func:`pld_tradeoff`. For ``q = 1`` this is ``rero_gdp(kappa, sqrt(steps)/sigma)``.
+
+    Args:
+      kappa: baseline success probability(ies) in [0, 1].
+      sigma, q, steps: DP-SGD parameters; ``**kwargs`` go to :func:`pld_tradeoff`.
+
+    Returns:
+      NumPy array of upper bounds in [kappa, 1].
+
+    Raises:
+      ValueError: for out-of-range inputs.
+
+    >>> import numpy as np
+    >>> g = rero_dpsgd_tradeoff([0.01], 2.0, 0.01, 100)
+    >>> bool(0.01 <= g[0] < 0.1)
+    True
+    """
+    check_range("kappa", kappa, lambda k: (k >= 0) & (k <= 1), "in [0, 1]")
+    return 1.0 - pld_tradeoff(sigma, q, steps, kappa, **kwargs)

@@ -1,0 +1,332 @@
+r"""Von Mises-Fisher (VMF) mechanism: RDP (Biswas et al. Props 1-2) and the paper's two DP accounting routes.
+
+| symbol | meaning |
+|---|---|
+| ``kappa`` | VMF concentration (> 0); larger = less noise |
+| ``dim`` (p) | dimension of the gradient vector (the sphere is S^{p-1}), >= 2; ``nu = p/2 - 1`` |
+| ``q`` (gamma) | Poisson sampling probability |
+| ``compositions`` (N) | how many times the subsampled mechanism is composed |
+| ``tau_alpha`` | RDP of one (non-subsampled) VMF release at order alpha |
+
+**Which count to pass as ``compositions``.** Biswas et al.'s Tables I and IV compose over N = 3 *epochs*
+(``compositions=3``), although each epoch of DP-SGD makes ``1/q`` subsampled releases. A correct DP-SGD
+accountant composes over *steps*: pass ``compositions = epochs / q`` (about 1,406 for their setting). Both
+are computable; only the second is a valid guarantee for DP-SGD with VMF noise.
+
+Approach 1 (Sec. III-A1): convert the VMF's RDP to (eps, delta(eps)) with Canonne et al.'s Prop. 2.11 (infimum
+over a dense order grid), amplify by subsampling (eps_s = log(1 + q(e^eps - 1)), delta_s = q delta), compose
+with Kairouz et al.'s theorem, and optimise the base eps: the first KOV branch (N eps_s) is minimised exactly
+at the root where the leftover delta reaches zero; the other two branches are minimised over a fine grid of
+base eps above that root.
+
+Approach 2 (Sec. III-A2): Zhu-Wang subsampled RDP at integer orders, interpolation (convexity of the
+cumulant), multiplication by N, Canonne et al. conversion.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recon_jax.accounting._checks import check_range, pad_batch
+from recon_jax.accounting.conversions import delta_from_rdp, eps_from_rdp, kov_composition
+from recon_jax.accounting.rdp import rdp_poisson_subsampled
+
+__all__ = ["rdp_vmf", "rdp_vmf_multi", "vmf_epsilon", "calibrate_vmf_kappa"]
+
+# Orders for approach 2: integers 2..256 plus a fractional grid below 11 (filled by interpolation).
+_AP2_MAX_ORDER = 256
+_AP2_ORDERS = np.unique(np.concatenate([np.round(np.arange(1.01, 1.1, 0.01), 2), np.round(np.arange(1.1, 11.0, 0.1), 1),
+                                        np.arange(2, _AP2_MAX_ORDER + 1)]).astype(np.float64))
+# Dense order grid for approach 1's infimum over alpha in (1, inf).
+_AP1_ORDERS = 1.0 + np.logspace(-4, 4, 1601)
+# Relative offsets above the root eps* at which KOV's second and third branches are tried.
+_AP1_EPS_OFFSETS = np.concatenate([[0.0], np.logspace(-6, 1.5, 600)])
+
+
+def _log_iv(nu, x):
+    from recon_jax import special  # resolved at call time: special.log_iv is provided by the bounds issue
+
+    return special.log_iv(nu, x)
+
+
+def _check_vmf(kappa, dim):
+    check_range("kappa", kappa, lambda k: k > 0, "> 0")
+    check_range("dim", dim, lambda p: p >= 2, ">= 2")
+
+
+def _rdp_vmf(kappa, dim, orders):
+    """Prop. 1 without validation; kappa, dim broadcast; orders [n] -> [..., n]. One log_iv evaluation."""
+    dt = jnp.result_type(float)
+    kappa = jnp.asarray(kappa, dt)[..., None]
+    nu = jnp.asarray(dim, dt)[..., None] / 2.0 - 1.0
+    a = jnp.asarray(orders, dt)
+    two_am1 = 2.0 * a - 1.0
+    xs = two_am1 * kappa * jnp.ones_like(nu)  # [..., n]
+    x = jnp.concatenate([jnp.broadcast_to(kappa, xs.shape[:-1] + (1,)), xs], axis=-1)  # [..., 1 + n]
+    lv = _log_iv(jnp.broadcast_to(nu, x.shape), x)
+    num = -nu * jnp.log(two_am1) + lv[..., 1:] - lv[..., :1]
+    return jnp.maximum(num, 0.0) / (a - 1.0)
+
+
+@jax.jit
+def _rdp_vmf_jit(kappa, dim, orders):
+    return _rdp_vmf(kappa, dim, orders)
+
+
+def _vmf_curves(kappa, dim):
+    """Everything the two approaches need from log I, in ONE log_iv call (scalar kappa, dim).
+
+    Returns (tau on _AP1_ORDERS, tau on 2..L, KL divergence of antipodal VMFs).
+    """
+    dt = jnp.result_type(float)
+    kappa = jnp.asarray(kappa, dt)
+    nu = jnp.asarray(dim, dt) / 2.0 - 1.0
+    orders = np.concatenate([_AP1_ORDERS, np.arange(2, _AP2_MAX_ORDER + 1, dtype=np.float64)])
+    two_am1 = 2.0 * orders - 1.0
+    x = jnp.concatenate([kappa[None], kappa[None], two_am1 * kappa])
+    nus = jnp.concatenate([nu[None], (nu + 1.0)[None], jnp.full(orders.shape, nu)])
+    lv = _log_iv(nus, x)
+    tau = jnp.maximum(-nu * jnp.log(two_am1) + lv[2:] - lv[0], 0.0) / (orders - 1.0)
+    kl = 2.0 * kappa * jnp.exp(lv[1] - lv[0])  # 2 kappa I_{nu+1}(kappa) / I_nu(kappa)
+    n1 = _AP1_ORDERS.size
+    return tau[:n1], tau[n1:], kl
+
+
+def rdp_vmf(kappa, dim, orders) -> jax.Array:
+    """RDP of the VMF mechanism on S^{dim-1} (Biswas et al. Prop. 1; antipodal centres, the worst case).
+
+    ``tau_alpha = [nu log(1/(2 alpha - 1)) + log(I_nu((2 alpha - 1) kappa) / I_nu(kappa))] / (alpha - 1)``,
+    ``nu = dim/2 - 1``, evaluated in log space with :func:`recon_jax.special.log_iv`.
+
+    Args:
+      kappa: concentration(s) > 0; dim: dimension(s) >= 2 (broadcast together).
+      orders: Renyi orders > 1 (scalar or 1-D; may be traced).
+
+    Returns:
+      Array ``broadcast(kappa, dim).shape + orders.shape``. At large ``dim`` the result is a small difference
+      of log-Bessel values of order ``dim``: use float64 (``jax_enable_x64``); float32 loses ~1e-3 absolute,
+      divided by ``alpha - 1``.
+
+    Raises:
+      ValueError: for kappa <= 0, dim < 2 or an order <= 1.
+
+    >>> import numpy as np
+    >>> r = rdp_vmf(1.0, 3, [2.0])  # p = 3: I_{1/2}(x) ∝ sinh(x)/sqrt(x), so tau_2 = log(sinh(3)/(3 sinh(1)))
+    >>> bool(abs(float(r[0]) - np.log(np.sinh(3.0) / (3 * np.sinh(1.0)))) < 1e-5)
+    True
+    """
+    _check_vmf(kappa, dim)
+    check_range("orders", orders, lambda a: a > 1, "> 1")
+    orders_arr = jnp.asarray(orders, jnp.result_type(float))
+    out = _rdp_vmf_jit(kappa, dim, jnp.atleast_1d(orders_arr))
+    return out.reshape(out.shape[:-1] + orders_arr.shape)
+
+
+def rdp_vmf_multi(kappas, dims, orders) -> jax.Array:
+    """RDP of independent VMF mechanisms on R blocks (Biswas et al. Prop. 2): the sum of the blocks' RDP.
+
+    Args:
+      kappas: concentrations, shape [..., R]; dims: block dimensions, shape [..., R] (broadcast).
+      orders: Renyi orders > 1 (scalar or 1-D).
+
+    Returns:
+      Array ``[..., len(orders)]`` (``[...]`` for a scalar order).
+
+    Raises:
+      ValueError: for kappa <= 0, dim < 2 or an order <= 1.
+
+    >>> import numpy as np
+    >>> one = rdp_vmf(5.0, 100, [2.0])
+    >>> two = rdp_vmf_multi([5.0, 5.0], [50, 50], [2.0])  # Prop. 3: splitting never helps
+    >>> bool(two[0] >= one[0])
+    True
+    """
+    _check_vmf(kappas, dims)
+    check_range("orders", orders, lambda a: a > 1, "> 1")
+    orders_arr = jnp.asarray(orders, jnp.result_type(float))
+    per_block = _rdp_vmf_jit(kappas, dims, jnp.atleast_1d(orders_arr))  # [..., R, n]
+    out = jnp.sum(per_block, axis=-2)
+    return out.reshape(out.shape[:-1] + orders_arr.shape)
+
+
+def _approach2(tau_int, kl, q, n, delta, interpolation="cumulant"):
+    """Biswas Sec. III-A2 from the VMF RDP at orders 2..L (``tau_int``) and its KL divergence ``kl``."""
+    if interpolation == "cumulant":
+        sub = rdp_poisson_subsampled(tau_int, q, _AP2_ORDERS)
+        return eps_from_rdp(_AP2_ORDERS, n * sub, delta)
+    # "paper": Biswas et al.'s linear interpolation of tau itself between integer orders, with
+    # tau^s_1 = q * KL and KL = 2 kappa I_{nu+1}(kappa) / I_nu(kappa) (their Sec. III-A2).
+    int_orders = np.arange(2, _AP2_MAX_ORDER + 1, dtype=np.float64)
+    sub_int = rdp_poisson_subsampled(tau_int, q, int_orders)
+    curve = jnp.concatenate([(q * kl)[None], sub_int])  # orders 1, 2, ..., L
+    fl = np.floor(_AP2_ORDERS).astype(int)
+    v = _AP2_ORDERS - fl
+    ce = np.minimum(fl + 1, _AP2_MAX_ORDER)
+    sub = (1.0 - v) * curve[fl - 1] + v * curve[ce - 1]
+    return eps_from_rdp(_AP2_ORDERS, n * sub, delta)
+
+
+def _approach1(tau, q, n, delta):
+    """Biswas Sec. III-A1 from the VMF RDP ``tau`` on the dense grid _AP1_ORDERS."""
+    dt = jnp.result_type(float)
+    # Per-release delta_s such that 1 - (1 - delta_s)^N = delta (no slack left for KOV).
+    delta_s_max = -jnp.expm1(jnp.log1p(-delta) / n)
+    target = delta_s_max / q  # largest admissible base delta
+
+    def base_delta(eps):
+        return delta_from_rdp(_AP1_ORDERS, tau, eps)
+
+    # Root of base_delta(eps) = target by bisection on log(eps) (base_delta is non-increasing in eps).
+    def body(_, c):
+        lo, hi = c
+        mid = 0.5 * (lo + hi)
+        ok = base_delta(jnp.exp(mid)) <= target
+        return jnp.where(ok, lo, mid), jnp.where(ok, mid, hi)
+
+    lo, hi = jax.lax.fori_loop(0, 90, body, (jnp.asarray(np.log(1e-12), dt), jnp.asarray(np.log(1e4), dt)))
+    eps_star = jnp.where(base_delta(0.0) <= target, 0.0, jnp.exp(hi))
+    eps_s = jnp.log1p(q * jnp.expm1(eps_star))
+    best = n * eps_s  # KOV branch 1 with delta_tilde = 0
+    # Branches 2 and 3: spend part of the delta budget as KOV slack.
+    eps_grid = eps_star * (1.0 + _AP1_EPS_OFFSETS) + 1e-12
+    d_base = jax.vmap(base_delta)(eps_grid)
+    d_s = q * d_base
+    slack = -jnp.expm1(jnp.log1p(-delta) - n * jnp.log1p(-d_s))  # 1 - (1 - delta)/(1 - d_s)^N
+    ok = slack > 0
+    eps_sg = jnp.log1p(q * jnp.expm1(eps_grid))
+    e_tot, _ = kov_composition(eps_sg, jnp.minimum(d_s, 0.5), n, jnp.where(ok, slack, 0.5))
+    e_tot = jnp.where(ok, e_tot, jnp.inf)
+    return jnp.minimum(best, jnp.min(e_tot))
+
+
+def _eps_one(kappa, dim, q, n, delta, approach, interpolation):
+    tau1, tau_int, kl = _vmf_curves(kappa, dim)
+    if approach == 1:
+        return _approach1(tau1, q, n, delta)
+    if approach == 2:
+        return _approach2(tau_int, kl, q, n, delta, interpolation)
+    return jnp.minimum(_approach1(tau1, q, n, delta), _approach2(tau_int, kl, q, n, delta, interpolation))
+
+
+@functools.partial(jax.jit, static_argnames=("approach", "interpolation"))
+def _vmf_epsilon_flat(kappa, dim, q, n, delta, approach, interpolation="cumulant"):
+    def one(k, p, qq, nn, d):
+        return _eps_one(k, p, qq, nn, d, approach, interpolation)
+
+    return jax.vmap(one)(kappa, dim, q, n, delta)
+
+
+def _normalise_approach(approach):
+    if approach in ("best", 1, 2):
+        return approach
+    if approach in ("1", "2"):
+        return int(approach)
+    raise ValueError(f"approach must be 'best', 1 or 2; got {approach!r}")
+
+
+def vmf_epsilon(kappa, dim, q, compositions, delta, approach="best", *, interpolation: str = "cumulant") -> jax.Array:
+    """Epsilon of DP-SGD with VMF noise by Biswas et al.'s approach 1, approach 2, or the better of both.
+
+    See the module docstring for the two approaches and for what ``compositions`` counts (the paper's
+    tables use the number of *epochs*, 3; a DP-SGD guarantee needs the number of *steps*).
+
+    Args:
+      kappa: concentration(s) > 0.
+      dim: dimension(s) p >= 2.
+      q: sampling probability in (0, 1].
+      compositions: number of composed subsampled releases N >= 1.
+      delta: target delta in (0, 1). All five broadcast.
+      approach: ``"best"`` (min of both), ``1`` or ``2``.
+      interpolation: how approach 2 fills in fractional orders. ``"cumulant"`` (default, sound): the chord of
+        the convex cumulant K(alpha) = (alpha - 1) tau_alpha (Wang et al. 2019, Cor. 10). ``"paper"``: Biswas
+        et al.'s linear interpolation of tau itself (with tau^s_1 = q KL), which Cor. 10 does not justify; it
+        reproduces their Table IV cells at kappa = 150 and 300 and is offered only for that purpose.
+
+    Returns:
+      epsilon, shape ``broadcast(kappa, dim, q, compositions, delta)``, always computed and returned in float64
+      (the VMF RDP is a small difference of log-Bessel values of order 1e4 at p ~ 1e4; float32 cannot resolve it).
+      Host-level function; the jittable building blocks are :func:`rdp_vmf` and the functions it composes.
+
+    Raises:
+      ValueError: for out-of-range inputs or an unknown approach.
+
+    >>> import numpy as np
+    >>> e = vmf_epsilon([100.0, 200.0], 13700, 128 / 60000, 3, 1 / 60000)  # Biswas et al. Table I
+    >>> bool(e[0] < e[1])
+    True
+    """
+    _check_vmf(kappa, dim)
+    check_range("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
+    check_range("compositions", compositions, lambda c: c >= 1, ">= 1")
+    check_range("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")
+    approach = _normalise_approach(approach)
+    if interpolation not in ("cumulant", "paper"):
+        raise ValueError(f"interpolation must be 'cumulant' or 'paper'; got {interpolation!r}")
+    with jax.enable_x64(True):  # tau is a small difference of log-Bessel values ~1e4: float32 is not enough
+        args = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.float64) for v in (kappa, dim, q, compositions, delta)))
+        shape = args[0].shape
+        flat, n = pad_batch(*args)
+        out = _vmf_epsilon_flat(*flat, approach, interpolation)
+        return out[:n].reshape(shape)
+
+
+@functools.partial(jax.jit, static_argnames=("approach", "iters"))
+def _calibrate_kappa_flat(eps, dim, q, n, delta, approach, iters):
+    def one(e, p, qq, nn, d):
+        def eps_at(log_k):
+            return _eps_one(jnp.exp(log_k), p, qq, nn, d, approach, "cumulant")
+
+        def body(_, c):
+            lo, hi = c
+            mid = 0.5 * (lo + hi)
+            ok = eps_at(mid) <= e
+            return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
+
+        lo0 = jnp.log(jnp.asarray(1e-3, e.dtype))
+        hi0 = jnp.log(jnp.asarray(1e7, e.dtype))
+        lo, hi = jax.lax.fori_loop(0, iters, body, (lo0, hi0))
+        lo = lo - 1e-9  # 1e-9 relative margin in kappa against re-evaluation rounding
+        return jnp.where(eps_at(lo) <= e, jnp.exp(lo), jnp.nan)
+
+    return jax.vmap(one)(eps, dim, q, n, delta)
+
+
+def calibrate_vmf_kappa(eps, dim, q, compositions, delta, approach="best", *, iters: int = 60) -> jax.Array:
+    """Largest kappa whose VMF epsilon (:func:`vmf_epsilon`) is at most ``eps``, by bisection on log(kappa).
+
+    Epsilon increases with kappa (Biswas et al. Thm 1 (i)); the search brackets kappa in [1e-3, 1e7] and the
+    returned kappa is the lower end of the final bracket, so its epsilon is <= the target.
+
+    Args:
+      eps: target epsilon(s) > 0.
+      dim, q, compositions, delta, approach: as in :func:`vmf_epsilon` (all broadcast).
+      iters: bisection iterations.
+
+    Returns:
+      kappa (float64), shape ``broadcast(eps, dim, q, compositions, delta)`` (NaN if even kappa = 1e-3
+      exceeds eps).
+
+    Raises:
+      ValueError: for out-of-range inputs.
+
+    >>> import numpy as np
+    >>> k = calibrate_vmf_kappa(2.5, 13700, 128 / 60000, 3, 1 / 60000, approach=2)
+    >>> bool(float(vmf_epsilon(k, 13700, 128 / 60000, 3, 1 / 60000, approach=2)) <= 2.5)
+    True
+    """
+    check_range("eps", eps, lambda e: e > 0, "> 0")
+    check_range("dim", dim, lambda p: p >= 2, ">= 2")
+    check_range("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
+    check_range("compositions", compositions, lambda c: c >= 1, ">= 1")
+    check_range("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")
+    approach = _normalise_approach(approach)
+    with jax.enable_x64(True):  # see vmf_epsilon
+        args = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.float64) for v in (eps, dim, q, compositions, delta)))
+        shape = args[0].shape
+        flat, n = pad_batch(*args)
+        out = _calibrate_kappa_flat(*flat, approach, iters)
+        return out[:n].reshape(shape)

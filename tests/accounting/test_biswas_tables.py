@@ -1,0 +1,29 @@
+"""Runs experiments.biswas_tables in-process with the smoke config and checks the reproduced cells."""
+
+import json
+import os
+
+import numpy as np
+
+from experiments import biswas_tables
+from experiments.configs import biswas_tables as cfg
+
+
+def test_smoke_run_reproduces_tables(tmp_path):
+    config = cfg.get_config("smoke")
+    out = biswas_tables.run(config, str(tmp_path))
+    for name in ("report.md", "metrics.json", "config.json", "eps_vs_kappa.png"):
+        assert os.path.exists(tmp_path / name), name
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["table_i_approach2_max_abs_diff_pct"] <= 2.0  # Table I, kappa in {100, 125, 200}
+    assert all(-3.5 <= d <= 0.0 for d in metrics["table_i_approach1_diff_pct"])  # exact optimiser: up to ~3% below
+    assert metrics["gaussian_max_abs_diff_pct"] <= 2.0  # Table IV sigma -> eps row
+    rows = {r["kappa"]: r for r in out["table_iv"]}
+    # Every Table IV kappa cell except 150 and 300 is within 2% with the sound bound; those two match the paper
+    # only with its interpolation of tau itself (see experiments/biswas_tables.md).
+    for k, r in rows.items():
+        if k in (150, 300):
+            assert abs(r["paper interp."] / r["paper eps"] - 1) < 0.005 and r["diff %"] > 2.0
+        else:
+            assert abs(r["diff %"]) <= 2.0, (k, r)
+    assert np.isfinite(metrics["runtime_seconds"])

@@ -1,0 +1,209 @@
+"""RDP curves (recon_jax.accounting.rdp) against dp_accounting, mpmath and independent naive formulas."""
+
+import jax
+import jax.numpy as jnp
+import mpmath as mp
+import numpy as np
+import pytest
+from dp_accounting.rdp import rdp_privacy_accountant as rpa
+
+from recon_jax.accounting import (
+    compose_rdp,
+    interpolate_rdp,
+    rdp_gaussian,
+    rdp_poisson_subsampled,
+    rdp_subsampled_gaussian,
+)
+
+INT_ORDERS = np.array([2, 3, 4, 7, 16, 32, 63, 128, 256, 512], np.float64)
+
+
+def _mp_log_a_int(q, sigma, alpha):
+    """log A_alpha at an integer order by the binomial sum in 60-digit arithmetic (independent reference)."""
+    with mp.workdps(60):
+        q, s = mp.mpf(q), mp.mpf(sigma)
+        a = int(alpha)
+        tot = mp.fsum(mp.binomial(a, i) * q**i * (1 - q) ** (a - i) * mp.exp((i * i - i) / (2 * s * s))
+                      for i in range(a + 1))
+        return mp.log(tot)
+
+
+def _mp_log_a_quad(q, sigma, alpha):
+    """log A_alpha = log E_{z~N(0,sigma^2)}[((1-q) + q e^{(2z-1)/(2 sigma^2)})^alpha] by numerical integration."""
+    with mp.workdps(25):
+        q, s, a = mp.mpf(q), mp.mpf(sigma), mp.mpf(alpha)
+        def f(z):
+            return mp.npdf(z, 0, s) * ((1 - q) + q * mp.exp((2 * z - 1) / (2 * s * s))) ** a
+        z0 = s * s * mp.log((1 - q) / q) + mp.mpf(1) / 2
+        pts = sorted({-mp.inf, -10 * s, mp.mpf(0), z0, a, a + 10 * s, mp.inf})
+        return mp.log(mp.quad(f, pts))
+
+
+def test_rdp_gaussian_formula(x64):
+    sig = np.array([0.5, 1.0, 3.0])
+    orders = np.array([1.5, 2.0, 10.0])
+    np.testing.assert_allclose(rdp_gaussian(sig, orders), orders[None, :] / (2 * sig[:, None] ** 2), rtol=1e-14)
+    with pytest.raises(ValueError, match="sigma"):
+        rdp_gaussian(0.0, 2.0)
+    with pytest.raises(ValueError, match="orders"):
+        rdp_gaussian(1.0, [1.0, 2.0])
+
+
+def test_integer_orders_match_dp_accounting(x64):
+    """1e-6 relative over q in [1e-5, 1], sigma in [0.3, 100], orders up to 512.
+
+    An absolute floor of 1e-15 covers values ~1e-12 where dp_accounting's own log-space sum is only accurate to
+    rounding (|log A| ~ 1e-12 with absolute error ~1e-17 per added term; see the mpmath test below for ours).
+    """
+    qs = np.array([1e-5, 1e-3, 0.05, 0.3, 0.9, 1.0])
+    sigmas = np.array([0.3, 0.7, 2.0, 10.0, 100.0])
+    qq, ss = np.meshgrid(qs, sigmas, indexing="ij")
+    ours = np.asarray(rdp_subsampled_gaussian(qq, ss, INT_ORDERS))  # [6, 5, n]
+    assert ours.shape == (6, 5, INT_ORDERS.size)
+    for i, q in enumerate(qs):
+        for j, s in enumerate(sigmas):
+            ref = rpa._compute_rdp_poisson_subsampled_gaussian(q, s, INT_ORDERS)  # noqa: SLF001
+            np.testing.assert_allclose(ours[i, j], ref, rtol=1e-6, atol=1e-15, err_msg=f"q={q}, sigma={s}")
+
+
+@pytest.mark.parametrize("q,sigma,alpha", [(1e-5, 100.0, 256), (1e-3, 100.0, 256), (1e-5, 100.0, 2),
+                                            (0.3, 0.3, 512), (0.05, 2.0, 63)])
+def test_integer_orders_exact_mpmath(x64, q, sigma, alpha):
+    # rtol 1e-10: float64 log-space sum of <= 513 positive terms, including values ~1e-12 (A - 1 summed directly).
+    ref = float(_mp_log_a_int(q, sigma, alpha)) / (alpha - 1)
+    ours = float(rdp_subsampled_gaussian(q, sigma, float(alpha)))
+    assert ours == pytest.approx(ref, rel=1e-10)
+
+
+# (q, sigma): includes q=0.3, sigma=0.6 where dp_accounting's fractional series does not converge.
+FRAC_CASES = [(0.3, 0.6), (0.01, 0.6), (1e-3, 2.0), (0.9, 0.3)]
+FRAC_ORDERS = np.array([1.01, 1.5, 2.5, 7.7])
+
+
+@pytest.mark.parametrize("q,sigma", FRAC_CASES)
+def test_fractional_orders_sound_and_tighter_than_dp_accounting(x64, q, sigma):
+    ours = np.asarray(rdp_subsampled_gaussian(q, sigma, FRAC_ORDERS))
+    assert np.all(np.isfinite(ours))
+    theirs = rpa._compute_rdp_poisson_subsampled_gaussian(q, sigma, FRAC_ORDERS)  # noqa: SLF001
+    for a, o, t in zip(FRAC_ORDERS, ours, theirs):
+        exact = float(_mp_log_a_quad(q, sigma, a))  # K(alpha) = (alpha - 1) * eps(alpha)
+        k_ours = o * (a - 1)
+        # Sound: never below the exact value (tolerance: float64 rounding of a log-sum near 1, ~1e-15 on K,
+        # and the quadrature's own relative accuracy, ~1e-12).
+        assert k_ours >= exact * (1 - 1e-12) - 1e-15, (a, k_ours, exact)
+        # Tight: within 1e-3 relative of exact (the truncated alternating tail; measured <= 2e-4).
+        assert k_ours <= exact * (1 + 1e-3) + 1e-15, (a, k_ours, exact)
+        # Never above dp_accounting (whose series sums absolute values; inf when it fails to converge).
+        assert o * (a - 1) <= t * (a - 1) * (1 + 1e-12) + 2e-15, (a, o, t)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("q", [1e-5, 1e-3, 0.05, 0.3, 0.6, 0.99])
+@pytest.mark.parametrize("sigma", [0.3, 1.0, 5.0, 100.0])
+def test_fractional_orders_sound_grid(x64, q, sigma):
+    orders = np.array([1.1, 3.3, 10.9, 20.5])
+    ours = np.asarray(rdp_subsampled_gaussian(q, sigma, orders))
+    theirs = rpa._compute_rdp_poisson_subsampled_gaussian(q, sigma, orders)  # noqa: SLF001
+    for a, o, t in zip(orders, ours, theirs):
+        exact = float(_mp_log_a_quad(q, sigma, a))
+        # Tolerances on K = (alpha - 1) eps: log A near 1 is resolved to ~1e-16 absolute per summed term.
+        assert o * (a - 1) >= exact * (1 - 1e-10) - 2e-15
+        assert o * (a - 1) <= t * (a - 1) * (1 + 1e-10) + 2e-15
+
+
+EXTREME_ORDERS = np.array([1.01, 1.5, 2.0, 10.9, 63.0, 1024.0])
+
+
+def test_extreme_inputs_are_finite(x64):
+    orders = EXTREME_ORDERS
+    qs = np.array([1e-12, 1e-5, 0.5, 1 - 1e-12, 1.0])
+    sig = np.array([0.05, 0.3, 100.0, 1e4])
+    qq, ss = np.meshgrid(qs, sig, indexing="ij")
+    r = np.asarray(rdp_subsampled_gaussian(qq, ss, orders))
+    assert np.all(np.isfinite(r)) and np.all(r >= 0)
+    # Monotone in the order (RDP is non-decreasing in alpha) wherever values are above rounding level (below
+    # ~1e-13 the fractional orders fall back to the sound but looser chord of the integer orders).
+    big = r[..., 1:] > 1e-10
+    assert np.all((np.diff(r, axis=-1) >= -1e-9 * r[..., 1:]) | ~big)
+
+
+def test_float32_finite():
+    r = np.asarray(rdp_subsampled_gaussian(np.float32(0.01), np.float32(0.8), EXTREME_ORDERS))
+    assert r.dtype == np.float32 and np.all(np.isfinite(r))
+
+
+def test_jit_and_vmap_match_eager(x64):
+    orders = np.array([1.5, 2.0, 7.0])
+    qs = jnp.array([1e-3, 0.7])
+    sg = jnp.array([0.8, 4.0])
+    eager = rdp_subsampled_gaussian(qs, sg, orders)
+    jitted = jax.jit(lambda a, b: rdp_subsampled_gaussian(a, b, orders))(qs, sg)
+    vmapped = jax.vmap(lambda a, b: rdp_subsampled_gaussian(a, b, orders))(qs, sg)
+    loop = np.stack([np.asarray(rdp_subsampled_gaussian(a, b, orders)) for a, b in zip(qs, sg)])
+    np.testing.assert_allclose(jitted, eager, rtol=1e-12)
+    np.testing.assert_allclose(vmapped, eager, rtol=1e-12)
+    np.testing.assert_allclose(loop, eager, rtol=1e-12)
+    g = jax.grad(lambda s: rdp_subsampled_gaussian(0.01, s, orders).sum())(1.0)
+    assert np.isfinite(g) and g < 0  # more noise, less privacy loss
+
+
+def test_validation():
+    with pytest.raises(ValueError, match="q"):
+        rdp_subsampled_gaussian(0.0, 1.0, 2.0)
+    with pytest.raises(ValueError, match="q"):
+        rdp_subsampled_gaussian(1.5, 1.0, 2.0)
+    with pytest.raises(ValueError, match="sigma"):
+        rdp_subsampled_gaussian(0.1, -1.0, 2.0)
+    with pytest.raises(ValueError, match="orders"):
+        rdp_subsampled_gaussian(0.1, 1.0, [0.5, 2.0])
+    with pytest.raises(ValueError, match="concrete"):
+        jax.jit(lambda o: rdp_subsampled_gaussian(0.1, 1.0, o))(jnp.array([2.0]))
+
+
+def _naive_zhu_wang(tau, q, alpha):
+    """Zhu-Wang Thm 5 with prefactor 1/(alpha-1), summed in mpmath from its statement (tau[l] = RDP at order l)."""
+    with mp.workdps(40):
+        q = mp.mpf(q)
+        s = (1 - q) ** (alpha - 1) * (alpha * q - q + 1)
+        s += mp.binomial(alpha, 2) * q**2 * (1 - q) ** (alpha - 2) * mp.e ** tau[2]
+        s += 3 * mp.fsum(mp.binomial(alpha, l) * (1 - q) ** (alpha - l) * q**l * mp.e ** ((l - 1) * tau[l])
+                         for l in range(3, alpha + 1))
+        return float(mp.log(s) / (alpha - 1))
+
+
+def test_zhu_wang_matches_statement_and_bounds_exact_gaussian(x64):
+    sigma, q, big_l = 1.5, 0.02, 40
+    ints = np.arange(2, big_l + 1, dtype=np.float64)
+    tau = np.asarray(rdp_gaussian(sigma, ints))
+    zw = np.asarray(rdp_poisson_subsampled(tau, q, ints))
+    tau_map = {int(a): float(t) for a, t in zip(ints, tau)}
+    for a in (2, 3, 10, 40):
+        ref = min(_naive_zhu_wang(tau_map, q, a), tau_map[a])
+        assert zw[a - 2] == pytest.approx(ref, rel=1e-10)
+    exact = np.asarray(rdp_subsampled_gaussian(q, sigma, ints))
+    assert np.all(zw >= exact * (1 - 1e-12))  # Thm 5 is an upper bound of the exact subsampled Gaussian RDP
+    np.testing.assert_allclose(zw[0], exact[0], rtol=1e-10)  # and tight at alpha = 2
+    np.testing.assert_allclose(rdp_poisson_subsampled(tau, 1.0, ints), tau, rtol=1e-12)  # q = 1: unchanged
+
+
+def test_interpolation_is_the_cumulant_chord(x64):
+    ints = np.arange(2, 6, dtype=np.float64)
+    tau = np.array([0.3, 0.5, 0.8, 1.0])
+    got = np.asarray(interpolate_rdp(ints, tau, [1.5, 2.25, 4.0, 4.5]))
+    k = lambda a: (a - 1) * tau[int(a) - 2]  # noqa: E731
+    want = [0.5 * k(2) / 0.5, (0.75 * k(2) + 0.25 * k(3)) / 1.25, tau[2], (0.5 * k(4) + 0.5 * k(5)) / 3.5]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    # Sound for the exact subsampled Gaussian (convex cumulant): chord >= exact value at fractional orders.
+    ex_int = np.asarray(rdp_subsampled_gaussian(0.05, 1.0, np.arange(2, 12, dtype=np.float64)))
+    fr = np.array([1.3, 2.5, 6.7])
+    chord = np.asarray(interpolate_rdp(np.arange(2, 12), ex_int, fr))
+    for a, c in zip(fr, chord):
+        assert c * (a - 1) >= float(_mp_log_a_quad(0.05, 1.0, a)) * (1 - 1e-10)
+    with pytest.raises(ValueError, match="orders"):
+        interpolate_rdp(ints, tau, [6.0])
+
+
+def test_compose():
+    np.testing.assert_allclose(compose_rdp(np.array([[0.1, 0.2]]), np.array([3.0])), [[0.3, 0.6]], rtol=1e-6)
+    with pytest.raises(ValueError, match="count"):
+        compose_rdp([0.1], -1)
