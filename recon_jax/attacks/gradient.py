@@ -1,3 +1,574 @@
-"""recon_jax.attacks.gradient (filled by its issue)."""
+"""Gradient-based reconstruction attacks on (DP-)SGD updates.
 
-__all__: list[str] = []
+- **Linear-layer attack** (Ziller et al., "Bounding Reconstruction Attack Success of Adversaries Without Data
+  Priors", Sec. 2.1): the adversary replaces the model by ``L(W, X) = W^T X``; the gradient with respect to ``W``
+  *is* the input, so the observed (clipped, noised) gradient is the reconstruction
+  ``X_hat = X / max(1, ||X||/C) + xi`` (their eq. 3). Averaging ``T`` observed steps divides the noise variance by
+  ``T`` (Prop. 4). A batch of ``B`` samples uses per-sample parameter blocks (one ``N``-vector of ``W`` per sample),
+  so each block carries one sample, clipped on its own.
+  :func:`linear_layer_observations` runs the DP-SGD step on that model with any mechanism;
+  :func:`linear_layer_attack` turns observed gradients into reconstructions.
+- **Inverting Gradients** (Geiping et al. 2020, "Inverting Gradients - How easy is it to break privacy in
+  federated learning?"): minimise ``1 - cos(grad(x), g_obs)`` over all layers plus total variation, with Adam on the
+  *signed* gradient, a box constraint to the data range and step learning-rate decay (x0.1 at 3/8, 5/8, 7/8 of the
+  iterations); several restarts run in parallel with ``vmap``, the best kept by loss. Unknown labels are inferred
+  with iDLG (Zhao et al. 2020): for softmax cross-entropy and non-negative last-layer inputs, the true class is the
+  column of the last weight gradient with negative sum. See :func:`inverting_gradients`.
+- **DLG** (Zhu et al. 2019, "Deep Leakage from Gradients"): minimise ``||grad(x, y) - g_obs||^2`` jointly over
+  dummy inputs and (optionally) soft dummy labels. Zhu et al. use L-BFGS; here Adam (same objective), vmapped
+  restarts. See :func:`dlg`.
+
+Assumptions (all attacks): the adversary knows the architecture, the parameters at the attacked step, the loss
+and the batch size; the observed gradient is the *released* update of one step (e.g. the noisy mean of
+:meth:`recon_jax.mechanisms.Mechanism.privatize`), given as a flat vector in ``ravel_pytree(params)`` order or as a
+pytree like ``params``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.flatten_util import ravel_pytree
+
+__all__ = [
+    "linear_layer_observations",
+    "linear_layer_attack",
+    "total_variation",
+    "softmax_cross_entropy",
+    "infer_labels_idlg",
+    "model_gradient",
+    "GradientAttackResult",
+    "inverting_gradients",
+    "dlg",
+]
+
+ApplyFn = Callable[[Any, jax.Array], jax.Array]
+LossFn = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Ziller et al.: the linear-layer attack.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def linear_layer_observations(
+    key: jax.Array, inputs: jax.Array, mechanism, clip_norm: float, steps: int = 1
+) -> jax.Array:
+    """Released gradients of ``steps`` DP-SGD steps on the adversary's linear model ``L(W, X) = W^T X``.
+
+    ``W`` has one block of ``N = prod(inputs.shape[1:])`` parameters per sample (``B * N`` in all; sample ``b``'s
+    loss is ``W_b^T X_b`` so its gradient is ``X_b`` in block ``b`` and zero elsewhere). Each step computes the
+    per-example gradients with ``jax.grad``, clips each to ``clip_norm``, sums them and releases
+    ``mechanism.privatize(fold_in(key, t), clipped_sum, clip_norm, B)`` (Ziller et al. Sec. 2.1, eq. 3). The
+    batch is the same at every step (Prop. 4: the adversary matches ``T`` queries of the same data).
+
+    Args:
+      key: typed PRNG key; step ``t`` uses ``fold_in(key, t)``.
+      inputs: the private batch, shape ``[B, ...]``.
+      mechanism: any :class:`recon_jax.mechanisms.Mechanism` (Gaussian, VMF, NoNoise).
+      clip_norm: per-example clipping norm C > 0.
+      steps: number of observed steps T >= 1.
+
+    Returns:
+      The released (noisy mean) gradients, shape ``[T, B * N]``.
+
+    Raises:
+      ValueError: if ``inputs`` has no batch axis, ``clip_norm <= 0`` or ``steps < 1``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from recon_jax.mechanisms import NoNoise
+    >>> obs = linear_layer_observations(jax.random.key(0), jnp.ones((2, 3)), NoNoise(), clip_norm=10.0)
+    >>> obs.shape, [round(float(v), 3) for v in obs[0]]
+    ((1, 6), [0.5, 0.5, 0.5, 0.5, 0.5, 0.5])
+    """
+    inputs = jnp.asarray(inputs)
+    if inputs.ndim < 2:
+        raise ValueError(f"inputs must have shape [B, ...] with a batch axis, got {inputs.shape}")
+    if not isinstance(clip_norm, jax.core.Tracer) and not (np.isfinite(clip_norm) and clip_norm > 0):
+        raise ValueError(f"clip_norm must be finite and > 0, got {clip_norm}")
+    if not (isinstance(steps, (int, np.integer)) and steps >= 1):
+        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    batch = inputs.shape[0]
+    x = inputs.reshape(batch, -1).astype(jnp.result_type(inputs.dtype, jnp.float32))
+    w = jnp.zeros_like(x)  # [B, N]: the adversary's weights (any value: the loss is linear in W)
+
+    def example_loss(w, xb, b):
+        return jnp.vdot(w[b], xb)  # L(W, X_b) = W_b^T X_b
+
+    per_example = jax.vmap(jax.grad(example_loss), in_axes=(None, 0, 0))(w, x, jnp.arange(batch))  # [B, B, N]
+    norms = jnp.sqrt(jnp.sum(per_example**2, axis=(1, 2)))
+    factors = 1.0 / jnp.maximum(1.0, norms / clip_norm)  # beta_b of Ziller et al.
+    clipped_sum = jnp.einsum("b,bkn->kn", factors, per_example).reshape(-1)
+
+    def release(t):
+        return mechanism.privatize(jax.random.fold_in(key, t), clipped_sum, clip_norm, batch)
+
+    return jax.lax.map(release, jnp.arange(steps))
+
+
+def linear_layer_attack(observed: jax.Array, batch_size: int, input_shape: tuple[int, ...]) -> jax.Array:
+    """Ziller et al.'s reconstruction: the observed gradient itself, averaged over the ``T`` observed steps.
+
+    The released update is the *mean* over the batch, so block ``b`` holds ``(beta_b X_b + xi) / B``; multiplying by
+    ``B`` gives ``X_hat_b = beta_b X_b + xi`` with ``xi ~ N(0, C^2 sigma^2 / T)`` under the Gaussian mechanism
+    (eq. 3 and Prop. 4). No rescaling or prior is used (the adversary has no data prior).
+
+    Args:
+      observed: released gradients, shape ``[T, B * N]`` or ``[B * N]``.
+      batch_size: B >= 1.
+      input_shape: shape of one sample (prod = N).
+
+    Returns:
+      Reconstructions of shape ``[B, *input_shape]``.
+
+    Raises:
+      ValueError: if the sizes do not match.
+
+    >>> import jax.numpy as jnp
+    >>> linear_layer_attack(jnp.array([[0.5, 1.0], [1.5, 1.0]]), batch_size=1, input_shape=(2,))
+    Array([[1., 1.]], dtype=float32)
+    """
+    observed = jnp.asarray(observed)
+    if observed.ndim == 1:
+        observed = observed[None]
+    n = int(math.prod(input_shape))
+    if not (isinstance(batch_size, (int, np.integer)) and batch_size >= 1):
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if observed.ndim != 2 or observed.shape[1] != batch_size * n:
+        raise ValueError(
+            f"observed must have shape [T, batch_size * prod(input_shape)] = [T, {batch_size * n}], got {observed.shape}"
+        )
+    return (batch_size * jnp.mean(observed, axis=0)).reshape((batch_size,) + tuple(input_shape))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Gradient matching: Inverting Gradients and DLG.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def total_variation(x: jax.Array) -> jax.Array:
+    """Anisotropic total variation ``mean|dx| + mean|dy|`` of images ``[B, H, W]`` or ``[B, H, W, C]`` (Geiping et al.).
+
+    >>> import jax.numpy as jnp
+    >>> float(total_variation(jnp.array([[[0.0, 1.0], [0.0, 1.0]]])))
+    1.0
+    """
+    x = jnp.asarray(x)
+    if x.ndim == 3:
+        x = x[..., None]
+    if x.ndim != 4:
+        raise ValueError(f"x must have shape [B, H, W] or [B, H, W, C], got {x.shape}")
+    dx = jnp.mean(jnp.abs(x[:, :, 1:, :] - x[:, :, :-1, :]))
+    dy = jnp.mean(jnp.abs(x[:, 1:, :, :] - x[:, :-1, :, :]))
+    return dx + dy
+
+
+def softmax_cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """Per-example softmax cross-entropy with (soft or one-hot) targets ``[B, K]``; returns ``[B]``.
+
+    >>> import jax.numpy as jnp
+    >>> round(float(softmax_cross_entropy(jnp.zeros((1, 4)), jnp.eye(4)[:1])[0]), 4)  # log 4
+    1.3863
+    """
+    return optax.softmax_cross_entropy(logits, targets)
+
+
+def _flat(tree_or_array, params) -> jax.Array:
+    flat_params, _ = ravel_pytree(params)
+    if isinstance(tree_or_array, (jax.Array, np.ndarray)) and jnp.ndim(tree_or_array) == 1:
+        flat = jnp.asarray(tree_or_array)
+    else:
+        flat, _ = ravel_pytree(tree_or_array)
+    if flat.shape != flat_params.shape:
+        raise ValueError(
+            f"observed_grad must match params: {flat_params.shape[0]} entries in ravel_pytree order, got {flat.shape}"
+        )
+    return flat
+
+
+def model_gradient(
+    apply_fn: ApplyFn, params, inputs: jax.Array, targets: jax.Array, loss: LossFn = softmax_cross_entropy,
+    clip_norm: float | None = None,
+) -> jax.Array:
+    """The flat gradient the attacked step would release without noise: mean over the batch of the loss gradients.
+
+    With ``clip_norm`` set, each per-example gradient is clipped to that norm first (the DP-SGD step, Biswas et al.
+    Alg. 1 lines 6-9); the adversary knows the algorithm, so simulating it is within the threat model.
+
+    Args:
+      apply_fn: ``apply_fn(params, inputs) -> logits [B, K]``.
+      params: model parameters (pytree).
+      inputs: ``[B, ...]``.
+      targets: ``[B, K]`` one-hot or soft labels.
+      loss: ``loss(logits, targets) -> [B]`` per-example losses.
+      clip_norm: optional per-example clip norm C > 0.
+
+    Returns:
+      The flat gradient in ``ravel_pytree(params)`` order.
+
+    >>> import jax.numpy as jnp
+    >>> apply = lambda p, x: x.reshape(x.shape[0], -1) @ p["w"]
+    >>> g = model_gradient(apply, {"w": jnp.zeros((2, 2))}, jnp.ones((1, 2)), jnp.array([[1.0, 0.0]]))
+    >>> [round(float(v), 3) for v in g]
+    [-0.5, 0.5, -0.5, 0.5]
+    """
+    if clip_norm is None:
+        def batch_loss(p):
+            return jnp.mean(loss(apply_fn(p, inputs), targets))
+
+        return ravel_pytree(jax.grad(batch_loss)(params))[0]
+
+    def example_grad(x, t):
+        g = jax.grad(lambda p: loss(apply_fn(p, x[None]), t[None])[0])(params)
+        return ravel_pytree(g)[0]
+
+    per_example = jax.vmap(example_grad)(inputs, targets)
+    norms = jnp.sqrt(jnp.sum(per_example**2, axis=1) + 1e-30)
+    factors = 1.0 / jnp.maximum(1.0, norms / clip_norm)
+    return jnp.mean(per_example * factors[:, None], axis=0)
+
+
+def infer_labels_idlg(last_layer_weight_grad: jax.Array, batch_size: int = 1) -> jax.Array:
+    """iDLG label inference (Zhao et al. 2020) from the gradient of the last weight matrix ``[fan_in, K]``.
+
+    For softmax cross-entropy, the last-layer weight gradient is ``h (p - onehot(y))^T``; with non-negative
+    inputs ``h`` to that layer (sigmoid, ReLU) the true class's column has a negative sum and every other column a
+    non-negative one. For ``batch_size > 1`` this returns the ``batch_size`` most negative columns (a heuristic that
+    assumes distinct labels, as in Yin et al. 2021), in ascending column order.
+
+    Args:
+      last_layer_weight_grad: ``[fan_in, K]``.
+      batch_size: number of labels to return.
+
+    Returns:
+      Integer labels ``[batch_size]``.
+
+    >>> import jax.numpy as jnp
+    >>> h, p = jnp.array([0.2, 0.7]), jnp.array([0.3, 0.5, 0.2])
+    >>> infer_labels_idlg(jnp.outer(h, p - jnp.eye(3)[1]))
+    Array([1], dtype=int32)
+    """
+    g = jnp.asarray(last_layer_weight_grad)
+    if g.ndim != 2:
+        raise ValueError(f"last_layer_weight_grad must have shape [fan_in, K], got {g.shape}")
+    if not (isinstance(batch_size, (int, np.integer)) and 1 <= batch_size <= g.shape[1]):
+        raise ValueError(f"batch_size must be an integer in [1, {g.shape[1]}], got {batch_size!r}")
+    col = jnp.sum(g, axis=0)
+    return jnp.sort(jnp.argsort(col)[:batch_size]).astype(jnp.int32)
+
+
+def _default_last_layer(grad_tree, num_classes: int) -> jax.Array:
+    leaves = [l for l in jax.tree_util.tree_leaves(grad_tree) if l.ndim == 2 and l.shape[-1] == num_classes]
+    if not leaves:
+        raise ValueError("could not find a last-layer weight [fan_in, num_classes]; pass labels or last_layer_fn")
+    return leaves[-1]
+
+
+class GradientAttackResult(NamedTuple):
+    """Output of :func:`inverting_gradients` / :func:`dlg`.
+
+    Attributes:
+      reconstruction: best restart, ``[B, *input_shape]``.
+      labels: labels used (given, inferred by iDLG, or argmax of DLG's optimised soft labels), ``[B]``.
+      loss: final matching loss of the best restart.
+      all_reconstructions: ``[K, B, *input_shape]``.
+      all_losses: ``[K]`` final losses of every restart.
+    """
+
+    reconstruction: jax.Array
+    labels: jax.Array
+    loss: jax.Array
+    all_reconstructions: jax.Array
+    all_losses: jax.Array
+
+
+def _prepare(apply_fn, params, observed_grad, input_shape, labels, batch_size, num_classes, last_layer_fn):
+    g_obs = _flat(observed_grad, params)
+    if num_classes is None:
+        out = jax.eval_shape(apply_fn, params, jax.ShapeDtypeStruct((1,) + tuple(input_shape), jnp.float32))
+        num_classes = int(out.shape[-1])
+    if labels is None:
+        _, unravel = ravel_pytree(params)
+        tree = unravel(g_obs)
+        last = last_layer_fn(tree) if last_layer_fn is not None else _default_last_layer(tree, num_classes)
+        labels = infer_labels_idlg(last, batch_size)
+    labels = jnp.asarray(labels, jnp.int32).reshape(-1)
+    if labels.shape[0] != batch_size:
+        raise ValueError(f"labels must have batch_size = {batch_size} entries, got {labels.shape}")
+    return g_obs, labels, num_classes
+
+
+def _validate_common(input_shape, batch_size, num_restarts, num_steps, lr, data_range):
+    if not (isinstance(batch_size, (int, np.integer)) and batch_size >= 1):
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if not (isinstance(num_restarts, (int, np.integer)) and num_restarts >= 1):
+        raise ValueError(f"num_restarts must be an integer >= 1, got {num_restarts!r}")
+    if not (isinstance(num_steps, (int, np.integer)) and num_steps >= 1):
+        raise ValueError(f"num_steps must be an integer >= 1, got {num_steps!r}")
+    if not lr > 0:
+        raise ValueError(f"lr must be > 0, got {lr}")
+    if data_range is not None and not data_range[0] < data_range[1]:
+        raise ValueError(f"data_range must be (low, high) with low < high, got {data_range}")
+    if len(input_shape) < 1:
+        raise ValueError(f"input_shape must be the shape of one sample, got {input_shape}")
+
+
+def _init_inputs(key, shape, data_range, init):
+    if init == "uniform" and data_range is not None:
+        return jax.random.uniform(key, shape, jnp.float32, data_range[0], data_range[1])
+    if init in ("uniform", "normal"):
+        x = jax.random.normal(key, shape, jnp.float32)
+        if data_range is not None:
+            x = 0.5 * (data_range[0] + data_range[1]) + 0.25 * (data_range[1] - data_range[0]) * x
+        return x
+    raise ValueError(f"init must be 'uniform' or 'normal', got {init!r}")
+
+
+def _step_schedule(lr, num_steps, decay):
+    if not decay:
+        return optax.constant_schedule(lr)
+    # Geiping et al.: MultiStepLR at 3/8, 5/8, 7/8 of the iterations, gamma 0.1.
+    bounds = {int(num_steps * f): 0.1 for f in (3 / 8, 5 / 8, 7 / 8) if int(num_steps * f) > 0}
+    return optax.piecewise_constant_schedule(lr, bounds)
+
+
+def inverting_gradients(
+    key: jax.Array,
+    apply_fn: ApplyFn,
+    params,
+    observed_grad,
+    input_shape: tuple[int, ...],
+    *,
+    labels: jax.Array | None = None,
+    batch_size: int = 1,
+    loss: LossFn = softmax_cross_entropy,
+    num_classes: int | None = None,
+    num_restarts: int = 8,
+    num_steps: int = 2000,
+    lr: float = 0.1,
+    tv_weight: float = 1e-4,
+    data_range: tuple[float, float] | None = (0.0, 1.0),
+    lr_decay: bool = True,
+    signed: bool = True,
+    clip_norm: float | None = None,
+    init: str = "uniform",
+    last_layer_fn: Callable[[Any], jax.Array] | None = None,
+) -> GradientAttackResult:
+    """Inverting Gradients (Geiping et al. 2020): cosine gradient matching + TV, restarts in parallel.
+
+    Minimises ``1 - <g(x), g_obs> / (||g(x)|| ||g_obs||) + tv_weight * TV(x)`` where ``g(x)`` is the flat gradient of
+    the batch loss over *all* layers (:func:`model_gradient`), by Adam on ``sign(grad)`` with learning rate ``lr``
+    decayed x0.1 at 3/8, 5/8, 7/8 of ``num_steps``, projecting onto the box ``data_range`` after every step. The
+    ``num_restarts`` random initialisations run in one ``vmap``; the restart with the lowest final loss is returned.
+    The cosine objective is scale-invariant, so it applies unchanged to clipped updates and to the unit-norm
+    releases of the VMF mechanism.
+
+    Args:
+      key: typed PRNG key (restart ``k`` uses ``fold_in(key, k)``).
+      apply_fn: ``apply_fn(params, inputs[B, ...]) -> logits [B, K]``.
+      params: the model parameters at the attacked step (pytree).
+      observed_grad: released update, flat (``ravel_pytree(params)`` order) or a pytree like ``params``.
+      input_shape: shape of one input.
+      labels: ``[B]`` integer labels, or ``None`` to infer them with iDLG (:func:`infer_labels_idlg`).
+      batch_size: B.
+      loss: ``loss(logits, targets[B, K]) -> [B]``; softmax cross-entropy by default.
+      num_classes: K (inferred from ``apply_fn`` when ``None``).
+      num_restarts: K restarts (vmapped).
+      num_steps: iterations per restart.
+      lr: initial Adam learning rate.
+      tv_weight: total-variation weight (inputs must be images ``[H, W]`` / ``[H, W, C]`` when > 0).
+      data_range: box ``(low, high)`` for the inputs, or ``None`` for no constraint.
+      lr_decay: use Geiping's step decay.
+      signed: Adam on the signed gradient (Geiping et al.); ``False`` uses the raw gradient.
+      clip_norm: simulate per-example clipping of the attacked step (see :func:`model_gradient`).
+      init: ``"uniform"`` in the box or ``"normal"``.
+      last_layer_fn: maps the observed gradient pytree to the last weight gradient ``[fan_in, K]`` for iDLG
+        (default: the last 2-D leaf with K columns).
+
+    Returns:
+      A :class:`GradientAttackResult`.
+
+    Raises:
+      ValueError: on invalid sizes or hyper-parameters.
+
+    >>> import jax, jax.numpy as jnp
+    >>> apply = lambda p, x: jax.nn.sigmoid(x.reshape(x.shape[0], -1) @ p["w1"]) @ p["w2"]
+    >>> params = {"w1": jax.random.normal(jax.random.key(1), (4, 6)), "w2": jax.random.normal(jax.random.key(2), (6, 3))}
+    >>> x = jnp.array([[0.1, 0.9, 0.4, 0.7]])
+    >>> g = model_gradient(apply, params, x, jnp.eye(3)[1:2])
+    >>> res = inverting_gradients(jax.random.key(0), apply, params, g, (4,), num_restarts=2, num_steps=300,
+    ...                           tv_weight=0.0)
+    >>> int(res.labels[0]), bool(jnp.abs(res.reconstruction - x).max() < 0.05)
+    (1, True)
+    """
+    _validate_common(input_shape, batch_size, num_restarts, num_steps, lr, data_range)
+    if tv_weight < 0:
+        raise ValueError(f"tv_weight must be >= 0, got {tv_weight}")
+    if tv_weight > 0 and len(input_shape) not in (2, 3):
+        raise ValueError(f"tv_weight > 0 needs image inputs [H, W] or [H, W, C], got input_shape {input_shape}")
+    g_obs, labels, num_classes = _prepare(
+        apply_fn, params, observed_grad, input_shape, labels, batch_size, num_classes, last_layer_fn
+    )
+    targets = jax.nn.one_hot(labels, num_classes)
+    xs, losses = _ig_run(
+        key, params, g_obs, targets, apply_fn=apply_fn, loss=loss, input_shape=tuple(input_shape),
+        batch_size=int(batch_size), num_restarts=int(num_restarts), num_steps=int(num_steps), lr=float(lr),
+        tv_weight=float(tv_weight), data_range=None if data_range is None else tuple(map(float, data_range)),
+        lr_decay=bool(lr_decay), signed=bool(signed), clip_norm=None if clip_norm is None else float(clip_norm),
+        init=init,
+    )
+    best = jnp.argmin(jnp.where(jnp.isfinite(losses), losses, jnp.inf))
+    return GradientAttackResult(xs[best], labels, losses[best], xs, losses)
+
+
+_IG_STATIC = ("apply_fn", "loss", "input_shape", "batch_size", "num_restarts", "num_steps", "lr", "tv_weight",
+              "data_range", "lr_decay", "signed", "clip_norm", "init")
+
+
+@functools.partial(jax.jit, static_argnames=_IG_STATIC)
+def _ig_run(key, params, g_obs, targets, *, apply_fn, loss, input_shape, batch_size, num_restarts, num_steps, lr,
+            tv_weight, data_range, lr_decay, signed, clip_norm, init):
+    shape = (batch_size,) + input_shape
+    opt = optax.adam(_step_schedule(lr, num_steps, lr_decay))
+
+    def rec_loss(x):
+        g = model_gradient(apply_fn, params, x, targets, loss, clip_norm)
+        cos = jnp.vdot(g, g_obs) / (jnp.linalg.norm(g) * jnp.linalg.norm(g_obs) + 1e-30)
+        out = 1.0 - cos
+        if tv_weight > 0:
+            out = out + tv_weight * total_variation(x)
+        return out
+
+    def single(key):
+        x0 = _init_inputs(key, shape, data_range, init)
+
+        def step(carry, _):
+            x, state = carry
+            grad = jax.grad(rec_loss)(x)
+            if signed:
+                grad = jnp.sign(grad)
+            updates, state = opt.update(grad, state, x)
+            x = optax.apply_updates(x, updates)
+            if data_range is not None:
+                x = jnp.clip(x, data_range[0], data_range[1])
+            return (x, state), None
+
+        (x, _), _ = jax.lax.scan(step, (x0, opt.init(x0)), None, length=num_steps)
+        return x, rec_loss(x)
+
+    keys = jax.vmap(lambda k: jax.random.fold_in(key, k))(jnp.arange(num_restarts))
+    return jax.vmap(single)(keys)
+
+
+def dlg(
+    key: jax.Array,
+    apply_fn: ApplyFn,
+    params,
+    observed_grad,
+    input_shape: tuple[int, ...],
+    *,
+    labels: jax.Array | None = None,
+    optimize_labels: bool = False,
+    batch_size: int = 1,
+    loss: LossFn = softmax_cross_entropy,
+    num_classes: int | None = None,
+    num_restarts: int = 4,
+    num_steps: int = 1000,
+    lr: float = 0.01,
+    data_range: tuple[float, float] | None = (0.0, 1.0),
+    clip_norm: float | None = None,
+    init: str = "uniform",
+    last_layer_fn: Callable[[Any], jax.Array] | None = None,
+) -> GradientAttackResult:
+    """Deep Leakage from Gradients (Zhu et al. 2019): L2 gradient matching ``||g(x, y) - g_obs||^2``.
+
+    With ``optimize_labels=True`` the labels are soft dummy labels ``softmax(z)`` optimised jointly with the inputs
+    (original DLG); otherwise they are the given ``labels`` or the iDLG inference. Optimiser: Adam (Zhu et al. used
+    L-BFGS) with a box projection when ``data_range`` is set; restarts are vmapped, the lowest loss kept. Unlike the
+    cosine objective of :func:`inverting_gradients`, the L2 objective is not scale-invariant, so it fails on
+    rescaled releases (e.g. the unit-norm VMF output) unless ``observed_grad`` is rescaled by the caller.
+
+    Args:
+      key: typed PRNG key.
+      apply_fn, params, observed_grad, input_shape, labels, batch_size, loss, num_classes, num_restarts, num_steps,
+        data_range, clip_norm, init, last_layer_fn: as in :func:`inverting_gradients`.
+      optimize_labels: optimise soft labels jointly (original DLG).
+      lr: Adam learning rate.
+
+    Returns:
+      A :class:`GradientAttackResult` (labels = argmax of the optimised soft labels when ``optimize_labels``).
+
+    >>> import jax, jax.numpy as jnp
+    >>> apply = lambda p, x: jax.nn.sigmoid(x.reshape(x.shape[0], -1) @ p["w1"]) @ p["w2"]
+    >>> params = {"w1": jax.random.normal(jax.random.key(1), (4, 6)), "w2": jax.random.normal(jax.random.key(2), (6, 3))}
+    >>> x = jnp.array([[0.1, 0.9, 0.4, 0.7]])
+    >>> g = model_gradient(apply, params, x, jnp.eye(3)[1:2])
+    >>> res = dlg(jax.random.key(0), apply, params, g, (4,), num_restarts=2, num_steps=1500, lr=0.02)
+    >>> int(res.labels[0]), bool(jnp.abs(res.reconstruction - x).max() < 0.05)
+    (1, True)
+    """
+    _validate_common(input_shape, batch_size, num_restarts, num_steps, lr, data_range)
+    if optimize_labels:
+        g_obs = _flat(observed_grad, params)
+        if num_classes is None:
+            out = jax.eval_shape(apply_fn, params, jax.ShapeDtypeStruct((1,) + tuple(input_shape), jnp.float32))
+            num_classes = int(out.shape[-1])
+        label_init = None
+    else:
+        g_obs, labels, num_classes = _prepare(
+            apply_fn, params, observed_grad, input_shape, labels, batch_size, num_classes, last_layer_fn
+        )
+        label_init = jax.nn.one_hot(labels, num_classes)
+    targets = label_init if label_init is not None else jnp.zeros((batch_size, num_classes))
+    xs, zs, losses = _dlg_run(
+        key, params, g_obs, targets, apply_fn=apply_fn, loss=loss, input_shape=tuple(input_shape),
+        batch_size=int(batch_size), num_classes=int(num_classes), num_restarts=int(num_restarts),
+        num_steps=int(num_steps), lr=float(lr), data_range=None if data_range is None else tuple(map(float, data_range)),
+        optimize_labels=bool(optimize_labels), clip_norm=None if clip_norm is None else float(clip_norm), init=init,
+    )
+    best = jnp.argmin(jnp.where(jnp.isfinite(losses), losses, jnp.inf))
+    out_labels = jnp.argmax(zs[best], axis=-1).astype(jnp.int32) if optimize_labels else labels
+    return GradientAttackResult(xs[best], out_labels, losses[best], xs, losses)
+
+
+_DLG_STATIC = ("apply_fn", "loss", "input_shape", "batch_size", "num_classes", "num_restarts", "num_steps", "lr",
+               "data_range", "optimize_labels", "clip_norm", "init")
+
+
+@functools.partial(jax.jit, static_argnames=_DLG_STATIC)
+def _dlg_run(key, params, g_obs, fixed_targets, *, apply_fn, loss, input_shape, batch_size, num_classes, num_restarts,
+             num_steps, lr, data_range, optimize_labels, clip_norm, init):
+    shape = (batch_size,) + input_shape
+    opt = optax.adam(lr)
+
+    def rec_loss(variables):
+        x, z = variables
+        targets = jax.nn.softmax(z, axis=-1) if optimize_labels else fixed_targets
+        g = model_gradient(apply_fn, params, x, targets, loss, clip_norm)
+        return jnp.sum((g - g_obs) ** 2)
+
+    def single(key):
+        k_x, k_z = jax.random.split(key)
+        variables = (_init_inputs(k_x, shape, data_range, init),
+                     jax.random.normal(k_z, (batch_size, num_classes), jnp.float32))
+
+        def step(carry, _):
+            variables, state = carry
+            grad = jax.grad(rec_loss)(variables)
+            updates, state = opt.update(grad, state, variables)
+            x, z = optax.apply_updates(variables, updates)
+            if data_range is not None:
+                x = jnp.clip(x, data_range[0], data_range[1])
+            return ((x, z), state), None
+
+        (variables, _), _ = jax.lax.scan(step, (variables, opt.init(variables)), None, length=num_steps)
+        return variables[0], variables[1], rec_loss(variables)
+
+    keys = jax.vmap(lambda k: jax.random.fold_in(key, k))(jnp.arange(num_restarts))
+    return jax.vmap(single)(keys)

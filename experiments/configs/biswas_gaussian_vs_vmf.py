@@ -1,0 +1,79 @@
+"""Config for experiments.biswas_gaussian_vs_vmf (Biswas et al. Figs 1, 4, 5; Tables II, IV, V, VI analogues).
+
+Variants: ``smoke`` (seconds), ``default`` (CPU, < 30 min), ``paper`` (accelerator: full data, 3 epochs,
+all Table IV kappas, 10,000 IG iterations).
+"""
+
+import ml_collections
+
+# Table IV of Biswas et al.: (eps, kappa, sigma) used in their experiments.
+PAPER_TABLE_IV = (
+    (0.49, 75, 1.23), (2.48, 100, 0.660), (4.59, 125, 0.544), (7.97, 150, 0.461), (9.72, 175, 0.435),
+    (10.9, 200, 0.420), (17.25, 225, 0.367), (27.38, 250, 0.321), (38.84, 275, 0.287), (41.02, 300, 0.282),
+    (64.98, 325, 0.245), (79.68, 350, 0.229), (95.44, 375, 0.214), (112.28, 400, 0.204), (173.0, 500, 0.174),
+)
+
+
+def get_config(variant: str = "default") -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.variant = variant
+    c.seed = 0
+    c.datasets = ("mnist",)  # "tfds:fashion_mnist" is added when TFDS has it prepared (no downloads)
+    c.image_size = 16  # MNIST: centre crop 28 -> 16; Fashion-MNIST: resize
+    c.num_train = 6000
+    c.num_test = 2000
+    # The paper trains 3 epochs on 60,000 images with Adam(lr 0.005, weight decay 0.1). On the CPU default's 6,000
+    # images that setting does not learn (the L2 term dominates: ~11% accuracy even without noise), so the
+    # default uses Adam(lr 0.02) without weight decay for 2 epochs; ``paper`` restores the paper's values.
+    c.epochs = 2
+    c.learning_rate = 0.02
+    c.weight_decay = 0.0  # PyTorch-Adam style L2 (added to the gradient)
+    c.clip_norm = 1.0
+    c.kappas = (75, 150, 300, 500)
+    c.batch_sizes = (16, 32, 64, 128)
+    # Accounting at the paper's reference setting (q = 128/60000, delta = 1/60000, N = 3 epochs):
+    # "paper": VMF composed over N epochs (as Tables I/IV), sigma calibrated over N/q steps (Opacus-style);
+    # "steps": both composed over the N/q DP-SGD steps (the correct DP-SGD accounting).
+    c.accounting = "paper"
+    c.accounting_batch_size = 128
+    c.accounting_dataset_size = 60000
+    c.accounting_epochs = 3
+    c.delta = 1.0 / 60000
+    c.param_dim = 13700
+    # Inverting Gradients on the released gradient of the first DP-SGD step (initial, adversary-known params).
+    c.attack_batch_sizes = (16, 32, 64, 128)
+    c.attack_batches = 1  # independent batches attacked per setting
+    c.ig_steps = 300
+    c.ig_restarts = 2
+    c.ig_lr = 0.1
+    c.ig_tv_weight = 1e-4
+    c.ig_simulate_clipping = False  # True: the attack also simulates per-example clipping (slower, stronger)
+    c.include_dlg = False
+    c.dlg_steps = 400
+    c.mnist_std = 0.3081  # to report MSE in the normalised space the paper's MSE values live in
+    if variant == "smoke":
+        c.num_train = 512
+        c.num_test = 256
+        c.kappas = (75, 500)
+        c.batch_sizes = (32,)
+        c.attack_batch_sizes = (4,)
+        c.ig_steps = 30
+        c.ig_restarts = 1
+        c.include_dlg = True
+        c.dlg_steps = 30
+    elif variant == "paper":
+        c.datasets = ("mnist", "tfds:fashion_mnist")
+        c.num_train = 60000
+        c.num_test = 10000
+        c.epochs = 3
+        c.learning_rate = 0.005
+        c.weight_decay = 0.1
+        c.kappas = tuple(k for _, k, _ in PAPER_TABLE_IV)
+        c.attack_batches = 4
+        c.ig_steps = 10000
+        c.ig_restarts = 4
+        c.include_dlg = True
+        c.dlg_steps = 2000
+    elif variant != "default":
+        raise ValueError(f"unknown variant {variant!r}; use smoke, default or paper")
+    return c

@@ -1,0 +1,266 @@
+"""Tests for recon_jax.attacks.gradient: Ziller's linear-layer attack, Inverting Gradients, DLG, iDLG.
+
+References: closed-form expressions of Ziller et al. (eq. 3, 4, Prop. 4) evaluated in NumPy, naive per-example
+loops, and the original image (exact recovery / PSNR).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from recon_jax.attacks import gradient as ga
+from recon_jax.mechanisms import GaussianMechanism, NoNoise, VMFMechanism
+
+
+def _mnist_digits(n: int, crop: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """n embedded-MNIST test digits, centre-cropped to crop x crop (Biswas et al.'s MNIST preprocessing)."""
+    from recon_jax.data import load_dataset
+
+    images, labels = load_dataset("mnist", "test")
+    lo = (28 - crop) // 2
+    return np.asarray(images[:n, lo:lo + crop, lo:lo + crop, :], np.float32), np.asarray(labels[:n])
+
+
+def _mlp_init(key, sizes):
+    keys = jax.random.split(key, len(sizes) - 1)
+    return {
+        f"w{i}": jax.random.uniform(keys[i], (a, b), minval=-1.0, maxval=1.0) / np.sqrt(a)
+        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]))
+    }
+
+
+def _mlp_apply(params, x):
+    """Sigmoid MLP without biases (Biswas et al.'s architecture when sizes = 256-50-15-10)."""
+    h = x.reshape(x.shape[0], -1)
+    n = len(params)
+    for i in range(n):
+        h = h @ params[f"w{i}"]
+        if i < n - 1:
+            h = jax.nn.sigmoid(h)
+    return h
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Linear-layer attack (Ziller et al.)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_linear_attack_exact_without_noise():
+    x, _ = _mnist_digits(3, crop=28)
+    obs = ga.linear_layer_observations(jax.random.key(0), x, NoNoise(), clip_norm=1e3, steps=2)
+    rec = ga.linear_layer_attack(obs, batch_size=3, input_shape=x.shape[1:])
+    assert rec.shape == x.shape
+    np.testing.assert_allclose(np.asarray(rec), x, rtol=1e-6, atol=1e-6)  # float32 round trip of *B/B
+
+
+def test_linear_attack_clipping_matches_eq3():
+    x, _ = _mnist_digits(4, crop=28)
+    clip = 3.0
+    obs = ga.linear_layer_observations(jax.random.key(0), x, NoNoise(), clip_norm=clip)
+    rec = np.asarray(ga.linear_layer_attack(obs, batch_size=4, input_shape=x.shape[1:]))
+    # Naive reference: each sample clipped on its own, beta = 1 / max(1, ||X|| / C) (eq. 3 with xi = 0).
+    for b in range(4):
+        beta = 1.0 / max(1.0, np.linalg.norm(x[b]) / clip)
+        np.testing.assert_allclose(rec[b], beta * x[b], rtol=1e-5, atol=1e-6)
+    assert np.all(np.linalg.norm(x.reshape(4, -1), axis=1) > clip)  # the test really exercises clipping
+
+
+@pytest.mark.parametrize("steps", [1, 8])
+def test_linear_attack_gaussian_mse_matches_prop1_prop4(steps):
+    x, _ = _mnist_digits(2, crop=28)
+    sigma, clip = 0.05, 5.0
+    reps = 64
+    keys = jax.random.split(jax.random.key(steps), reps)
+    mech = GaussianMechanism(noise_multiplier=sigma)
+    obs = jax.vmap(lambda k: ga.linear_layer_observations(k, x, mech, clip_norm=clip, steps=steps))(keys)
+    recs = jax.vmap(lambda o: ga.linear_layer_attack(o, 2, x.shape[1:]))(obs)
+    mse = np.mean((np.asarray(recs) - x[None]) ** 2, axis=(2, 3, 4))  # [reps, B]
+    n = x[0].size
+    for b in range(2):
+        beta = 1.0 / max(1.0, np.linalg.norm(x[b]) / clip)
+        # Ziller eq. (4) with sigma^2 -> sigma^2 / T (Prop. 4): (1 - beta)^2 mean(x^2) + C^2 sigma^2 / T.
+        expected = (1 - beta) ** 2 * np.mean(x[b] ** 2) + clip**2 * sigma**2 / steps
+        # The noise part of the MSE is C^2 sigma^2 / T * chi2_N / N: relative sd sqrt(2 / N) per draw.
+        sd = clip**2 * sigma**2 / steps * np.sqrt(2.0 / n) / np.sqrt(reps) * 2  # x2: cross term with the bias
+        assert abs(mse[:, b].mean() - expected) < 5 * sd, (mse[:, b].mean(), expected)
+
+
+def test_linear_attack_with_vmf_recovers_direction():
+    x, _ = _mnist_digits(1, crop=28)
+    obs = ga.linear_layer_observations(jax.random.key(1), x, VMFMechanism(kappa=1e7), clip_norm=1.0)
+    rec = np.asarray(ga.linear_layer_attack(obs, 1, x.shape[1:])).ravel()
+    cos = rec @ x.ravel() / (np.linalg.norm(rec) * np.linalg.norm(x))
+    assert cos > 0.99  # E[1 - cos] ~ (N - 1) / (2 kappa) = 4e-5
+    obs_weak = ga.linear_layer_observations(jax.random.key(1), x, VMFMechanism(kappa=1.0), clip_norm=1.0)
+    rec_weak = np.asarray(ga.linear_layer_attack(obs_weak, 1, x.shape[1:])).ravel()
+    assert abs(rec_weak @ x.ravel()) / (np.linalg.norm(rec_weak) * np.linalg.norm(x)) < 0.2  # ~N(0, 1/784)
+
+
+def test_linear_attack_validation():
+    x = jnp.ones((2, 4))
+    with pytest.raises(ValueError, match="clip_norm"):
+        ga.linear_layer_observations(jax.random.key(0), x, NoNoise(), clip_norm=0.0)
+    with pytest.raises(ValueError, match="steps"):
+        ga.linear_layer_observations(jax.random.key(0), x, NoNoise(), clip_norm=1.0, steps=0)
+    with pytest.raises(ValueError, match="inputs"):
+        ga.linear_layer_observations(jax.random.key(0), jnp.ones(4), NoNoise(), clip_norm=1.0)
+    with pytest.raises(ValueError, match="observed"):
+        ga.linear_layer_attack(jnp.ones((1, 7)), batch_size=2, input_shape=(4,))
+    with pytest.raises(ValueError, match="batch_size"):
+        ga.linear_layer_attack(jnp.ones((1, 8)), batch_size=0, input_shape=(4,))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Gradient matching
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_model_gradient_clipping_equals_naive_loop():
+    params = _mlp_init(jax.random.key(0), (6, 5, 3))
+    x = jax.random.uniform(jax.random.key(1), (4, 6))
+    t = jax.nn.one_hot(jnp.array([0, 2, 1, 2]), 3)
+    clip = 0.05
+    got = ga.model_gradient(_mlp_apply, params, x, t, clip_norm=clip)
+    naive = []
+    for i in range(4):
+        g = jax.grad(lambda p: ga.softmax_cross_entropy(_mlp_apply(p, x[i:i + 1]), t[i:i + 1])[0])(params)
+        flat = np.concatenate([np.asarray(g[k]).ravel() for k in sorted(g)])  # ravel_pytree order: sorted keys
+        naive.append(flat / max(1.0, np.linalg.norm(flat) / clip))
+    np.testing.assert_allclose(np.asarray(got), np.mean(naive, axis=0), rtol=1e-5, atol=1e-8)
+    unclipped = ga.model_gradient(_mlp_apply, params, x, t)
+    full = jax.grad(lambda p: jnp.mean(ga.softmax_cross_entropy(_mlp_apply(p, x), t)))(params)
+    np.testing.assert_allclose(np.asarray(unclipped), np.concatenate([np.asarray(full[k]).ravel() for k in sorted(full)]),
+                               rtol=1e-5, atol=1e-8)
+
+
+def test_idlg_infers_every_label():
+    params = _mlp_init(jax.random.key(3), (256, 50, 15, 10))
+    x, _ = _mnist_digits(1)
+    for label in range(10):
+        g = jax.grad(lambda p: ga.softmax_cross_entropy(_mlp_apply(p, x), jax.nn.one_hot(jnp.array([label]), 10))[0])(
+            params)
+        assert int(ga.infer_labels_idlg(g["w2"])[0]) == label
+    with pytest.raises(ValueError, match="batch_size"):
+        ga.infer_labels_idlg(jnp.ones((3, 4)), batch_size=5)
+
+
+def test_inverting_gradients_mnist_mlp_psnr_fast():
+    """IG on Biswas's 256-50-15-10 sigmoid MLP, no noise, batch 1, labels inferred by iDLG: PSNR > 30 dB."""
+    params = _mlp_init(jax.random.key(0), (256, 50, 15, 10))
+    x, y = _mnist_digits(1)
+    g = ga.model_gradient(_mlp_apply, params, jnp.asarray(x), jax.nn.one_hot(y, 10))
+    res = ga.inverting_gradients(jax.random.key(1), _mlp_apply, params, g, (16, 16, 1), num_restarts=2,
+                                 num_steps=200, tv_weight=0.0)
+    assert int(res.labels[0]) == int(y[0])
+    mse = float(jnp.mean((res.reconstruction - x) ** 2))
+    assert 10 * np.log10(1.0 / mse) > 30.0
+    assert float(res.loss) == float(jnp.min(res.all_losses))
+    assert res.all_reconstructions.shape == (2, 1, 16, 16, 1)
+    assert float(res.reconstruction.min()) >= 0.0 and float(res.reconstruction.max()) <= 1.0  # box constraint
+
+
+@pytest.mark.slow
+def test_inverting_gradients_mnist_mlp_psnr_default_settings():
+    """Same with the library defaults (2000 steps, 8 restarts, TV 1e-4, step decay) on 4 digits."""
+    params = _mlp_init(jax.random.key(0), (256, 50, 15, 10))
+    xs, ys = _mnist_digits(4)
+    for i in range(4):
+        x = jnp.asarray(xs[i:i + 1])
+        g = ga.model_gradient(_mlp_apply, params, x, jax.nn.one_hot(ys[i:i + 1], 10))
+        res = ga.inverting_gradients(jax.random.key(i), _mlp_apply, params, g, (16, 16, 1))
+        assert 10 * np.log10(1.0 / float(jnp.mean((res.reconstruction - x) ** 2))) > 30.0
+
+
+def test_inverting_gradients_restarts_vmapped_equal_single_runs():
+    params = _mlp_init(jax.random.key(0), (16, 8, 4))
+    x = jax.random.uniform(jax.random.key(1), (1, 4, 4))
+    g = ga.model_gradient(_mlp_apply, params, x, jax.nn.one_hot(jnp.array([2]), 4))
+    kw = dict(labels=jnp.array([2]), num_steps=50, tv_weight=1e-3)
+    many = ga.inverting_gradients(jax.random.key(5), _mlp_apply, params, g, (4, 4), num_restarts=3, **kw)
+    one = ga.inverting_gradients(jax.random.key(5), _mlp_apply, params, g, (4, 4), num_restarts=1, **kw)
+    np.testing.assert_allclose(np.asarray(many.all_reconstructions[0]), np.asarray(one.reconstruction), atol=1e-5)
+    assert len(set(np.round(np.asarray(many.all_losses), 7))) > 1  # restarts differ
+
+
+def test_inverting_gradients_strong_noise_degrades():
+    params = _mlp_init(jax.random.key(0), (256, 50, 15, 10))
+    x, y = _mnist_digits(1)
+    t = jax.nn.one_hot(y, 10)
+    clean = ga.model_gradient(_mlp_apply, params, jnp.asarray(x), t, clip_norm=1.0)
+    noisy = GaussianMechanism(noise_multiplier=10.0).privatize(jax.random.key(2), clean, 1.0, 1)
+    kw = dict(labels=jnp.asarray(y), num_restarts=1, num_steps=150, tv_weight=0.0, clip_norm=1.0)
+    r_clean = ga.inverting_gradients(jax.random.key(1), _mlp_apply, params, clean, (16, 16, 1), **kw)
+    r_noisy = ga.inverting_gradients(jax.random.key(1), _mlp_apply, params, noisy, (16, 16, 1), **kw)
+    mse_clean = float(jnp.mean((r_clean.reconstruction - x) ** 2))
+    mse_noisy = float(jnp.mean((r_noisy.reconstruction - x) ** 2))
+    assert mse_clean < 1e-3 and mse_noisy > 10 * mse_clean
+
+
+def test_dlg_recovers_small_mlp_input_and_label():
+    params = _mlp_init(jax.random.key(1), (8, 12, 3))
+    x = jax.random.uniform(jax.random.key(2), (1, 8))
+    g = ga.model_gradient(_mlp_apply, params, x, jax.nn.one_hot(jnp.array([1]), 3))
+    res = ga.dlg(jax.random.key(0), _mlp_apply, params, g, (8,), num_restarts=2, num_steps=1500, lr=0.02)
+    assert int(res.labels[0]) == 1
+    assert float(jnp.max(jnp.abs(res.reconstruction - x))) < 0.02
+    soft = ga.dlg(jax.random.key(0), _mlp_apply, params, g, (8,), optimize_labels=True, num_restarts=2,
+                  num_steps=300, lr=0.02)
+    assert soft.reconstruction.shape == (1, 8) and bool(jnp.isfinite(soft.loss))
+    assert float(soft.loss) < float(jnp.sum(g**2))  # it made progress from the zero-gradient baseline
+
+
+def test_gradient_matching_validation():
+    params = _mlp_init(jax.random.key(0), (4, 3))
+    g = jnp.zeros(12)
+    with pytest.raises(ValueError, match="observed_grad"):
+        ga.inverting_gradients(jax.random.key(0), _mlp_apply, params, jnp.zeros(11), (4,), labels=jnp.array([0]),
+                               tv_weight=0.0)
+    with pytest.raises(ValueError, match="num_restarts"):
+        ga.inverting_gradients(jax.random.key(0), _mlp_apply, params, g, (4,), num_restarts=0, tv_weight=0.0)
+    with pytest.raises(ValueError, match="tv_weight"):
+        ga.inverting_gradients(jax.random.key(0), _mlp_apply, params, g, (4,), labels=jnp.array([0]))
+    with pytest.raises(ValueError, match="data_range"):
+        ga.dlg(jax.random.key(0), _mlp_apply, params, g, (4,), labels=jnp.array([0]), data_range=(1.0, 0.0))
+    with pytest.raises(ValueError, match="labels"):
+        ga.dlg(jax.random.key(0), _mlp_apply, params, g, (4,), labels=jnp.array([0, 1]))
+    with pytest.raises(ValueError, match="x"):
+        ga.total_variation(jnp.ones((2, 3)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Experiments (smoke configs, further shrunk, run in-process)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_ziller_experiment_smoke(tmp_path):
+    from experiments import ziller_empirical
+    from experiments.configs.ziller_empirical import get_config
+
+    c = get_config("smoke")
+    c.num_images, c.chunk_size, c.sigmas, c.clip_norms, c.steps = 3, 3, (0.1,), (50.0,), (1,)
+    c.fig3_resolutions, c.fig3_clip_norms, c.fig3_repeats = (16,), (100.0,), 1
+    res = ziller_empirical.run(c, str(tmp_path))
+    for f in ("report.md", "metrics.json", "config.json", "fig1_metrics.png", "fig3_resolutions.png"):
+        assert (tmp_path / f).exists(), f
+    row = res["grid"][0]
+    # C = 50 >= ||X|| (no clipping): E[MSE] = C^2 sigma^2 = 25 exactly (Ziller eq. 4); 3 images x 784 pixels.
+    assert row["unclipped"] and abs(row["mse"]["mean"] / 25.0 - 1.0) < 0.1
+    assert res["mse_bound_holds_all"]
+
+
+@pytest.mark.slow  # ~30 s CPU (three DP-SGD training compilations + IG); minutes of wall time on a shared CPU
+def test_biswas_experiment_smoke(tmp_path):
+    from experiments import biswas_gaussian_vs_vmf
+    from experiments.configs.biswas_gaussian_vs_vmf import get_config
+
+    c = get_config("smoke")
+    c.num_train, c.num_test, c.kappas, c.batch_sizes = 64, 64, (75,), (16,)
+    c.attack_batch_sizes, c.ig_steps, c.include_dlg = (2,), 5, False
+    res = biswas_gaussian_vs_vmf.run(c, str(tmp_path))
+    for f in ("report.md", "metrics.json", "config.json", "fig_mnist.png"):
+        assert (tmp_path / f).exists(), f
+    d = res["datasets"]["mnist"]
+    assert {r["setting"] for r in d["attacks"]} >= {"None", "None Clip", "VMF 75"}
+    assert all(0.0 <= r["accuracy"] <= 1.0 for r in d["accuracy"])
+    assert all(np.isfinite(r["mse"]) for r in d["attacks"])
