@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml | $(PY)
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m experiments.glm_attack --config=experiments/configs/glm_attack.py:default --workdir=$(WORKDIR)
+	$(PY) -m experiments.risk_report --config=experiments/configs/risk_report.py:default --workdir=$(WORKDIR)
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile tests recon_jax $(PYTEST_ARGS)

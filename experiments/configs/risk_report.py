@@ -1,7 +1,7 @@
 """Config for experiments.risk_report: "how well could someone reconstruct a training record of my model?"
 
 Variants: ``smoke`` (seconds, CI), ``default`` (``make demo``: under 20 minutes on a 2-core CPU), ``paper``
-(Balle et al. Table V sizes; accelerator). Override any field: ``--config.noise_multipliers='(0.5, 2.0)'``.
+(Balle et al. Table V sizes; accelerator). Override any field: ``--config.noise_multipliers='(1.0, 4.0)'``.
 """
 
 import ml_collections
@@ -13,26 +13,26 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.seed = 0
     # Data: any recon_jax.data.load_dataset name; the released model trains on D- (fixed_size) + one target.
     c.dataset = "mnist"
-    c.fixed_size = 500
-    c.num_shadow = 3000  # shadow models (one per shadow target) for the reconstructor network
+    c.fixed_size = 250
+    c.num_shadow = 1500  # shadow models (one per shadow target) for the reconstructor network
     c.num_targets = 100  # released models, one per evaluation target
     c.eval_size = 2000  # test examples for the released models' accuracy
     # Released-model architecture: Balle et al.'s MLP (784-hidden-10).
     c.hidden = 10
     c.activation = "elu"
     # Training: full-batch gradient descent with momentum (batch_size=None) or minibatch DP-SGD (batch_size set).
-    c.epochs = 100
+    c.epochs = 40
     c.learning_rate = 0.2
     c.momentum = 0.9
     c.batch_size = ml_collections.config_dict.placeholder(int)
     # Privacy sweep: a non-private run (no clipping, no noise) and DP-GD/DP-SGD at each noise multiplier > 0.
     c.include_non_private = True
-    c.noise_multipliers = (0.5, 2.0)
+    c.noise_multipliers = (1.0, 4.0, 16.0)
     c.clip_norm = 1.0
     c.delta = 1e-5
     c.kappas = (1e-3, 1e-2, 1e-1)  # priors for the ReRo bounds table
     # Adversary's reconstructor network (Balle et al.: MLP 2x1000, MAE+MSE, RMSProp).
-    c.reconstructor_epochs = 40
+    c.reconstructor_epochs = 30
     c.reconstructor_batch_size = 128
     c.reconstructor_learning_rate = 1e-3
     c.chunk_size = 128
@@ -47,6 +47,7 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.reconstructor_batch_size = 32
         c.chunk_size = 32
     elif variant == "paper":
+        c.epochs = 100
         c.fixed_size = 1000
         c.num_shadow = 10000
         c.num_targets = 1000
