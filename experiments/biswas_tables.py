@@ -16,13 +16,12 @@ from ml_collections import config_flags
 import jax
 import numpy as np
 
-from experiments.common import prepare_workdir, write_run_info
+from experiments.common import experiment_flags, prepare_workdir, write_run_info
 from recon_jax import accounting
 from recon_jax.io import atomic_write_json, atomic_write_text
 from recon_jax.report import markdown_table
 
-_CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/biswas_tables.py:default")
-_WORKDIR = flags.DEFINE_string("workdir", "runs/biswas_tables", "output directory")
+_CONFIG, _WORKDIR = experiment_flags("experiments/configs/biswas_tables.py:default", "runs/biswas_tables")
 
 _NOTES_I = {
     25: "approach 1 with the exact root of the leftover delta; the paper searched a coarse grid",

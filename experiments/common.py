@@ -12,7 +12,7 @@ import jax
 
 from recon_jax.io import atomic_write_json
 
-__all__ = ["prepare_workdir", "config_to_dict", "write_run_info"]
+__all__ = ["prepare_workdir", "config_to_dict", "write_run_info", "experiment_flags"]
 
 
 def config_to_dict(config: Any) -> dict:
@@ -45,3 +45,21 @@ def write_run_info(workdir: str, config: Any, seed: int | None = None, extra: di
         info.update(extra)
     atomic_write_json(os.path.join(workdir, "config.json"), info)
     return info
+
+
+def experiment_flags(default_config: str | None, default_workdir: str | None):
+    """Defines the ``--config`` / ``--workdir`` flags once per process and returns their holders.
+
+    Experiment modules call this at import time. Several experiments imported into one process (the test
+    suite) share the same two flags instead of failing with absl's DuplicateFlagError; ``run(config, workdir)``
+    never reads them.
+    """
+    from absl import flags
+    from ml_collections import config_flags
+
+    if "config" in flags.FLAGS and "workdir" in flags.FLAGS:
+        return (flags.FlagHolder(flags.FLAGS, flags.FLAGS["config"]),
+                flags.FlagHolder(flags.FLAGS, flags.FLAGS["workdir"]))
+    config = config_flags.DEFINE_config_file("config", default_config, "config file path[:variant]")
+    workdir = flags.DEFINE_string("workdir", default_workdir, "output directory")
+    return config, workdir

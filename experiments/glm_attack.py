@@ -21,15 +21,14 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from experiments.common import prepare_workdir, write_run_info
+from experiments.common import experiment_flags, prepare_workdir, write_run_info
 import recon_jax
 from recon_jax import metrics
 from recon_jax.attacks import glm
 from recon_jax.io import atomic_write_json, atomic_write_text
 from recon_jax.report import image_grid, markdown_table
 
-_CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/glm_attack.py:default")
-_WORKDIR = flags.DEFINE_string("workdir", "runs/glm_attack", "output directory")
+_CONFIG, _WORKDIR = experiment_flags("experiments/configs/glm_attack.py:default", "runs/glm_attack")
 
 
 def run(config, workdir: str) -> dict:

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import prepare_workdir, write_run_info
+from experiments.common import experiment_flags, prepare_workdir, write_run_info
 from recon_jax import data as rdata
 from recon_jax import models, shadow, training
 from recon_jax.attacks import oracle as roracle
@@ -33,8 +33,7 @@ from recon_jax.models.reconstructors import reconstructor_mlp
 from recon_jax.report import image_grid, markdown_table
 from recon_jax.report.risk import plot_bounds_vs_success, privacy_bounds
 
-_CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/risk_report.py:default")
-_WORKDIR = flags.DEFINE_string("workdir", "runs/risk_report", "output directory (resumes shadow stores found there)")
+_CONFIG, _WORKDIR = experiment_flags("experiments/configs/risk_report.py:default", "runs/risk_report")
 
 KNOWN_KEYS = {
     "variant", "seed", "dataset", "fixed_size", "num_shadow", "num_targets", "eval_size", "hidden", "activation",

@@ -23,7 +23,7 @@ from absl import app, flags
 from ml_collections import config_flags
 from tqdm import tqdm
 
-from experiments.common import prepare_workdir, write_run_info
+from experiments.common import experiment_flags, prepare_workdir, write_run_info
 from recon_jax import data
 from recon_jax.bounds import hcr as hcr_lib
 from recon_jax.io import atomic_save_npz, atomic_write_bytes, atomic_write_json, atomic_write_text
@@ -32,8 +32,7 @@ from recon_jax.report import hcr as hcr_plots
 
 PAPER = {"mnist": {"clean": 0.979, "dithered": 0.951}, "cifar10": {"clean": 0.70, "dithered": 0.50}}
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "experiment config file (with :variant).")
-_WORKDIR = flags.DEFINE_string("workdir", None, "output directory.")
+_CONFIG, _WORKDIR = experiment_flags(None, None)
 
 
 def _load(config, split):

@@ -16,12 +16,11 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from experiments.common import prepare_workdir, write_run_info
+from experiments.common import experiment_flags, prepare_workdir, write_run_info
 from recon_jax import bounds
 from recon_jax.io import atomic_write_json, atomic_write_text
 
-_CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/ziller_table1.py")
-_WORKDIR = flags.DEFINE_string("workdir", "/tmp/ziller_table1", "output directory")
+_CONFIG, _WORKDIR = experiment_flags("experiments/configs/ziller_table1.py", "/tmp/ziller_table1")
 
 # Ziller et al., Table 1, as printed: (varying, sigma, C, N, T, kappa, worst-case %, min E[MSE], max E[PSNR],
 # max E[NCC] %). These are the paper's values (data to compare against), not inputs to the computation.

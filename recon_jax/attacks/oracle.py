@@ -1,3 +1,344 @@
-"""recon_jax.attacks.oracle (filled by its issue)."""
+"""The nearest-neighbour oracle baseline and per-target reconstruction metrics (Balle et al. 2022, Sec. V-B).
 
-__all__: list[str] = []
+The NN oracle knows every point available to the adversary (the fixed set D- and the shadow pool) and guesses
+the one closest in MSE to the target. Its MSE is a conservative success threshold: a reconstruction with a
+smaller MSE is closer to the target than anything the adversary had, so it must have extracted information
+about the target from the released model. Fig. 3 also shows order statistics of each target's MSE to the pool
+(1st, 10th and 50th percentile); :func:`nn_oracle` returns them per target.
+
+Also here: per-target success (``reconstruction MSE < oracle MSE``), the classifier-KL metric (KL divergence
+between a separately trained classifier's predictions on target and reconstruction, Sec. V-B c), a small
+trainer for that classifier, and :func:`empirical_kappa`, the baseline error ``kappa(eta)`` of Sec. VII for the
+empirical prior over a pool (used to place ReRo bounds next to attack results).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from recon_jax import metrics as _metrics
+
+__all__ = [
+    "OracleResult",
+    "pairwise_mse",
+    "nn_oracle",
+    "success",
+    "classifier_kl",
+    "reconstruction_metrics",
+    "train_classifier",
+    "empirical_kappa",
+]
+
+
+class OracleResult(NamedTuple):
+    """Output of :func:`nn_oracle` (``T`` targets, ``M`` pool points, ``Q`` percentiles).
+
+    Attributes:
+      nn_mse: ``[T]`` MSE of each target to its nearest pool point (the oracle's MSE).
+      nn_index: ``[T]`` index of that pool point.
+      percentile_mse: ``[T, Q]`` the requested percentiles of each target's MSEs to the pool.
+      percentiles: ``[Q]`` the percentiles (in [0, 100]).
+      histogram: ``[bins]`` histogram of the MSEs to the pool averaged over targets (Fig. 3), or empty.
+      bin_edges: ``[bins + 1]`` its edges, or empty.
+    """
+
+    nn_mse: jax.Array
+    nn_index: jax.Array
+    percentile_mse: jax.Array
+    percentiles: jax.Array
+    histogram: jax.Array
+    bin_edges: jax.Array
+
+
+def _flat(x, name):
+    x = jnp.asarray(x)
+    if x.ndim < 2:
+        raise ValueError(f"{name} must have a leading batch axis and >= 1 more axis, got shape {x.shape}")
+    return x.reshape(x.shape[0], -1)
+
+
+def _check_chunk(chunk_size):
+    if not (isinstance(chunk_size, int) and chunk_size >= 1):
+        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+
+
+@jax.jit
+def _pairwise_block(t, pool, pool_sq):
+    # ||t - p||^2 = ||t||^2 + ||p||^2 - 2 <t, p>, at full matmul precision; clamp rounding below zero.
+    dots = jnp.matmul(t, pool.T, precision=jax.lax.Precision.HIGHEST)
+    sq = jnp.sum(t * t, axis=1, keepdims=True) + pool_sq[None, :] - 2.0 * dots
+    return jnp.maximum(sq, 0.0) / t.shape[1]
+
+
+def _chunked_targets(targets, chunk_size):
+    n = targets.shape[0]
+    pad = (-n) % chunk_size
+    padded = jnp.concatenate([targets, jnp.zeros((pad, targets.shape[1]), targets.dtype)]) if pad else targets
+    return padded.reshape(-1, chunk_size, targets.shape[1]), n
+
+
+def pairwise_mse(targets: jax.Array, pool: jax.Array, chunk_size: int = 256) -> jax.Array:
+    """MSE between every target and every pool point, ``[T, M]`` (computed in target chunks with ``lax.map``).
+
+    Args:
+      targets: ``[T, ...]``.
+      pool: ``[M, ...]`` with the same example shape.
+      chunk_size: targets per block (bounds memory at ``chunk_size x M``).
+
+    >>> import jax.numpy as jnp
+    >>> pairwise_mse(jnp.zeros((1, 2)), jnp.array([[0., 0.], [1., 1.], [2., 0.]])).tolist()
+    [[0.0, 1.0, 2.0]]
+    """
+    _check_chunk(chunk_size)
+    t, p = _flat(targets, "targets"), _flat(pool, "pool")
+    if t.shape[1] != p.shape[1]:
+        raise ValueError(f"targets and pool must have the same example size, got {t.shape[1]} and {p.shape[1]}")
+    dtype = jnp.result_type(t, p, jnp.float32)
+    t, p = t.astype(dtype), p.astype(dtype)
+    pool_sq = jnp.sum(p * p, axis=1)
+    blocks, n = _chunked_targets(t, min(chunk_size, t.shape[0]))
+    out = jax.lax.map(lambda b: _pairwise_block(b, p, pool_sq), blocks)
+    return out.reshape(-1, p.shape[0])[:n]
+
+
+@functools.partial(jax.jit, static_argnames=("bins",))
+def _oracle_block(t, pool, pool_sq, q, edges, bins):
+    d = _pairwise_block(t, pool, pool_sq)
+    idx = jnp.argmin(d, axis=1)
+    nn = jnp.take_along_axis(d, idx[:, None], axis=1)[:, 0]
+    pct = jnp.percentile(d, q, axis=1).T  # [chunk, Q]
+    if bins:
+        hist = jax.vmap(lambda row: jnp.histogram(row, bins=edges)[0])(d).astype(d.dtype)
+    else:
+        hist = jnp.zeros((d.shape[0], 0), d.dtype)
+    return nn, idx, pct, hist
+
+
+def nn_oracle(targets: jax.Array, pool: jax.Array, percentiles: Sequence[float] = (1.0, 10.0, 50.0), *,
+              bins: int = 0, max_mse: float | None = None, chunk_size: int = 256) -> OracleResult:
+    """Nearest-neighbour oracle of Balle et al. (Sec. V-B d) and the order statistics of Fig. 3.
+
+    For each target, the pool point with the smallest MSE (the oracle's guess), that MSE, and percentiles of
+    the target's MSEs to all pool points. The pool is everything the adversary knows (D- and the shadow
+    targets); it must not contain the evaluation targets themselves.
+
+    Args:
+      targets: ``[T, ...]`` evaluation targets.
+      pool: ``[M, ...]`` points available to the adversary.
+      percentiles: percentiles in [0, 100] of each target's MSE distribution (linear interpolation, as
+        ``np.percentile``).
+      bins: if > 0, also an averaged histogram of the MSEs over ``bins`` equal bins on ``[0, max_mse]``.
+      max_mse: upper edge of the histogram (default: the largest possible MSE for data in [0, 1], i.e. 1).
+      chunk_size: targets per block.
+
+    Returns:
+      An :class:`OracleResult`.
+
+    Raises:
+      ValueError: on mismatched shapes, percentiles outside [0, 100], or negative ``bins``.
+
+    >>> import jax.numpy as jnp
+    >>> r = nn_oracle(jnp.array([[0.0, 0.0]]), jnp.array([[0.0, 1.0], [1.0, 1.0], [0.5, 0.5]]), (50.0,))
+    >>> float(r.nn_mse[0]), int(r.nn_index[0]), float(r.percentile_mse[0, 0])
+    (0.25, 2, 0.5)
+    """
+    _check_chunk(chunk_size)
+    q = jnp.asarray(percentiles, jnp.float32).reshape(-1)
+    if q.size == 0 or bool(jnp.any((q < 0) | (q > 100))):
+        raise ValueError(f"percentiles must be a non-empty sequence in [0, 100], got {percentiles}")
+    if not (isinstance(bins, int) and bins >= 0):
+        raise ValueError(f"bins must be an integer >= 0, got {bins!r}")
+    t, p = _flat(targets, "targets"), _flat(pool, "pool")
+    if t.shape[1] != p.shape[1]:
+        raise ValueError(f"targets and pool must have the same example size, got {t.shape[1]} and {p.shape[1]}")
+    if max_mse is not None and not max_mse > 0:
+        raise ValueError(f"max_mse must be > 0, got {max_mse}")
+    dtype = jnp.result_type(t, p, jnp.float32)
+    t, p = t.astype(dtype), p.astype(dtype)
+    pool_sq = jnp.sum(p * p, axis=1)
+    edges = jnp.linspace(0.0, 1.0 if max_mse is None else float(max_mse), bins + 1, dtype=dtype)
+    blocks, n = _chunked_targets(t, min(chunk_size, t.shape[0]))
+    nn, idx, pct, hist = jax.lax.map(lambda b: _oracle_block(b, p, pool_sq, q.astype(dtype), edges, bins), blocks)
+    nn, idx = nn.reshape(-1)[:n], idx.reshape(-1)[:n]
+    pct = pct.reshape(-1, q.size)[:n]
+    hist = hist.reshape(-1, bins)[:n].mean(axis=0) if bins else jnp.zeros((0,), dtype)
+    return OracleResult(nn, idx, pct, q, hist, edges if bins else jnp.zeros((0,), dtype))
+
+
+def success(reconstruction_mse: jax.Array, oracle_mse: jax.Array) -> jax.Array:
+    """Per-target success of Balle et al.: the reconstruction MSE is strictly below the target's NN-oracle MSE.
+
+    >>> import jax.numpy as jnp
+    >>> success(jnp.array([0.01, 0.05]), jnp.array([0.02, 0.02])).tolist()
+    [True, False]
+    """
+    a, b = jnp.asarray(reconstruction_mse), jnp.asarray(oracle_mse)
+    if a.shape != b.shape:
+        raise ValueError(f"reconstruction_mse and oracle_mse must have the same shape, got {a.shape}, {b.shape}")
+    return a < b
+
+
+def classifier_kl(apply_fn: Callable[[jax.Array], jax.Array], targets: jax.Array, reconstructions: jax.Array,
+                  ) -> jax.Array:
+    """KL divergence ``KL(p(. | target) || p(. | reconstruction))`` of a classifier's predictions, ``[T]``.
+
+    Balle et al. Sec. V-B (c): a separately trained, accurate classifier (LeNet on MNIST) is applied to the
+    target and to its reconstruction; the KL divergence between the predicted class distributions measures how
+    much of the label-relevant content survives. ``apply_fn`` maps images to logits (e.g.
+    ``functools.partial(model.apply, variables)``).
+
+    >>> import jax.numpy as jnp
+    >>> f = lambda x: jnp.stack([x.sum((1, 2)), jnp.zeros(x.shape[0])], axis=-1)
+    >>> classifier_kl(f, jnp.ones((1, 2, 2)), jnp.ones((1, 2, 2))).tolist()
+    [0.0]
+    """
+    targets, reconstructions = jnp.asarray(targets), jnp.asarray(reconstructions)
+    if targets.shape != reconstructions.shape:
+        raise ValueError(f"targets and reconstructions must have the same shape, got {targets.shape}, "
+                         f"{reconstructions.shape}")
+    lp = jax.nn.log_softmax(apply_fn(targets), axis=-1)
+    lq = jax.nn.log_softmax(apply_fn(reconstructions), axis=-1)
+    return jnp.sum(jnp.exp(lp) * (lp - lq), axis=-1)
+
+
+def reconstruction_metrics(targets: jax.Array, reconstructions: jax.Array, oracle_mse: jax.Array | None = None,
+                           classifier_apply: Callable[[jax.Array], jax.Array] | None = None,
+                           data_range: float = 1.0) -> dict[str, jax.Array]:
+    """Per-target MSE, PSNR, SSIM (images only), NCC, and optionally success and classifier KL.
+
+    Args:
+      targets: ``[T, ...]`` in ``[0, data_range]``.
+      reconstructions: same shape.
+      oracle_mse: ``[T]`` NN-oracle MSEs; adds ``"success"`` and ``"oracle_mse"``.
+      classifier_apply: images -> logits; adds ``"kl"``.
+      data_range: dynamic range of the data.
+
+    Returns:
+      A dict of ``[T]`` arrays.
+
+    >>> import jax.numpy as jnp
+    >>> m = reconstruction_metrics(jnp.zeros((2, 8, 8, 1)), jnp.full((2, 8, 8, 1), 0.1), jnp.array([0.02, 0.001]))
+    >>> [round(float(v), 4) for v in m["mse"]], m["success"].tolist()
+    ([0.01, 0.01], [True, False])
+    """
+    targets, reconstructions = jnp.asarray(targets), jnp.asarray(reconstructions)
+    out = {
+        "mse": _metrics.mse(targets, reconstructions),
+        "psnr": _metrics.psnr(targets, reconstructions, data_range),
+        "ncc": _metrics.ncc(targets, reconstructions),
+    }
+    if targets.ndim in (3, 4) and min(targets.shape[1:3]) >= 11:
+        out["ssim"] = _metrics.ssim(targets, reconstructions, data_range)
+    if oracle_mse is not None:
+        out["oracle_mse"] = jnp.asarray(oracle_mse)
+        out["success"] = success(out["mse"], out["oracle_mse"])
+    if classifier_apply is not None:
+        out["kl"] = classifier_kl(classifier_apply, targets, reconstructions)
+    return out
+
+
+def train_classifier(model, images: jax.Array, labels: jax.Array, key: jax.Array, *, epochs: int = 3,
+                     batch_size: int = 128, learning_rate: float = 1e-3):
+    """Trains a flax classifier (e.g. :func:`recon_jax.models.lenet`) with Adam, for the classifier-KL metric.
+
+    Seeded shuffling: epoch ``e`` uses ``fold_in(key, e + 1)``; initialisation uses ``fold_in(key, 0)``. The
+    epoch loop is one jitted ``lax.scan`` over minibatches (the last partial batch is dropped).
+
+    Args:
+      model: a flax.linen module mapping images to logits.
+      images: ``[N, ...]``; labels: ``[N]`` ints.
+      key: a typed key.
+      epochs, batch_size, learning_rate: Adam training hyper-parameters (each > 0).
+
+    Returns:
+      The trained variables (``{"params": ...}``), to use as ``functools.partial(model.apply, variables)``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from recon_jax.models import MLP
+    >>> x = jax.random.normal(jax.random.key(1), (64, 4)); y = (x[:, 0] > 0).astype(jnp.int32)
+    >>> v = train_classifier(MLP(features=(8, 2)), x, y, jax.random.key(0), epochs=30, batch_size=16,
+    ...                      learning_rate=1e-2)
+    >>> float(jnp.mean(MLP(features=(8, 2)).apply(v, x).argmax(-1) == y)) > 0.9
+    True
+    """
+    images, labels = jnp.asarray(images), jnp.asarray(labels)
+    if images.shape[0] != labels.shape[0]:
+        raise ValueError(f"images and labels must have the same length, got {images.shape[0]}, {labels.shape[0]}")
+    for name, v in (("epochs", epochs), ("batch_size", batch_size)):
+        if not (isinstance(v, int) and v >= 1):
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if not learning_rate > 0:
+        raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
+    bs = min(batch_size, images.shape[0])
+    steps = images.shape[0] // bs
+    variables = model.init(jax.random.fold_in(key, 0), images[:1])
+    opt = optax.adam(learning_rate)
+    opt_state = opt.init(variables)
+
+    def loss_fn(v, x, y):
+        return optax.softmax_cross_entropy_with_integer_labels(model.apply(v, x), y).mean()
+
+    @jax.jit
+    def epoch(carry, ekey):
+        perm = jax.random.permutation(ekey, images.shape[0])[: steps * bs].reshape(steps, bs)
+
+        def step(c, idx):
+            v, s = c
+            loss, g = jax.value_and_grad(loss_fn)(v, images[idx], labels[idx])
+            upd, s = opt.update(g, s, v)
+            return (optax.apply_updates(v, upd), s), loss
+
+        return jax.lax.scan(step, carry, perm)
+
+    carry = (variables, opt_state)
+    for e in range(epochs):
+        carry, _ = epoch(carry, jax.random.fold_in(key, e + 1))
+    return carry[0]
+
+
+def empirical_kappa(pool: jax.Array, eta: float | jax.Array, candidates: jax.Array | None = None,
+                    chunk_size: int = 256) -> jax.Array:
+    """Baseline error ``kappa(eta) = sup_z0 P_{Z ~ pi}[MSE(Z, z0) <= eta]`` for the empirical prior ``pi`` on ``pool``.
+
+    Balle et al. Sec. VII-B: the success probability of the best oblivious reconstruction, used in the ReRo
+    bounds. The supremum is taken over ``candidates`` (default: the pool itself), a lower estimate of the true
+    supremum over all of the data space.
+
+    Args:
+      pool: ``[M, ...]`` points of the (uniform) empirical prior.
+      eta: MSE threshold(s) (scalar or ``[E]``), >= 0.
+      candidates: ``[C, ...]`` guesses ``z0`` (default ``pool``).
+
+    Returns:
+      ``kappa`` with the shape of ``eta``.
+
+    >>> import jax.numpy as jnp
+    >>> round(float(empirical_kappa(jnp.array([[0.0], [0.1], [1.0]]), 0.02)), 4)   # 2 of 3 within 0.02 of 0.0
+    0.6667
+    """
+    eta = jnp.asarray(eta, jnp.float32)
+    if bool(jnp.any(eta < 0)):
+        raise ValueError(f"eta must be >= 0, got {eta}")
+    _check_chunk(chunk_size)
+    c = _flat(pool if candidates is None else candidates, "candidates")
+    p = _flat(pool, "pool")
+    if c.shape[1] != p.shape[1]:
+        raise ValueError(f"candidates and pool must have the same example size, got {c.shape[1]} and {p.shape[1]}")
+    dtype = jnp.result_type(c, p, jnp.float32)
+    c, p = c.astype(dtype), p.astype(dtype)
+    pool_sq = jnp.sum(p * p, axis=1)
+    e = eta.reshape(-1).astype(dtype)
+    blocks, n = _chunked_targets(c, min(chunk_size, c.shape[0]))
+
+    def block_counts(b):
+        d = _pairwise_block(b, p, pool_sq)  # [chunk, M]
+        return jnp.sum(d[:, :, None] <= e[None, None, :], axis=1)  # [chunk, E]
+
+    counts = jax.lax.map(block_counts, blocks).reshape(-1, e.size)[:n]
+    return (jnp.max(counts, axis=0) / p.shape[0]).reshape(eta.shape)

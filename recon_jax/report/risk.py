@@ -114,6 +114,7 @@ def plot_bounds_vs_success(rows: Sequence[dict], path: str) -> str:
     ``bound_zcdp``, ``bound_gdp``).
     """
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
@@ -129,6 +130,7 @@ def plot_bounds_vs_success(rows: Sequence[dict], path: str) -> str:
         ax.plot(eps, [r["success_at_eta"] for r in rows], "s-", color="black", label="attack: P[MSE <= eta]")
         ax.plot(eps, [r["success_rate"] for r in rows], "^-", color="gray", label="attack: beats NN oracle")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("epsilon (RDP accountant)")
     ax.set_ylabel("probability of successful reconstruction")
     ax.set_ylim(-0.02, 1.02)

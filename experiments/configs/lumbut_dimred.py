@@ -1,0 +1,103 @@
+"""Config for experiments.lumbut_dimred (Lumbut & Ponnoprat: reconstruction from DR embeddings of MNIST).
+
+Variants:
+  smoke   -- seconds (CI): synthetic images, tiny splits, |D-| = 9, PCA / SRP / t-SNE, width-2 decoder, 2 epochs.
+  default -- sized for < 45 min on an IDLE 2-core CPU (estimate; see experiments/lumbut_dimred.py docstring):
+             PCA / SRP / Isomap at |D-| in {9, 99, 199} x 2 repeats on 2000 / 250 / 250 shadow splits;
+             MDS / t-SNE / UMAP at |D-| = 99, 1 repeat, 600 / 100 / 100; split vs MLP (Table 4) at 199 for PCA,
+             SRP and Isomap; known vs fresh seeds for SRP / t-SNE / UMAP at 99; noise defence at 99.
+             Decoder width 8 (paper 64), Adam lr 1e-3 (paper 1e-5), at most 25 epochs (paper 500).
+  paper   -- the paper's grid (accelerator): all six methods, |D-| in {9, 99, 199, 499, 999}, 5 repeats,
+             4000 / 500 / 500, width 64, lr 1e-5, 500 epochs, patience 5.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+ALL_METHODS = ("pca", "srp", "mds", "isomap", "tsne", "umap")
+
+
+def get_config(variant: str = "default") -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.variant = variant
+    c.seed = 0
+    c.dataset = "mnist"  # "mnist" (embedded) or "synthetic"
+    c.data_scale = 255.0  # embed 8-bit pixel values like the reference code; sigma is on this scale
+    # Methods with full-size shadow sets ("fast") and reduced ones ("slow": scikit-learn / umap optimisers).
+    c.fast_methods = ("pca", "srp", "isomap")
+    c.slow_methods = ("mds", "tsne", "umap")
+    c.sizes = (9, 99, 199)  # |D-| for the fast methods
+    c.slow_sizes = (99,)
+    c.repeats = 2
+    c.slow_repeats = 1
+    c.n_train, c.n_val, c.n_test = 2000, 250, 250
+    c.slow_n_train, c.slow_n_val, c.slow_n_test = 600, 100, 100
+    c.table4_size = 199  # split encoder vs Balle MLP at this |D-| (paper Table 4)
+    c.seed_methods = ("srp", "tsne", "umap")  # also run with seed_policy="known"
+    c.seed_sizes = (99,)
+    c.noise_size = 99  # paper Fig. 6 uses |D-| = 99
+    c.noise_sigmas = (2.0, 4.0, 8.0, 16.0, 32.0)  # on the 0-255 pixel scale (data_scale = 255)
+    c.noise_n_test = 100
+    c.slow_noise_n_test = 50
+    c.target_row = 0
+    # Method options.
+    c.srp_density = "paper"  # "paper" (1/d, eq. 2), "auto" (1/sqrt(d)) or a float
+    c.mds_n_init = 1  # scikit-learn 1.4 default (paper era) was 4
+    c.tsne_init = "pca"  # scikit-learn default
+    # Reconstruction network and training.
+    c.width = 8  # paper: 64
+    c.learning_rate = 1e-3  # paper: 1e-5
+    c.batch_size = 64
+    c.max_epochs = 25  # paper: 500 (with early stopping)
+    c.patience = 5
+    c.l1_weight = 1.0
+    # Execution.
+    c.n_jobs = 2
+    c.chunk_size = 100
+    c.progress = True
+    c.n_grid_images = 1
+    c.time_budget_s = 0.0  # > 0: stop starting new grid points after this many seconds (report says PARTIAL)  # test images shown in the reconstruction grid (Fig. 3 analogue)
+
+    if variant == "smoke":
+        c.dataset = "synthetic"
+        c.fast_methods = ("pca", "srp")
+        c.slow_methods = ("tsne",)
+        c.sizes = (9,)
+        c.slow_sizes = (9,)
+        c.repeats = 1
+        c.slow_repeats = 1
+        c.n_train, c.n_val, c.n_test = 32, 8, 8
+        c.slow_n_train, c.slow_n_val, c.slow_n_test = 32, 8, 8  # equal shapes: networks compile once
+        c.table4_size = 9
+        c.seed_methods = ("srp",)
+        c.seed_sizes = (9,)
+        c.noise_size = 9
+        c.noise_sigmas = (8.0, 32.0)
+        c.noise_n_test = 8
+        c.slow_noise_n_test = 8
+        c.width = 2
+        c.max_epochs = 2
+        c.batch_size = 16
+        c.n_jobs = 1
+        c.chunk_size = 16
+        c.progress = False
+    elif variant == "paper":
+        c.fast_methods = ALL_METHODS
+        c.slow_methods = ()
+        c.sizes = (9, 99, 199, 499, 999)
+        c.slow_sizes = ()
+        c.repeats = 5
+        c.n_train, c.n_val, c.n_test = 4000, 500, 500
+        c.seed_methods = ("srp", "mds", "tsne", "umap")
+        c.seed_sizes = (9, 99, 199, 499, 999)
+        c.noise_n_test = 500
+        c.mds_n_init = 4
+        c.width = 64
+        c.learning_rate = 1e-5
+        c.max_epochs = 500
+        c.n_jobs = 8
+        c.chunk_size = 250
+    elif variant != "default":
+        raise ValueError(f"variant must be 'smoke', 'default' or 'paper', got {variant!r}")
+    return c

@@ -1,0 +1,283 @@
+"""Dimensionality-reduction methods M: R^{n x d} -> R^{n x 2} for the Lumbut & Ponnoprat attack.
+
+PCA and sparse random projection are pure ``jnp`` (jittable, vmappable); MDS (SMACOF), Isomap and t-SNE come
+from scikit-learn and UMAP from umap-learn (host-side NumPy; imported lazily).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "METHODS",
+    "DETERMINISTIC_METHODS",
+    "JNP_METHODS",
+    "SEED_POLICIES",
+    "pca_embed",
+    "srp_matrix",
+    "srp_embed",
+    "embed",
+    "seed_from_key",
+    "run_key",
+]
+
+METHODS = ("pca", "srp", "mds", "isomap", "tsne", "umap")
+DETERMINISTIC_METHODS = ("pca", "isomap")
+JNP_METHODS = ("pca", "srp")
+SKLEARN_METHODS = ("mds", "isomap", "tsne", "umap")
+SEED_POLICIES = ("known", "fresh")
+
+
+def _check_data(data: Any, name: str = "data") -> None:
+    shape = np.shape(data)
+    if len(shape) != 2 or shape[0] < 3 or shape[1] < 3:
+        raise ValueError(f"{name} must be a [n, d] array with n >= 3 and d >= 3 (paper: d > 2), got {shape}")
+
+
+def pca_embed(data: jax.Array, n_components: int = 2, solver: str = "auto") -> jax.Array:
+    """Projects centred data on its first principal axes (exact SVD, deterministic signs).
+
+    Both solvers are exact (full, non-randomised decompositions): ``"svd"`` is ``jnp.linalg.svd`` of the
+    centred data; ``"gram"`` obtains the same singular vectors from ``eigh`` of the ``n x n`` Gram matrix
+    (far cheaper when ``n << d``, e.g. 200 MNIST images); ``"auto"`` picks ``"gram"`` when ``n <= d``.
+
+    Sign convention: each principal axis (a row of ``V^T``) is flipped so that its entry of largest absolute
+    value is positive (the convention of scikit-learn >= 1.5, ``svd_flip(u_based_decision=False)``).
+
+    Args:
+        data: ``[n, d]`` data matrix.
+        n_components: number of principal components (``1 <= n_components <= min(n, d)``).
+        solver: ``"auto"``, ``"svd"`` or ``"gram"``.
+
+    Returns:
+        ``[n, n_components]`` scores ``(X - mean) V``.
+
+    Raises:
+        ValueError: if ``data`` is not 2-D with n, d >= 3 or ``n_components`` is out of range.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> x = jnp.array([[0., 0., 0.], [1., 0., 0.], [2., 0., 0.], [3., 0.1, 0.]])
+        >>> pca_embed(x).shape
+        (4, 2)
+    """
+    _check_data(data)
+    n, d = np.shape(data)
+    if not 1 <= n_components <= min(n, d):
+        raise ValueError(f"n_components must be in [1, {min(n, d)}], got {n_components}")
+    if solver not in ("auto", "svd", "gram"):
+        raise ValueError(f"solver must be 'auto', 'svd' or 'gram', got {solver!r}")
+    return _pca_core(jnp.asarray(data), n_components, solver)
+
+
+def _pca_core(data: jax.Array, n_components: int, solver: str = "auto") -> jax.Array:
+    xc = data - jnp.mean(data, axis=0, keepdims=True)
+    n, d = xc.shape
+    if solver == "auto":
+        solver = "gram" if n <= d else "svd"
+    if solver == "svd":
+        _, _, vt = jnp.linalg.svd(xc, full_matrices=False)
+        vt = vt[:n_components]  # [k, d] principal axes
+    elif solver == "gram":
+        # Exact SVD of xc through the eigendecomposition of the n x n Gram matrix xc xc^T = U S^2 U^T
+        # (much cheaper than a d-wide SVD when n << d); axes v_k = xc^T u_k / s_k.
+        _, u = jnp.linalg.eigh(xc @ xc.T)
+        u = u[:, ::-1][:, :n_components]  # [n, k], decreasing eigenvalues
+        v = xc.T @ u  # [d, k] = V S
+        vt = (v / jnp.maximum(jnp.linalg.norm(v, axis=0, keepdims=True), jnp.finfo(v.dtype).tiny)).T
+    else:
+        raise ValueError(f"solver must be 'auto', 'svd' or 'gram', got {solver!r}")
+    idx = jnp.argmax(jnp.abs(vt), axis=1)
+    signs = jnp.sign(jnp.take_along_axis(vt, idx[:, None], axis=1))  # [k, 1]
+    signs = jnp.where(signs == 0, 1.0, signs)
+    return xc @ (vt * signs).T
+
+
+def _srp_density(density: float | str, d: int) -> float:
+    if density == "paper":
+        return 1.0 / d
+    if density == "auto":
+        return 1.0 / math.sqrt(d)
+    density = float(density)
+    if not 0.0 < density <= 1.0:
+        raise ValueError(f"density must be in (0, 1], 'paper' or 'auto', got {density}")
+    return density
+
+
+def srp_matrix(key: jax.Array, dim: int, n_components: int = 2, density: float | str = "paper") -> jax.Array:
+    """Draws a sparse random projection matrix R [dim, n_components] (paper eq. 2, Li et al. 2006).
+
+    Entries are ``-v`` and ``+v`` with probability ``density / 2`` each and 0 otherwise, with
+    ``v = sqrt(1 / (density * n_components))`` so that ``E ||x R||^2 = ||x||^2``. The paper's eq. 2 uses
+    ``density = 1 / d`` (``v = sqrt(d / r)``; its printed first case lost the sign: the values are ``+-v``);
+    ``density="auto"`` is ``1 / sqrt(d)`` (scikit-learn's default). scikit-learn stores the transpose
+    (``components_`` is ``[r, d]``).
+
+    Args:
+        key: typed PRNG key.
+        dim: input dimension d (>= 1).
+        n_components: output dimension r (>= 1).
+        density: ``"paper"`` (1/d), ``"auto"`` (1/sqrt(d)) or a float in (0, 1].
+
+    Returns:
+        ``[dim, n_components]`` float32 matrix.
+
+    Raises:
+        ValueError: for dim < 1, n_components < 1 or a density outside (0, 1].
+
+    Example:
+        >>> import jax
+        >>> r = srp_matrix(jax.random.key(0), 784, density=0.5)
+        >>> r.shape, float(abs(r).max()) == 1.0
+        ((784, 2), True)
+    """
+    if dim < 1:
+        raise ValueError(f"dim must be >= 1, got {dim}")
+    if n_components < 1:
+        raise ValueError(f"n_components must be >= 1, got {n_components}")
+    s = _srp_density(density, dim)
+    v = math.sqrt(1.0 / (s * n_components))
+    u = jax.random.uniform(key, (dim, n_components))
+    return jnp.where(u < s / 2, -v, jnp.where(u < s, v, 0.0)).astype(jnp.float32)
+
+
+def srp_embed(data: jax.Array, key: jax.Array, n_components: int = 2, density: float | str = "paper") -> jax.Array:
+    """Sparse random projection ``theta = D R`` (paper eq. 1) with ``R = srp_matrix(key, d, ...)``.
+
+    Args:
+        data: ``[n, d]`` data.
+        key: typed PRNG key for ``R``.
+        n_components: output dimension.
+        density: see :func:`srp_matrix`.
+
+    Returns:
+        ``[n, n_components]`` embedding.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> srp_embed(jnp.ones((5, 10)), jax.random.key(1), density=1.0).shape
+        (5, 2)
+    """
+    _check_data(data)
+    r = srp_matrix(key, np.shape(data)[1], n_components, density)
+    return jnp.asarray(data) @ r
+
+
+def seed_from_key(key: jax.Array) -> int:
+    """A non-negative 31-bit integer seed derived from a typed key (for scikit-learn / umap / NumPy)."""
+    return int(jax.random.randint(key, (), 0, 2**31 - 1))
+
+
+def run_key(key: jax.Array, seed_policy: str, run_index: int | jax.Array) -> jax.Array:
+    """The key of one embedding run under a seed policy.
+
+    ``"known"``: every run (victim and all shadows) uses ``key`` itself -- the adversary knows the victim's
+    randomness. ``"fresh"``: run ``i`` uses ``fold_in(key, i)`` -- fresh, independent randomness per run, so the
+    adversary's shadows cannot reproduce the victim's random state (the paper's setting: scikit-learn
+    estimators created without ``random_state``).
+    """
+    if seed_policy == "known":
+        return key
+    if seed_policy == "fresh":
+        return jax.random.fold_in(key, run_index)
+    raise ValueError(f"seed_policy must be one of {SEED_POLICIES}, got {seed_policy!r}")
+
+
+def _as_key(key_or_seed: Any) -> jax.Array:
+    if isinstance(key_or_seed, (int, np.integer)):
+        if int(key_or_seed) < 0:
+            raise ValueError(f"key_or_seed must be a typed key or an int >= 0, got {key_or_seed}")
+        return jax.random.key(int(key_or_seed))
+    if isinstance(key_or_seed, jax.Array) and jnp.issubdtype(key_or_seed.dtype, jax.dtypes.prng_key):
+        return key_or_seed
+    raise ValueError(f"key_or_seed must be a typed jax.random.key or an int >= 0, got {type(key_or_seed)}")
+
+
+def _as_seed(key_or_seed: Any) -> int:
+    if isinstance(key_or_seed, (int, np.integer)):
+        if int(key_or_seed) < 0:
+            raise ValueError(f"key_or_seed must be a typed key or an int >= 0, got {key_or_seed}")
+        return int(key_or_seed)
+    return seed_from_key(_as_key(key_or_seed))
+
+
+def sklearn_embed(method: str, data: np.ndarray, seed: int, **opts: Any) -> np.ndarray:
+    """Host-side MDS / Isomap / t-SNE / UMAP embedding of ``data`` [n, d] into 2-D with integer ``seed``.
+
+    Defaults (overridable through ``opts``): MDS -- metric SMACOF, ``init="random"``, ``n_init=4``,
+    ``max_iter=300`` (scikit-learn 1.4 defaults, the paper's era); Isomap -- ``n_neighbors=min(5, n-1)``,
+    dense eigen-solver (deterministic); t-SNE -- scikit-learn defaults (``init="pca"``, perplexity
+    ``min(30, (n-1)/3)`` because it must be below n); UMAP -- ``n_neighbors=min(15, n-1)``.
+    """
+    data = np.asarray(data, dtype=np.float64)
+    n = data.shape[0]
+    opts = dict(opts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if method == "mds":
+            from sklearn.manifold import MDS
+
+            kw = dict(n_init=4, max_iter=300, init="random", metric_mds=True, normalized_stress="auto")
+            kw.update(opts)
+            return MDS(n_components=2, random_state=seed, **kw).fit_transform(data)
+        if method == "isomap":
+            from sklearn.manifold import Isomap
+
+            kw = dict(n_neighbors=min(5, n - 1), eigen_solver="dense")
+            kw.update(opts)
+            kw["n_neighbors"] = min(int(kw["n_neighbors"]), n - 1)
+            return Isomap(n_components=2, **kw).fit_transform(data)
+        if method == "tsne":
+            from sklearn.manifold import TSNE
+
+            kw = dict(perplexity=min(30.0, (n - 1) / 3.0))
+            kw.update(opts)
+            kw["perplexity"] = min(float(kw["perplexity"]), (n - 1) / 3.0)
+            return TSNE(n_components=2, random_state=seed, **kw).fit_transform(data)
+        if method == "umap":
+            import umap  # umap-learn (optional extra [dimred])
+
+            kw = dict(n_neighbors=min(15, n - 1))
+            kw.update(opts)
+            kw["n_neighbors"] = min(int(kw["n_neighbors"]), n - 1)
+            return umap.UMAP(n_components=2, random_state=seed, **kw).fit_transform(data)
+    raise ValueError(f"method must be one of {SKLEARN_METHODS} here, got {method!r}")
+
+
+def embed(method: str, data: Any, key_or_seed: Any, **opts: Any) -> jax.Array:
+    """Embeds ``data`` [n, d] into 2-D with one of the paper's six methods (Lumbut & Ponnoprat, Sec. 2.1).
+
+    Args:
+        method: ``"pca"``, ``"srp"``, ``"mds"``, ``"isomap"``, ``"tsne"`` or ``"umap"``.
+        data: ``[n, d]`` array (n >= 3, d >= 3).
+        key_or_seed: typed ``jax.random.key`` or a non-negative int; the method's randomness (SRP matrix,
+            MDS / t-SNE / UMAP initialisation). Ignored by the deterministic PCA and Isomap.
+        **opts: method options: ``density`` for SRP (see :func:`srp_matrix`); scikit-learn / umap keyword
+            arguments for the others.
+
+    Returns:
+        ``[n, 2]`` embedding (``jax.Array``).
+
+    Raises:
+        ValueError: for an unknown method, a malformed ``data`` or an invalid key/seed.
+
+    Example:
+        >>> import numpy as np
+        >>> x = np.random.default_rng(0).random((20, 5))
+        >>> embed("pca", x, 0).shape, embed("srp", x, 0, density=0.5).shape
+        ((20, 2), (20, 2))
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    _check_data(data)
+    if method == "pca":
+        return pca_embed(jnp.asarray(data, dtype=jnp.result_type(float)), **opts)
+    if method == "srp":
+        return srp_embed(jnp.asarray(data, dtype=jnp.result_type(float)), _as_key(key_or_seed), **opts)
+    return jnp.asarray(sklearn_embed(method, np.asarray(data), _as_seed(key_or_seed), **opts))

@@ -1,0 +1,242 @@
+"""Tests for recon_jax.attacks.dimred (Lumbut & Ponnoprat): embeddings, shadow store, training, experiment."""
+
+import glob
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from recon_jax.attacks import dimred as D
+
+
+def _data(n=12, d=16, seed=0):
+    return np.random.default_rng(seed).standard_normal((n, d))
+
+
+# ----------------------------------------------------------------------------------------------- embeddings
+
+
+@pytest.mark.parametrize("solver,shape", [("svd", (30, 12)), ("gram", (12, 30)), ("auto", (10, 40))])
+def test_pca_matches_sklearn_including_sign(x64, solver, shape):
+    from sklearn.decomposition import PCA
+
+    x = _data(*shape)
+    ours = np.asarray(D.pca_embed(jnp.asarray(x), solver=solver))
+    ref = PCA(n_components=2, svd_solver="full").fit_transform(x)
+    # float64 exact SVD on both sides: agreement to ~1e-10; signs follow the same max-|loading| convention.
+    np.testing.assert_allclose(ours, ref, rtol=1e-8, atol=1e-10)
+    # And up to a per-column sign (the weaker, convention-free statement).
+    np.testing.assert_allclose(np.abs(ours), np.abs(ref), rtol=1e-8, atol=1e-10)
+
+
+def test_pca_sign_convention_is_row_order_equivariant(x64):
+    x = _data(20, 8, seed=3)
+    perm = np.random.default_rng(1).permutation(20)
+    a = np.asarray(D.pca_embed(jnp.asarray(x)))[perm]
+    b = np.asarray(D.pca_embed(jnp.asarray(x[perm])))
+    np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)  # float64; deterministic signs, no flips
+
+
+def test_srp_distribution_matches_sklearn():
+    from sklearn.random_projection import SparseRandomProjection
+
+    d, r, density, reps = 400, 2, 0.1, 40
+    ours = np.stack([np.asarray(D.srp_matrix(jax.random.key(i), d, r, density)) for i in range(reps)])
+    x = np.zeros((1, d))
+    theirs = np.stack([
+        SparseRandomProjection(n_components=r, density=density, random_state=i).fit(x).components_.toarray().T
+        for i in range(reps)
+    ])
+    v = np.sqrt(1.0 / (density * r))
+    for a in (ours, theirs):
+        np.testing.assert_allclose(np.unique(np.abs(a[a != 0])), [v], rtol=1e-6)  # float32 vs float64 storage
+        total = a.size
+        # Binomial(total, density) nonzeros and Binomial(nnz, 1/2) signs: 5-sigma bands.
+        nnz = np.count_nonzero(a)
+        assert abs(nnz - density * total) < 5 * np.sqrt(total * density * (1 - density))
+        assert abs(np.sum(a > 0) - nnz / 2) < 5 * np.sqrt(nnz / 4)
+    # Both preserve squared norms in expectation: E ||x R||^2 = ||x||^2.
+    xx = np.random.default_rng(0).standard_normal(d)
+    for a in (ours, theirs):
+        ratio = np.mean([np.sum((xx @ m) ** 2) for m in a]) / np.sum(xx**2)
+        assert 0.5 < ratio < 1.5
+
+
+def test_srp_paper_density_and_embed():
+    d = 784
+    r = np.asarray(D.srp_matrix(jax.random.key(0), d, 2, "paper"))
+    nz = r[r != 0]
+    np.testing.assert_allclose(np.abs(nz), np.sqrt(d / 2), rtol=1e-6)  # eq. 2: +-sqrt(d/r)
+    assert np.count_nonzero(r) < 15  # density 1/d: ~2 nonzeros in 1568 entries
+    x = _data(5, 10)
+    key = jax.random.key(3)
+    np.testing.assert_allclose(
+        np.asarray(D.srp_embed(jnp.asarray(x, jnp.float32), key, density=0.5)),
+        x.astype(np.float32) @ np.asarray(D.srp_matrix(key, 10, 2, 0.5)), rtol=1e-5, atol=1e-5)
+
+
+def test_embed_sklearn_methods_seeded_and_deterministic():
+    x = _data(12, 6)
+    a = np.asarray(D.embed("tsne", x, 5, init="random"))
+    b = np.asarray(D.embed("tsne", x, 5, init="random"))
+    c = np.asarray(D.embed("tsne", x, 6, init="random"))
+    assert a.shape == (12, 2)
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
+    i1 = np.asarray(D.embed("isomap", x, 1))
+    i2 = np.asarray(D.embed("isomap", x, 2))
+    np.testing.assert_array_equal(i1, i2)  # deterministic method: the seed is irrelevant
+
+
+def test_embed_invalid():
+    with pytest.raises(ValueError, match="method"):
+        D.embed("lda", _data(), 0)
+    with pytest.raises(ValueError, match="data"):
+        D.embed("pca", np.zeros((2, 5)), 0)
+    with pytest.raises(ValueError, match="key_or_seed"):
+        D.embed("srp", _data(), -1)
+    with pytest.raises(ValueError, match="density"):
+        D.srp_matrix(jax.random.key(0), 10, 2, 1.5)
+    with pytest.raises(ValueError, match="seed_policy"):
+        D.run_key(jax.random.key(0), "sometimes", 0)
+
+
+# ------------------------------------------------------------------------------------------ shadow embeddings
+
+
+@pytest.mark.parametrize("method", ["pca", "srp"])
+def test_vmapped_shadows_equal_naive_loop(method):
+    known, cands = _data(7, 10), _data(4, 10, seed=1)
+    key = jax.random.key(2)
+    got = D.shadow_embeddings(method, known, cands, key, index_offset=10, target_row=2, progress=False,
+                              method_opts={"density": 0.5} if method == "srp" else None)
+    for j in range(4):
+        z = np.insert(known, 2, cands[j], axis=0).astype(np.float32)
+        opts = {"density": 0.5} if method == "srp" else {}
+        ref = np.asarray(D.embed(method, z, D.run_key(key, "fresh", 10 + j), **opts)).reshape(-1)
+        np.testing.assert_allclose(got[j], ref, rtol=1e-4, atol=1e-4)  # float32 SVD, vmapped vs unbatched
+
+
+def test_seed_policy_known_vs_fresh_srp():
+    known, cands = _data(6, 10), _data(5, 10, seed=1)
+    key = jax.random.key(0)
+    kn = D.shadow_embeddings("srp", known, cands, key, seed_policy="known", progress=False, method_opts={"density": 0.5})
+    fr = D.shadow_embeddings("srp", known, cands, key, seed_policy="fresh", progress=False, method_opts={"density": 0.5})
+    # Target in row 0: the other rows' embeddings are identical across runs only when the seed is shared.
+    assert np.allclose(kn[:, 2:], kn[0, 2:])
+    assert not np.allclose(fr[:, 2:], fr[0, 2:])
+
+
+def test_chunking_and_noise_reproducible():
+    known, cands = _data(6, 10), _data(7, 10, seed=1)
+    key, nkey = jax.random.key(0), jax.random.key(9)
+    a = D.shadow_embeddings("pca", known, cands, key, chunk_size=2, progress=False, noise_sigma=0.5, noise_key=nkey)
+    b = D.shadow_embeddings("pca", known, cands, key, chunk_size=5, progress=False, noise_sigma=0.5, noise_key=nkey)
+    c = D.shadow_embeddings("pca", known, cands, key, chunk_size=5, progress=False)
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(a, c, atol=1e-3)
+    with pytest.raises(ValueError, match="noise_key"):
+        D.shadow_embeddings("pca", known, cands, key, noise_sigma=1.0, progress=False)
+
+
+def test_store_resume_corruption_and_config_guard(tmp_path):
+    known, cands = _data(6, 10), _data(7, 10, seed=1)
+    key = jax.random.key(0)
+    store = str(tmp_path / "s")
+    kw = dict(chunk_size=3, progress=False, store_dir=store, method_opts={"n_neighbors": 3})
+    a = D.shadow_embeddings("isomap", known, cands, key, **kw)
+    chunks = sorted(glob.glob(os.path.join(store, "chunk_*.npz")))
+    assert len(chunks) == 3 and os.path.exists(os.path.join(store, "manifest.json"))
+    # Corrupt one chunk (truncate) and tamper with another's data (digest mismatch): both are recomputed.
+    with open(chunks[0], "r+b") as f:
+        f.truncate(20)
+    with np.load(chunks[1]) as f:
+        parts = dict(f)
+    parts["theta"] = parts["theta"] + 1.0
+    np.savez(chunks[1], **parts)
+    mtimes = {c: os.path.getmtime(c) for c in chunks}
+    b = D.shadow_embeddings("isomap", known, cands, key, **kw)
+    np.testing.assert_array_equal(a, b)
+    assert os.path.getmtime(chunks[2]) == mtimes[chunks[2]]  # the intact chunk was not rewritten
+    with pytest.raises(ValueError, match="different configuration"):
+        D.shadow_embeddings("isomap", known, cands, jax.random.key(1), **kw)
+
+
+# --------------------------------------------------------------------------------------------------- training
+
+
+def test_early_stopping_update_sequence():
+    losses = [3.0, 2.0, 2.5, 1.0, 1.5, 1.2, 1.1, 0.5]
+    state, best_epochs, stopped = D.EarlyStopping(), [], None
+    for epoch, loss in enumerate(losses):
+        state, improved, stop = D.early_stopping_update(state, loss, epoch, patience=3)
+        best_epochs.append(state.best_epoch)
+        if stop:
+            stopped = epoch
+            break
+    assert stopped == 6 and state.best_epoch == 3 and state.best_loss == 1.0
+    state, improved, _ = D.early_stopping_update(D.EarlyStopping(), float("nan"), 0, patience=2)
+    assert not improved and state.best_epoch == -1
+
+
+def test_training_keeps_best_validation_model():
+    from recon_jax.models.dimred import BalleMLP
+
+    rng = np.random.default_rng(0)
+    x = rng.random((64, 8)).astype(np.float32)
+    y_train = np.ones((64, 2, 2, 1), np.float32)
+    y_val = np.full((16, 2, 2, 1), 0.4, np.float32)  # val loss falls while outputs rise to 0.4, then grows
+    net = BalleMLP(image_shape=(2, 2, 1), hidden=(16,))
+    fit = D.train_reconstructor(net, x, y_train, x[:16], y_val, jax.random.key(0), learning_rate=3e-3,
+                                batch_size=16, max_epochs=60, patience=4)
+    hist = fit.val_loss
+    assert fit.best_epoch == int(np.argmin(hist))
+    assert fit.best_epoch < len(hist) - 1  # training went past the best epoch, so the choice matters
+    best = float(D.recon_loss(D.predict(net, fit.variables, x[:16]), y_val))
+    final = float(D.recon_loss(D.predict(net, fit.final_variables, x[:16]), y_val))
+    np.testing.assert_allclose(best, hist.min(), rtol=1e-5)  # float32 recomputation of the same quantity
+    assert final > best + 1e-4
+
+
+def test_fit_attack_learns_pca_signal_and_noise_defence():
+    # Targets are a linear function of the target row's embedding: the split network must beat the mean.
+    rng = np.random.default_rng(0)
+    known = rng.random((9, 784)).astype(np.float32)
+    imgs = rng.random((96, 28, 28, 1)).astype(np.float32) * 0.2
+    imgs[:, :14] += rng.random((96, 1, 1, 1)).astype(np.float32) * 0.8  # one strong latent factor
+    flat = imgs.reshape(96, -1)
+    key = jax.random.key(0)
+    th = D.shadow_embeddings("pca", known, flat, key, progress=False)
+    atk = D.fit_attack("mlp", th[:64], imgs[:64], th[64:80], imgs[64:80], key, learning_rate=1e-3,
+                       batch_size=16, max_epochs=40, patience=5)
+    rec = D.reconstruct(atk, th[80:])
+    mse = float(jnp.mean(D.per_example_mse(rec, imgs[80:])))
+    baseline = float(np.mean((imgs[80:] - imgs[:64].mean(0)) ** 2))
+    assert mse < 0.7 * baseline
+    np.testing.assert_array_equal(np.asarray(D.noise_defence_mse(atk, th[80:], th[80:])), 0.0)
+    noisy = D.shadow_embeddings("pca", known, flat[80:], key, progress=False, noise_sigma=2.0,
+                                noise_key=jax.random.key(1))
+    assert float(jnp.mean(D.noise_defence_mse(atk, th[80:], noisy))) > 0.0
+
+
+# ------------------------------------------------------------------------------------------------- experiment
+
+
+@pytest.mark.slow  # ~170 s CPU on this machine (mostly XLA compilation of the conv-transpose training step)
+def test_smoke_experiment_runs(tmp_path):
+    from experiments.configs.lumbut_dimred import get_config
+    from experiments.lumbut_dimred import run
+
+    config = get_config("smoke")
+    metrics = run(config, str(tmp_path))
+    for name in ("report.md", "metrics.json", "config.json", "fig2_mse_vs_size.png", "fig3_reconstructions.png",
+                 "fig6_noise_defence.png", "seed_policy.png"):
+        assert os.path.exists(tmp_path / name), name
+    nets = {(s["method"], s["policy"], s["net"]) for s in metrics["summary"]}
+    assert ("pca", "fresh", "mlp") in nets and ("srp", "known", "split") in nets and ("tsne", "fresh", "split") in nets
+    assert set(metrics["noise"]) == {"pca", "srp", "tsne"}
+    with open(tmp_path / "metrics.json") as f:
+        assert json.load(f)["grid_points"] == metrics["grid_points"]

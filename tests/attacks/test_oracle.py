@@ -1,0 +1,110 @@
+"""Tests for recon_jax.attacks.oracle: NN oracle and order statistics vs a NumPy brute force, KL, kappa."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from recon_jax.attacks import oracle
+
+
+def _brute_force(targets, pool):
+    t = np.asarray(targets, np.float64).reshape(len(targets), -1)
+    p = np.asarray(pool, np.float64).reshape(len(pool), -1)
+    return np.array([[np.mean((ti - pj) ** 2) for pj in p] for ti in t])  # naive double loop
+
+
+def test_nn_oracle_matches_numpy_brute_force(x64):
+    rng = np.random.default_rng(0)
+    targets = rng.uniform(size=(13, 6, 6, 1))
+    pool = rng.uniform(size=(57, 6, 6, 1))
+    d = _brute_force(targets, pool)
+    # chunk_size 4 does not divide 13: exercises the padded last block.
+    r = oracle.nn_oracle(targets, pool, (1.0, 10.0, 50.0), bins=20, max_mse=0.5, chunk_size=4)
+    # float64 on both sides; the expansion ||t||^2 + ||p||^2 - 2<t,p> loses a few ulps of ~10: atol 1e-12.
+    np.testing.assert_allclose(r.nn_mse, d.min(axis=1), rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(r.nn_index, d.argmin(axis=1))
+    np.testing.assert_allclose(r.percentile_mse, np.percentile(d, [1, 10, 50], axis=1).T, rtol=0, atol=1e-12)
+    edges = np.linspace(0, 0.5, 21)
+    ref_hist = np.mean([np.histogram(row, bins=edges)[0] for row in d], axis=0)
+    np.testing.assert_allclose(r.histogram, ref_hist, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(oracle.pairwise_mse(targets, pool, chunk_size=5), d, rtol=0, atol=1e-12)
+
+
+def test_nn_oracle_float32_close_to_reference():
+    rng = np.random.default_rng(1)
+    targets = rng.uniform(size=(20, 28, 28, 1)).astype(np.float32)
+    pool = rng.uniform(size=(100, 28, 28, 1)).astype(np.float32)
+    d = _brute_force(targets, pool)
+    r = oracle.nn_oracle(targets, pool)
+    # float32 expansion with ||x||^2 ~ 260: absolute error ~ 1e-7 * 260 / 784 per entry; allow 1e-5.
+    np.testing.assert_allclose(r.nn_mse, d.min(axis=1), rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(r.nn_index, d.argmin(axis=1))
+
+
+def test_oracle_finds_planted_neighbour():
+    rng = np.random.default_rng(2)
+    pool = rng.uniform(size=(50, 16)).astype(np.float32)
+    targets = pool[[3, 17]] + 0.01
+    r = oracle.nn_oracle(targets, pool)
+    assert r.nn_index.tolist() == [3, 17]
+    np.testing.assert_allclose(r.nn_mse, 1e-4, rtol=1e-2)
+
+
+def test_oracle_validation():
+    with pytest.raises(ValueError, match="percentiles"):
+        oracle.nn_oracle(np.zeros((2, 3)), np.zeros((4, 3)), (150.0,))
+    with pytest.raises(ValueError, match="same example size"):
+        oracle.nn_oracle(np.zeros((2, 3)), np.zeros((4, 2)))
+    with pytest.raises(ValueError, match="chunk_size"):
+        oracle.pairwise_mse(np.zeros((2, 3)), np.zeros((4, 3)), chunk_size=0)
+    with pytest.raises(ValueError, match="same shape"):
+        oracle.success(jnp.zeros(3), jnp.zeros(2))
+
+
+def test_success_is_strict():
+    assert oracle.success(jnp.array([0.1, 0.2, 0.3]), jnp.array([0.2, 0.2, 0.2])).tolist() == [True, False, False]
+
+
+def test_classifier_kl_matches_scipy():
+    from scipy.special import softmax
+    from scipy.stats import entropy
+
+    w = np.random.default_rng(3).normal(size=(16, 5)).astype(np.float32)
+    apply_fn = lambda x: x.reshape(x.shape[0], -1) @ w
+    a = np.random.default_rng(4).uniform(size=(6, 4, 4)).astype(np.float32)
+    b = np.random.default_rng(5).uniform(size=(6, 4, 4)).astype(np.float32)
+    kl = oracle.classifier_kl(apply_fn, a, b)
+    ref = [entropy(softmax(apply_fn(a)[i]), softmax(apply_fn(b)[i])) for i in range(6)]
+    np.testing.assert_allclose(kl, ref, rtol=1e-4, atol=1e-6)  # float32 log-softmax vs float64 SciPy
+
+
+def test_reconstruction_metrics_keys_and_values():
+    rng = np.random.default_rng(6)
+    t = rng.uniform(size=(4, 12, 12, 1)).astype(np.float32)
+    r = np.clip(t + 0.05, 0, 1)
+    m = oracle.reconstruction_metrics(t, r, oracle_mse=jnp.full(4, 1.0), classifier_apply=lambda x: x.reshape(4, -1)[:, :3])
+    assert set(m) == {"mse", "psnr", "ncc", "ssim", "oracle_mse", "success", "kl"}
+    np.testing.assert_allclose(m["mse"], ((t - r) ** 2).reshape(4, -1).mean(1), rtol=1e-5)
+    assert bool(jnp.all(m["success"]))
+
+
+def test_empirical_kappa_matches_brute_force():
+    rng = np.random.default_rng(7)
+    pool = rng.uniform(size=(40, 5)).astype(np.float32)
+    d = _brute_force(pool, pool)
+    for eta in (0.0, 0.05, 0.1, 0.2):
+        ref = max(np.mean(d[i] <= eta) for i in range(40))
+        got = float(oracle.empirical_kappa(pool, eta, chunk_size=7))
+        assert abs(got - ref) < 1e-6, (eta, got, ref)
+    np.testing.assert_allclose(oracle.empirical_kappa(pool, jnp.array([0.05, 0.1])),
+                               [max(np.mean(d[i] <= e) for i in range(40)) for e in (0.05, 0.1)])
+
+
+def test_train_classifier_learns_separable_data(key):
+    from recon_jax.models import MLP
+
+    x = jax.random.normal(jax.random.key(1), (128, 6))
+    y = (x[:, 1] + x[:, 2] > 0).astype(jnp.int32)
+    v = oracle.train_classifier(MLP(features=(16, 2)), x, y, key, epochs=20, batch_size=32, learning_rate=1e-2)
+    assert float(jnp.mean(MLP(features=(16, 2)).apply(v, x).argmax(-1) == y)) > 0.95

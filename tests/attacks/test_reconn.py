@@ -1,0 +1,255 @@
+"""Tests for recon_jax.attacks.reconn and recon_jax.models.reconstructors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from recon_jax.attacks import reconn
+from recon_jax.models import reconstructors
+
+
+# ---------------------------------------------------------------- architectures
+
+def test_reconstructor_mlp_shapes_and_range():
+    m = reconstructors.reconstructor_mlp((28, 28, 1))
+    v = m.init(jax.random.key(0), jnp.zeros((1, 50)))
+    out = m.apply(v, 10 * jax.random.normal(jax.random.key(1), (3, 50)))
+    assert out.shape == (3, 28, 28, 1)
+    assert bool(jnp.all((out >= 0) & (out <= 1)))
+    kernels = [v["params"][f"Dense_{i}"]["kernel"].shape for i in range(3)]
+    assert kernels == [(50, 1000), (1000, 1000), (1000, 784)]
+
+
+def test_transposed_conv_decoder_table_vii():
+    m = reconstructors.transposed_conv_decoder()
+    v = m.init(jax.random.key(0), jnp.zeros((1, 100)))
+    assert v["params"]["Dense_0"]["kernel"].shape == (100, 4096)  # Table VII: fully connected 4096 units
+    assert v["params"]["ConvTranspose_0"]["kernel"].shape == (5, 5, 64, 32)
+    assert v["params"]["ConvTranspose_1"]["kernel"].shape == (5, 5, 32, 3)
+    out = m.apply(v, jnp.ones((2, 100)))
+    assert out.shape == (2, 32, 32, 3) and bool(jnp.all((out > 0) & (out < 1)))
+
+
+def test_patchgan_table_viii():
+    d = reconstructors.patchgan_discriminator()
+    # Shapes only (abstract evaluation): the 512-filter layers are too costly to run in a unit test.
+    v = jax.eval_shape(d.init, jax.random.key(0), jnp.zeros((1, 32, 32, 3)))
+    shapes = [v["params"][f"Conv_{i}"]["kernel"].shape for i in range(5)]
+    assert shapes == [(4, 4, 3, 64), (4, 4, 64, 128), (4, 4, 128, 256), (4, 4, 256, 512), (4, 4, 512, 1)]
+    assert jax.eval_shape(d.apply, v, jnp.zeros((2, 32, 32, 3))).shape == (2, 4, 4, 1)
+
+
+def test_architecture_validation():
+    with pytest.raises(ValueError, match="output_shape"):
+        reconstructors.reconstructor_mlp(())
+    with pytest.raises(ValueError, match="image_size"):
+        reconstructors.transposed_conv_decoder(30)
+
+
+# ---------------------------------------------------------------- features and standardisation
+
+def test_standardizer_matches_numpy_and_uses_training_rows_only():
+    rng = np.random.default_rng(0)
+    train = rng.normal(3.0, 2.0, size=(5000, 7)).astype(np.float32)
+    train[:, 4] = 1.5  # a constant coordinate: scale 1
+    test = rng.normal(-50.0, 9.0, size=(40, 7)).astype(np.float32)
+    s = reconn.fit_standardizer(train)
+    # Host float64 accumulation over 4096-row blocks vs one-shot NumPy float64: agree to float32 rounding.
+    np.testing.assert_allclose(s.mean, train.astype(np.float64).mean(0), rtol=1e-6)
+    ref_std = train.astype(np.float64).std(0)
+    ref_std[4] = 1.0
+    np.testing.assert_allclose(s.scale, ref_std, rtol=1e-5)
+    z = reconn.standardize(s, test)
+    np.testing.assert_allclose(z, (test - s.mean) / s.scale, rtol=1e-6)
+    # The held-out rows are far from standardised: they did not enter the statistics.
+    assert float(jnp.abs(z.mean())) > 5
+
+
+def test_train_reconstructor_standardises_with_training_shadows_only():
+    rng = np.random.default_rng(1)
+    f = rng.normal(size=(64, 6)).astype(np.float32)
+    t = (1 / (1 + np.exp(-f[:, :3]))).astype(np.float32)
+    ef = (f[:16] * 100 + 1000).astype(np.float32)  # wildly different held-out shadows
+    fit = reconn.train_reconstructor(reconstructors.reconstructor_mlp((3,), (8,)), f, t, jax.random.key(0),
+                                     epochs=2, batch_size=16, eval_set=(ef, t[:16]), progress=False)
+    ref = reconn.fit_standardizer(f)
+    np.testing.assert_array_equal(fit.standardizer.mean, ref.mean)
+    np.testing.assert_array_equal(fit.standardizer.scale, ref.scale)
+    assert fit.eval_mse.shape == (2,)
+
+
+def test_whitebox_layer_subset_and_blackbox_features():
+    from recon_jax.models import balle_mnist_mlp, ravel
+
+    params = balle_mnist_mlp().init(jax.random.key(0), jnp.zeros((1, 784)))["params"]
+    flat, layout = ravel(params)
+    feats = reconn.whitebox_features(np.stack([np.asarray(flat)] * 3), layout, "Dense_1")
+    assert feats.shape == (3, 110)
+    expected = np.concatenate([np.asarray(params["Dense_1"]["bias"]), np.asarray(params["Dense_1"]["kernel"]).ravel()])
+    np.testing.assert_array_equal(feats[0], expected)
+    assert reconn.whitebox_features(flat[None]).shape == (1, 7960)
+    with pytest.raises(ValueError, match="layout"):
+        reconn.whitebox_features(flat[None], None, "Dense_1")
+    logits = np.arange(2 * 5 * 10, dtype=np.float32).reshape(2, 5, 10)
+    bb = reconn.blackbox_features(logits)
+    assert bb.shape == (2, 50) and bb[1, 0] == logits[1, 0, 0] and bb[1, 49] == logits[1, 4, 9]
+
+
+# ---------------------------------------------------------------- training
+
+def _toy_task(n=256, d=10, out=6, seed=0):
+    rng = np.random.default_rng(seed)
+    f = rng.normal(size=(n, d)).astype(np.float32)
+    w = rng.normal(size=(d, out)).astype(np.float32)
+    return f, (1 / (1 + np.exp(-f @ w))).astype(np.float32)
+
+
+def test_training_learns_and_is_seeded():
+    f, t = _toy_task()
+    model = reconstructors.reconstructor_mlp((6,), (64,))
+    kw = dict(epochs=30, batch_size=32, eval_set=(f[200:], t[200:]), progress=False)
+    fit = reconn.train_reconstructor(model, f[:200], t[:200], jax.random.key(0), **kw)
+    baseline = float(np.mean((t[200:] - t[:200].mean(0)) ** 2))  # predicting the mean shadow target
+    assert fit.eval_mse[-1] < 0.3 * baseline
+    assert fit.losses[-1] < fit.losses[0]
+    again = reconn.train_reconstructor(model, f[:200], t[:200], jax.random.key(0), **kw)
+    np.testing.assert_array_equal(fit.losses, again.losses)  # same key: identical run
+    other = reconn.train_reconstructor(model, f[:200], t[:200], jax.random.key(1), **kw)
+    assert not np.array_equal(fit.losses, other.losses)
+    rec = reconn.reconstruct(fit, f[200:], batch_size=7)
+    np.testing.assert_allclose(rec, model.apply(fit.params, reconn.standardize(fit.standardizer, f[200:])),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_loss_is_mae_plus_mse():
+    t = jnp.array([[0.0, 1.0, 0.5]])
+    o = jnp.array([[0.2, 0.5, 0.5]])
+    ref = np.mean(np.abs(o - t)) + np.mean((o - t) ** 2)
+    np.testing.assert_allclose(reconn.reconstruction_loss(t, o), ref, rtol=1e-6)
+    np.testing.assert_allclose(reconn.reconstruction_loss(t, o, 2.0, 0.0), 2 * np.mean(np.abs(o - t)), rtol=1e-6)
+
+
+def test_fine_tuning_starts_from_trained_params():
+    f, t = _toy_task()
+    fit = reconn.train_reconstructor(reconstructors.reconstructor_mlp((6,), (16,)), f, t, jax.random.key(0),
+                                     epochs=3, batch_size=32, progress=False)
+    # A zero-learning-rate fine-tune must return the trained parameters unchanged (it does not re-initialise).
+    ft = reconn.fine_tune_reconstructor(fit, f + 1.0, t, jax.random.key(5), epochs=1, batch_size=32,
+                                        optimizer=optax.sgd(0.0), progress=False)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, ft.params, fit.params)
+    np.testing.assert_allclose(ft.standardizer.mean, fit.standardizer.mean + 1.0, rtol=1e-5)  # re-fitted
+    kept = reconn.fine_tune_reconstructor(fit, f + 1.0, t, jax.random.key(5), epochs=1, batch_size=32,
+                                          refit_standardizer=False, progress=False)
+    np.testing.assert_array_equal(kept.standardizer.mean, fit.standardizer.mean)
+
+
+def test_patchgan_adversarial_training_runs():
+    rng = np.random.default_rng(3)
+    f = rng.normal(size=(32, 12)).astype(np.float32)
+    t = rng.uniform(size=(32, 8, 8, 3)).astype(np.float32)
+    disc = reconstructors.PatchGANDiscriminator(features=(4, 1), strides=(2, 1))
+    fit = reconn.train_reconstructor(reconstructors.reconstructor_mlp((8, 8, 3), (16,)), f, t, jax.random.key(0),
+                                     epochs=2, batch_size=8, discriminator=disc, adversarial_weight=0.1,
+                                     discriminator_learning_rate=1e-2, progress=False)
+    init = disc.init(jax.random.fold_in(jax.random.key(0), 1), jnp.asarray(t[:1]))
+    changed = jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda a, b: bool(jnp.any(a != b)), fit.disc_params,
+                                                               init))
+    assert all(changed) and np.all(np.isfinite(fit.losses))
+    with pytest.raises(ValueError, match="image targets"):
+        reconn.train_reconstructor(reconstructors.reconstructor_mlp((6,), (8,)), *_toy_task(32), jax.random.key(0),
+                                   epochs=1, discriminator=disc, progress=False)
+
+
+def test_validation():
+    f, t = _toy_task(16)
+    m = reconstructors.reconstructor_mlp((6,), (8,))
+    with pytest.raises(ValueError, match="epochs"):
+        reconn.train_reconstructor(m, f, t, jax.random.key(0), epochs=0)
+    with pytest.raises(ValueError, match="same length"):
+        reconn.train_reconstructor(m, f, t[:3], jax.random.key(0))
+    with pytest.raises(ValueError, match="features"):
+        reconn.fit_standardizer(np.zeros(5))
+
+
+def test_end_to_end_reconn_beats_mean_guess_on_tiny_shadow_models():
+    """A miniature Balle pipeline: shadow models with a known init, RecoNN on their parameters."""
+    from recon_jax import models, shadow, training
+
+    rng = np.random.default_rng(0)
+    d = 16
+    protos = rng.uniform(size=(4, d))
+    labels = rng.integers(0, 4, size=400)
+    x = np.clip(protos[labels] + 0.15 * rng.normal(size=(400, d)), 0, 1).astype(np.float32)
+    fns = models.from_flax(models.MLP(features=(8, 4)))
+    alg = training.full_batch_gd(learning_rate=0.2, momentum=0.9, epochs=20)
+    p0 = training.initial_params(fns, jax.random.key(0), x)
+    fixed = (x[:20], labels[:20])
+    s = shadow.generate_shadow_models(fns, alg, fixed, (x[20:400], labels[20:400]), jax.random.key(1),
+                                      init_params=p0, chunk_size=128, progress=False)
+    feats = np.asarray(s.params)
+    fit = reconn.train_reconstructor(reconstructors.reconstructor_mlp((d,), (128, 128)), feats[:330], x[20:350],
+                                     jax.random.key(2), epochs=60, batch_size=32, progress=False)
+    rec = np.asarray(reconn.reconstruct(fit, feats[330:]))
+    mse = np.mean((rec - x[350:400]) ** 2)
+    mean_guess = np.mean((x[20:350].mean(0) - x[350:400]) ** 2)
+    assert mse < 0.5 * mean_guess, (mse, mean_guess)
+
+
+# ---------------------------------------------------------------- experiments (smoke)
+
+_ROW_KEYS = {"setting", "mean_mse", "mean_oracle_mse", "success_rate", "mean_psnr", "mean_ssim",
+             "num_shadow_models", "num_targets"}
+
+
+def _check_outputs(workdir, metrics, settings):
+    import json
+    import os
+
+    assert [r["setting"] for r in metrics["rows"]][: len(settings)] == list(settings)
+    for row in metrics["rows"]:
+        assert _ROW_KEYS <= set(row)
+        assert 0 <= row["success_rate"] <= 1 and row["mean_mse"] > 0
+        assert abs(row["mean_psnr"] - 10 * np.log10(1 / row["mean_mse"])) < 10  # PSNR of a mean vs mean of PSNRs
+    with open(os.path.join(workdir, "metrics.json")) as f:
+        assert json.load(f)["rows"] == metrics["rows"]
+    for name in ("report.md", "config.json", "reconstructions.png", "mse_histogram.png"):
+        assert os.path.getsize(os.path.join(workdir, name)) > 0
+
+
+@pytest.mark.slow
+def test_balle_mnist_smoke_subset(tmp_path):
+    from experiments import balle_mnist
+    from experiments.configs.balle_mnist import get_config
+
+    config = get_config("smoke")
+    config.settings = ("default", "layer_subset")
+    config.num_shadow, config.num_targets, config.recon_epochs = 150, 8, 2
+    config.mia_num_models = 0
+    metrics = balle_mnist.run(config, str(tmp_path))
+    _check_outputs(str(tmp_path), metrics, ["default", "layer_subset"])
+    assert metrics["rows"][1]["feature_dim"] == 110
+    # The default row's oracle is the NN over D- u shadow pool, recomputed here independently.
+    assert metrics["oracle"]["pool_size"] == config.fixed_size + config.num_shadow
+
+
+@pytest.mark.slow
+def test_balle_mnist_smoke_full(tmp_path):
+    from experiments import balle_mnist
+    from experiments.configs.balle_mnist import get_config
+
+    metrics = balle_mnist.run(get_config("smoke"), str(tmp_path))
+    _check_outputs(str(tmp_path), metrics, ["default", "logits", "layer_subset"])
+    names = [r["setting"] for r in metrics["rows"]]
+    assert {"random_init", "relu", "dp_eps=10"} <= set(names)
+    assert metrics["mia"]["known_init"]["auc"] == 1.0
+
+
+@pytest.mark.slow
+def test_balle_cifar10_smoke(tmp_path):
+    from experiments import balle_cifar10
+    from experiments.configs.balle_cifar10 import get_config
+
+    metrics = balle_cifar10.run(get_config("smoke"), str(tmp_path))
+    assert _ROW_KEYS <= set(metrics["rows"][0])
