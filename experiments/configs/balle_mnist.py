@@ -51,8 +51,11 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
 
     # Classifier-KL metric (Sec. V-B c): a LeNet trained on the MNIST test split; 0 epochs disables it.
     c.kl_classifier_epochs = 2
-    # Informed MIA (App. A, Fig. 11): models per arm for known vs random initialisation; 0 disables it.
-    c.mia_num_models = 200
+    # Informed MIA (App. A, Fig. 11): models per phase (shadow / released) for known vs random initialisation,
+    # for each candidate (the first evaluation targets) and each fixed-set size; 0 disables it.
+    c.mia_num_models = 100
+    c.mia_num_candidates = 3
+    c.mia_fixed_sizes = (1000, 10000)  # D- = the first n of fixed set + shadow pool; the paper's is 10,000
     c.grid_columns = 10
 
     if variant == "smoke":
@@ -72,6 +75,8 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.dp_eps = (10.0,)
         c.kl_classifier_epochs = 0
         c.mia_num_models = 8
+        c.mia_num_candidates = 1
+        c.mia_fixed_sizes = (100,)
         c.grid_columns = 6
     elif variant == "paper":
         c.fixed_size = 10000
@@ -85,6 +90,8 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.dp_eps = (1.0, 10.0, 100.0, 1000.0, 10000.0)
         c.kl_classifier_epochs = 5
         c.mia_num_models = 1000
+        c.mia_num_candidates = 10
+        c.mia_fixed_sizes = (10000,)
     elif variant != "default":
         raise ValueError(f"unknown variant {variant!r}; choose smoke, default or paper")
     return c

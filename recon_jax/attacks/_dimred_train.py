@@ -144,24 +144,28 @@ def _compiled_fns(net: nn.Module, learning_rate: float, l1_weight: float, bs: in
         return recon_loss(pred, y, l1_weight), new_stats
 
     @jax.jit
-    def epoch_fn(params, batch_stats, opt_state, epoch, train_x, train_y, shuffle_key, drop_key):
-        m = train_x.shape[0]
+    def step_fn(p, bstats, o, train_x, train_y, idx, key):
+        (loss, new_stats), g = jax.value_and_grad(loss_fn, has_aux=True)(p, bstats, train_x[idx], train_y[idx], key)
+        upd, o = tx.update(g, o, p)
+        return optax.apply_updates(p, upd), new_stats, o, loss
+
+    @functools.partial(jax.jit, static_argnums=3)
+    def batches(epoch, shuffle_key, drop_key, m):
         perm = jax.random.permutation(jax.random.fold_in(shuffle_key, epoch), m)[: nb * bs].reshape(nb, bs)
         ekey = jax.random.fold_in(drop_key, epoch)
+        return perm, jax.vmap(lambda i: jax.random.fold_in(ekey, i))(jnp.arange(nb))
 
-        def step(carry, inp):
-            p, bstats, o = carry
-            i, idx = inp
-            (loss, new_stats), g = jax.value_and_grad(loss_fn, has_aux=True)(
-                p, bstats, train_x[idx], train_y[idx], jax.random.fold_in(ekey, i)
-            )
-            upd, o = tx.update(g, o, p)
-            return (optax.apply_updates(p, upd), new_stats, o), loss
-
-        (params, batch_stats, opt_state), losses = jax.lax.scan(
-            step, (params, batch_stats, opt_state), (jnp.arange(nb), perm)
-        )
-        return params, batch_stats, opt_state, jnp.mean(losses)
+    def epoch_fn(params, batch_stats, opt_state, epoch, train_x, train_y, shuffle_key, drop_key):
+        # A Python loop over a jitted step rather than one lax.scan: XLA:CPU runs these transposed-conv + BatchNorm
+        # steps ~25x slower inside a while loop than unrolled (measured: 20 s vs 0.8 s per epoch for the width-8
+        # MNIST decoder, 2,000 examples), and full unrolling compiles slowly. Dispatch costs ~nb small calls.
+        perm, keys = batches(epoch, shuffle_key, drop_key, train_x.shape[0])
+        losses = []
+        for i in range(nb):
+            params, batch_stats, opt_state, loss = step_fn(params, batch_stats, opt_state, train_x, train_y,
+                                                           perm[i], keys[i])
+            losses.append(loss)
+        return params, batch_stats, opt_state, jnp.mean(jnp.stack(losses))
 
     @jax.jit
     def val_fn(params, batch_stats, val_x, val_y):
@@ -188,7 +192,7 @@ def train_reconstructor(
 ) -> ReconstructorFit:
     """Trains a reconstruction network with Adam on MSE + L1 and early stopping (paper Sec. 4.1).
 
-    Each epoch is one jitted ``lax.scan`` over the minibatches of a fresh permutation
+    Each epoch loops a jitted step over the minibatches of a fresh permutation
     (``fold_in(key, epoch)``; the last incomplete batch is dropped, so every example is used across epochs).
     After each epoch the mean loss over the whole validation set is computed in evaluation mode, and the
     variables of the epoch with the lowest validation loss are returned.

@@ -31,11 +31,15 @@ class ModelFns:
       init: ``init(key, example_inputs) -> params``.
       apply: ``apply(params, inputs) -> logits``; inputs carry a leading batch axis.
       name: a stable description of the architecture, used in the shadow store's configuration hash.
+      tap: optional ``tap(params, inputs, perturbations) -> (logits, dense_calls)`` exposing the dense layers
+        (set by :func:`from_flax` / :func:`from_haiku`); DP training uses it for ghost clipping
+        (:mod:`recon_jax.training.ghost`) when every parameter is in a dense layer. ``None``: no fast path.
     """
 
     init: Callable[[jax.Array, jax.Array], Params]
     apply: Callable[[Params, jax.Array], jax.Array]
     name: str = "model"
+    tap: Callable | None = dataclasses.field(default=None, compare=False)
 
 
 def from_flax(module, name: str | None = None) -> ModelFns:
@@ -68,7 +72,9 @@ def from_flax(module, name: str | None = None) -> ModelFns:
     def apply(params: Params, x: jax.Array) -> jax.Array:
         return module.apply({"params": params}, x)
 
-    return ModelFns(init=init, apply=apply, name=name if name is not None else repr(module))
+    from recon_jax.training.ghost import flax_tap
+
+    return ModelFns(init=init, apply=apply, name=name if name is not None else repr(module), tap=flax_tap(module))
 
 
 def from_haiku(transformed, name: str | None = None) -> ModelFns:
@@ -103,4 +109,6 @@ def from_haiku(transformed, name: str | None = None) -> ModelFns:
             return transformed.apply(params, None, x)
         return transformed.apply(params, x)
 
-    return ModelFns(init=init, apply=apply, name=name)
+    from recon_jax.training.ghost import haiku_tap
+
+    return ModelFns(init=init, apply=apply, name=name, tap=haiku_tap(transformed, takes_rng))

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 
 __all__ = [
+    "TorchConvTranspose",
     "SplitEncoder",
     "MnistDecoder",
     "Chest64Decoder",
@@ -45,14 +46,64 @@ __all__ = [
 ]
 
 
-def _torch_convt(features: int, k: int, s: int, p: int, name: str) -> nn.ConvTranspose:
-    """A flax transposed convolution with PyTorch ``ConvTranspose2d(k, s, p, bias=False)`` geometry."""
-    if k - 1 - p < 0:  # pragma: no cover - not used by the paper's tables
-        raise ValueError(f"padding p={p} larger than k-1={k - 1} is not supported here")
-    pad = (k - 1 - p, k - 1 - p)
-    return nn.ConvTranspose(
-        features, (k, k), strides=(s, s), padding=(pad, pad), use_bias=False, name=name
-    )
+# Sub-pixel form of a stride-2, 4x4 transposed convolution with PyTorch padding 1 (lax padding 2): output
+# pixel (2a + r) only sees input pixels a - 1 + r .. a + r, i.e. taps T[r] of a 3-tap window on the input padded
+# by one (None: no tap). See TorchConvTranspose.
+_PHASE_TAPS = ((0, 2, None), (None, 1, 3))
+
+
+class TorchConvTranspose(nn.Module):
+    """PyTorch ``ConvTranspose2d(k, stride s, padding p, bias=False)`` geometry, fast on every backend.
+
+    Same parameter (``kernel`` of shape ``(k, k, in, features)``, LeCun-normal init) and the same output as
+    ``nn.ConvTranspose(features, (k, k), (s, s), padding=((k-1-p, k-1-p),) * 2, use_bias=False)``, but the two
+    shapes the paper's decoders use avoid the input-dilated convolution, which XLA runs slowly on CPU:
+
+    - ``s = 1, p = 0`` on a 1x1 input (the first decoder layer) is a dense product with the flipped kernel, and
+      ``k = 1, s = 1`` a pointwise product;
+    - ``s = 2, k = 4, p = 1`` is a 3x3 stride-1 convolution producing the four output phases as channels,
+      then interleaved (the sub-pixel / pixel-shuffle form; no multiplications by inserted zeros).
+
+    Anything else calls ``lax.conv_transpose``. ``tests/models/test_dimred_nets.py`` checks all three paths
+    against ``nn.ConvTranspose``.
+    """
+
+    features: int
+    k: int
+    s: int
+    p: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:  # [B, H, W, C] -> [B, H', W', features]
+        k, s, p = self.k, self.s, self.p
+        if k - 1 - p < 0:  # pragma: no cover - not used by the paper's tables
+            raise ValueError(f"padding p={p} larger than k-1={k - 1} is not supported here")
+        kernel = self.param("kernel", nn.initializers.lecun_normal(), (k, k, x.shape[-1], self.features),
+                            jnp.float32)
+        x, kernel = nn.dtypes.promote_dtype(x, kernel)
+        b, h, w, _ = x.shape
+        if s == 1 and p == 0 and h == 1 and w == 1:
+            return jnp.einsum("bc,mnco->bmno", x[:, 0, 0, :], kernel[::-1, ::-1])
+        if k == 1 and s == 1:  # p == 0: a pointwise product
+            return jnp.einsum("bhwc,co->bhwo", x, kernel[0, 0])
+        if s == 2 and k == 4 and p == 1:
+            idx = jnp.asarray([[t if t is not None else 0 for t in row] for row in _PHASE_TAPS])  # [2 r, 3 s]
+            mask = jnp.asarray([[t is not None for t in row] for row in _PHASE_TAPS], kernel.dtype)
+            # q[sy, sx, c, ry, rx, o] = kernel[T[ry][sy], T[rx][sx], c, o] (0 where there is no tap)
+            q = kernel[idx.T[:, None, :, None], idx.T[None, :, None, :]]  # [3, 3, 2, 2, C, O]
+            q = q * (mask.T[:, None, :, None] * mask.T[None, :, None, :])[..., None, None]
+            q = jnp.transpose(q, (0, 1, 4, 2, 3, 5)).reshape(3, 3, x.shape[-1], 4 * self.features)
+            xp = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+            y = jax.lax.conv_general_dilated(xp, q, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+            y = y.reshape(b, h, w, 2, 2, self.features).transpose(0, 1, 3, 2, 4, 5)
+            return y.reshape(b, 2 * h, 2 * w, self.features)
+        pad = (k - 1 - p, k - 1 - p)
+        return jax.lax.conv_transpose(x, kernel, (s, s), (pad, pad))
+
+
+def _torch_convt(features: int, k: int, s: int, p: int, name: str) -> nn.Module:
+    """A transposed convolution with PyTorch ``ConvTranspose2d(k, s, p, bias=False)`` geometry."""
+    return TorchConvTranspose(features, k, s, p, name=name)
 
 
 def _bn(name: str, train: bool) -> nn.BatchNorm:
@@ -105,7 +156,7 @@ class MnistDecoder(nn.Module):
             h = _bn(f"bn{i}", train)(h)
             h = nn.relu(h)
         # 1 filter 1x1, stride 1, PyTorch padding 2: a 1x1 transposed conv, then crop 2 on each side.
-        h = nn.ConvTranspose(1, (1, 1), padding="VALID", use_bias=False, name="convt_out")(h)
+        h = TorchConvTranspose(1, 1, 1, 0, name="convt_out")(h)
         h = h[:, 2:-2, 2:-2, :]
         return nn.relu(h)
 

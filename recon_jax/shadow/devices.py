@@ -7,11 +7,15 @@ GPUs/TPUs, or all hosts after ``jax.distributed.initialize()``.
 On a CPU-only host JAX exposes ONE device that uses all cores inside each operation ("1x2" on two cores).
 The alternative is one single-threaded device per core ("2x1"), so that each core trains its own slice of the
 models. ``benchmarks/shadow.py`` measures both (Balle MLP, 1,024 models, 100 epochs). On the 2-core
-development machine, shared with other jobs (load average 10-18), three runs gave 2x1 / 1x2 wall-clock ratios
-of 1.04, 1.13 and 0.88, and the same work per CPU-second (35.1 vs 35.6 models per CPU-second): no measurable
-difference. The CPU default is therefore JAX's own (one multi-threaded device, no flags needed); the engine
-uses however many devices exist. To use one device per core, which is also how the test suite runs, put the
-option in the environment *before JAX initialises its CPU backend*, i.e. before ``import jax`` to be safe::
+development machine, idle (2026-11-22), 2x1 trained 81.1 models/s and 1x2 62.7 models/s (ratio 1.29); earlier
+runs on the same machine shared with other jobs (load average 10-18) gave ratios of 0.88-1.13 and equal work per
+CPU-second. So on an idle multi-core host, one single-threaded device per core is the faster layout for shadow
+generation. It is not forced as a default, because a process can only choose it before JAX initialises its CPU
+backend, and because single-threaded devices also make every *unsharded* computation (reconstructor training,
+embeddings, bounds) run on one core: the experiments keep JAX's default (one multi-threaded device), and the
+engine uses however many devices exist. To use one device per core (as the test suite does) for a
+shadow-heavy job, put the option in the environment *before JAX initialises its CPU backend*, i.e. before
+``import jax`` to be safe::
 
     XLA_FLAGS="--xla_force_host_platform_device_count=2 --xla_cpu_multi_thread_eigen=false \
     intra_op_parallelism_threads=1" python -m experiments.<name> ...

@@ -151,8 +151,10 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
       progress: show a tqdm bar (models/s).
       dtype: cast inputs to this float dtype (default: the fixed set's float dtype, float32 for integers).
 
-    Memory: each call holds one chunk of training states per device. DP algorithms hold per-example gradients
-    (``chunk x batch x P`` floats): give them a ``microbatch_size`` and a smaller ``chunk_size``. With ``store``
+    Memory: each call holds one chunk of training states per device. DP algorithms on dense-layer models (MLPs)
+    use ghost clipping (:mod:`recon_jax.training.ghost`) and need no per-example gradients; on other models they
+    hold ``chunk x batch x P`` floats of per-example gradients: give them a ``microbatch_size`` and a smaller
+    ``chunk_size``. With ``store``
     only the current chunk's outputs are in host memory; on several hosts the store directory must be on a
     filesystem all processes see (process 0 writes it).
 

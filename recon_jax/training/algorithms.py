@@ -24,7 +24,9 @@ import optax
 from recon_jax.mechanisms.base import GaussianMechanism, Mechanism, NoNoise
 from recon_jax.training.dp import CLIPPING_MODES, softmax_cross_entropy
 
-__all__ = ["Algorithm", "full_batch_gd", "minibatch_sgd", "dp_gd", "dp_sgd"]
+PER_EXAMPLE_MODES = ("auto", "ghost", "vmap")
+
+__all__ = ["Algorithm", "PER_EXAMPLE_MODES", "full_batch_gd", "minibatch_sgd", "dp_gd", "dp_sgd"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -46,7 +48,12 @@ class Algorithm:
       clip_norm: per-example clip norm C for DP-GD / DP-SGD; ``None`` trains without clipping.
       clipping: ``"flat"`` or ``"per_layer"``.
       mechanism: noise mechanism applied to the clipped sum (``None`` with ``clip_norm``: no noise).
-      microbatch_size: with clipping, compute per-example gradients this many at a time (bounds memory).
+      microbatch_size: with clipping, compute per-example gradients this many at a time (bounds memory;
+        the ghost path needs no per-example gradients and ignores it).
+      per_example: how clipped per-example gradients are computed: ``"auto"`` (ghost clipping,
+        :mod:`recon_jax.training.ghost`, when the clipping is flat and every parameter is in a dense layer;
+        otherwise ``vmap(grad)``), ``"ghost"`` (required; ``ValueError`` if the model does not allow it) or
+        ``"vmap"`` (always materialise per-example gradients). Both give the same result up to rounding.
       loss_fn: per-example loss ``(logits [N, C], labels [N]) -> [N]``.
     """
 
@@ -62,6 +69,7 @@ class Algorithm:
     clipping: str = "flat"
     mechanism: Mechanism | None = None
     microbatch_size: int | None = None
+    per_example: str = "auto"
     loss_fn: Callable = softmax_cross_entropy
 
     def __post_init__(self):
@@ -87,6 +95,10 @@ class Algorithm:
         if self.microbatch_size is not None and not (
                 isinstance(self.microbatch_size, int) and self.microbatch_size >= 1):
             raise ValueError(f"microbatch_size must be None or an integer >= 1, got {self.microbatch_size!r}")
+        if self.per_example not in PER_EXAMPLE_MODES:
+            raise ValueError(f"per_example must be one of {PER_EXAMPLE_MODES}, got {self.per_example!r}")
+        if self.per_example == "ghost" and self.clipping != "flat":
+            raise ValueError("per_example='ghost' requires clipping='flat'")
 
     @property
     def private(self) -> bool:
@@ -110,8 +122,8 @@ class Algorithm:
         out = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name == "optimizer":
-                continue
+            if f.name == "optimizer" or (f.name == "per_example" and v == "auto"):
+                continue  # "auto" is left out so that stores written before the field existed still resume
             if f.name == "mechanism" and v is not None:
                 v = {"type": type(v).__name__,
                      **(dataclasses.asdict(v) if dataclasses.is_dataclass(v) else {"repr": repr(v)})}

@@ -28,6 +28,7 @@ from recon_jax.models.adapters import ModelFns
 from recon_jax.models.flatten import layout_of
 from recon_jax.training.algorithms import Algorithm
 from recon_jax.training.dp import clip_gradients
+from recon_jax.training.ghost import ghost_clipped_sum, ghost_supported
 
 __all__ = ["TrainResult", "train", "initial_params"]
 
@@ -130,6 +131,12 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
     steps_per_epoch = 1 if full_batch else n_total // alg.batch_size
 
     flat0, unravel = ravel_pytree(params0)
+    use_ghost = False
+    if alg.private and alg.per_example != "vmap":
+        use_ghost = alg.clipping == "flat" and ghost_supported(model_fns.tap, params0, fx)
+        if alg.per_example == "ghost" and not use_ghost:
+            raise ValueError("algorithm.per_example='ghost' needs flat clipping and a model whose parameters are all "
+                             "in dense layers (flax nn.Dense / haiku hk.Linear, each called once); use 'auto' or 'vmap'")
     layout = layout_of(params0) if (alg.private and alg.clipping == "per_layer") else None
     optimizer = alg.make_optimizer()
     mechanism = alg.mechanism if alg.mechanism is not None else NoNoise()
@@ -173,10 +180,17 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
         v, g = jax.vmap(one)(xb, yb)
         return v, clip_gradients(g, alg.clip_norm, alg.clipping, layout)
 
+    def ghost_sum(params, xb, yb, w):
+        v, g, _ = ghost_clipped_sum(model_fns.tap, params, xb, yb, alg.clip_norm, w, loss_fn)
+        return v, ravel_pytree(g)[0]
+
     def private_grad(params, xb, yb, w, t_w, step):
         b = xb.shape[0]
         m = alg.microbatch_size
-        if m is None or m >= b:
+        if use_ghost:
+            v, total = ghost_sum(params, xb, yb, w)
+            loss_sum = w @ v
+        elif m is None or m >= b:
             v, g = example_grads(params, xb, yb)
             total, loss_sum = w @ g, w @ v
         else:
@@ -195,8 +209,12 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
             (total, loss_sum), _ = jax.lax.scan(body, (jnp.zeros_like(flat0), jnp.zeros((), flat0.dtype)), mbs)
         count = jnp.sum(w)
         if t_w is not None:
-            vt, gt = example_grads(params, tx, ty)
-            total = total + t_w * gt[0]
+            if use_ghost:
+                vt, gt = ghost_sum(params, tx, ty, None)
+                total = total + t_w * gt
+            else:
+                vt, gt = example_grads(params, tx, ty)
+                total = total + t_w * gt[0]
             loss_sum = loss_sum + t_w * vt[0]
             count = count + t_w
         noisy = mechanism.privatize(jax.random.fold_in(noise_base, step), total, alg.clip_norm, count)

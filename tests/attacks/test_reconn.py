@@ -243,7 +243,8 @@ def test_balle_mnist_smoke_full(tmp_path):
     _check_outputs(str(tmp_path), metrics, ["default", "logits", "layer_subset"])
     names = [r["setting"] for r in metrics["rows"]]
     assert {"random_init", "relu", "dp_eps=10"} <= set(names)
-    assert metrics["mia"]["known_init"]["auc"] == 1.0
+    assert metrics["mia"]["n=100/known_init"]["mean_auc"] == 1.0
+    assert len(metrics["mia_rows"]) == 2
 
 
 @pytest.mark.slow

@@ -81,7 +81,10 @@ def _torch_convt_naive(x, w, stride, pad):
     return full[pad : full.shape[0] - pad, pad : full.shape[1] - pad]
 
 
-@pytest.mark.parametrize("k,s,p,size", [(4, 2, 1, 3), (4, 1, 0, 1)])
+# (4, 2, 1) and (4, 1, 0) on 1x1 take the fast paths of TorchConvTranspose, (1, 1, 0) the pointwise one, the
+# others lax.conv_transpose.
+@pytest.mark.parametrize("k,s,p,size", [(4, 2, 1, 3), (4, 2, 1, 6), (4, 1, 0, 1), (1, 1, 0, 4), (3, 2, 1, 4),
+                                        (4, 1, 0, 3)])
 def test_convtranspose_matches_pytorch_definition(x64, k, s, p, size):
     layer = M._torch_convt(2, k, s, p, name="c")
     x = np.random.default_rng(0).standard_normal((1, size, size, 3))
@@ -92,6 +95,30 @@ def test_convtranspose_matches_pytorch_definition(x64, k, s, p, size):
     ref = _torch_convt_naive(x[0], w[::-1, ::-1], s, p)
     assert out.shape == ref.shape == ((size - 1) * s - 2 * p + k,) * 2 + (2,)
     np.testing.assert_allclose(out, ref, rtol=1e-10, atol=1e-12)  # float64: exact up to summation order
+
+
+@pytest.mark.parametrize("k,s,p,size", [(4, 2, 1, 5), (4, 1, 0, 1), (1, 1, 0, 3)])
+def test_fast_convtranspose_equals_flax_including_gradients(x64, k, s, p, size):
+    import flax.linen as nn
+
+    fast = M.TorchConvTranspose(4, k, s, p)
+    ref = nn.ConvTranspose(4, (k, k), (s, s), padding=((k - 1 - p, k - 1 - p),) * 2, use_bias=False)
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((2, size, size, 3)))
+    v_ref = ref.init(jax.random.key(0), x)
+    v_fast = fast.init(jax.random.key(0), x)
+    # same parameter name, shape and initial values: checkpoints and seeds carry over
+    np.testing.assert_array_equal(np.asarray(v_fast["params"]["kernel"]), np.asarray(v_ref["params"]["kernel"]))
+    v = jax.tree_util.tree_map(lambda a: a.astype(jnp.float64), v_ref)
+    np.testing.assert_allclose(np.asarray(fast.apply(v, x)), np.asarray(ref.apply(v, x)), rtol=1e-12, atol=1e-12)
+
+    def loss(m):
+        return lambda vv, xx: jnp.sum(jnp.sin(m.apply(vv, xx)))
+
+    for argnum in (0, 1):
+        g_fast = jax.grad(loss(fast), argnums=argnum)(v, x)
+        g_ref = jax.grad(loss(ref), argnums=argnum)(v, x)
+        for a, b in zip(jax.tree_util.tree_leaves(g_fast), jax.tree_util.tree_leaves(g_ref)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-11, atol=1e-12)
 
 
 def test_invalid_arguments():

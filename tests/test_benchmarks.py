@@ -1,0 +1,38 @@
+"""Smoke runs of benchmark scripts at tiny sizes: they run end to end and print well-formed BENCH lines.
+
+(The numbers at these sizes mean nothing; the real measurements are run by hand, see benchmarks/.)
+"""
+
+import math
+import re
+
+import pytest
+
+_BENCH = re.compile(r"^BENCH name=(\S+) ours=(\S+) baseline=(\S+) unit=(\S+) ratio=(\S+)$", re.M)
+
+
+def _parse(text):
+    return {m.group(1): tuple(float(m.group(i)) for i in (2, 3, 5)) for m in _BENCH.finditer(text)}
+
+
+def test_dp_shadow_benchmark_smoke(capsys):
+    from benchmarks import dp_shadow
+
+    rates = dp_shadow.main(["--ghost-models", "4", "--vmap-models", "2", "--fixed", "30", "--epochs", "2"])
+    lines = _parse(capsys.readouterr().out)
+    assert set(lines) == {"dpgd_ghost_vs_vmap", "dpgd_ghost_vs_nonprivate"}
+    ours, base, ratio = lines["dpgd_ghost_vs_vmap"]
+    assert ours > 0 and base > 0 and math.isclose(ratio, ours / base, rel_tol=1e-4)
+    assert set(rates) == {"ghost", "vmap", "nonprivate"}
+
+
+@pytest.mark.slow
+def test_shadow_benchmark_smoke(capsys):
+    from benchmarks import shadow
+
+    shadow.main(["--targets", "4", "--epochs", "2", "--rounds", "1", "--loop-models", "2", "--notebook-chunk", "2",
+                 "--fixed", "20"])
+    lines = _parse(capsys.readouterr().out)
+    assert {"shadow_vs_loop", "shadow_vs_notebook", "shadow_vs_notebook_separate_target",
+            "shadow_fraction_of_peak", "shadow_cpu_devices"} <= set(lines)
+    assert all(v[0] > 0 and v[1] > 0 for v in lines.values())
