@@ -37,8 +37,8 @@ _CONFIG, _WORKDIR = experiment_flags("experiments/configs/risk_report.py:default
 
 KNOWN_KEYS = {
     "variant", "seed", "dataset", "fixed_size", "num_shadow", "num_targets", "eval_size", "hidden", "activation",
-    "epochs", "learning_rate", "momentum", "batch_size", "include_non_private", "noise_multipliers", "clip_norm",
-    "delta", "kappas", "reconstructor_epochs", "reconstructor_batch_size", "reconstructor_learning_rate",
+    "epochs", "learning_rate", "momentum", "batch_size", "shuffle", "include_non_private", "noise_multipliers",
+    "clip_norm", "delta", "kappas", "reconstructor_epochs", "reconstructor_batch_size", "reconstructor_learning_rate",
     "chunk_size",
 }
 
@@ -85,6 +85,9 @@ def validate_config(config, num_train: int | None = None, num_test: int | None =
     if config.batch_size is not None and not (1 <= config.batch_size <= config.fixed_size + 1):
         _fail("batch_size", f"must be None (full batch) or in [1, fixed_size + 1 = {config.fixed_size + 1}], "
                             f"got {config.batch_size!r}")
+    if config.shuffle not in ("fresh", "known"):
+        _fail("shuffle", f"must be 'fresh' (secret per-model batch order) or 'known' (the adversary knows it), "
+                         f"got {config.shuffle!r}")
     if num_train is not None:
         need = config.fixed_size + config.num_shadow + config.num_targets
         if need > num_train:
@@ -101,8 +104,24 @@ def _algorithm(config, sigma):
             return training.full_batch_gd(**common)
         return training.dp_gd(config.clip_norm, noise_multiplier=sigma, **common)
     if sigma is None:
-        return training.minibatch_sgd(config.batch_size, shuffle="known", **common)
-    return training.dp_sgd(config.batch_size, config.clip_norm, noise_multiplier=sigma, shuffle="known", **common)
+        return training.minibatch_sgd(config.batch_size, shuffle=config.shuffle, **common)
+    return training.dp_sgd(config.batch_size, config.clip_norm, noise_multiplier=sigma, shuffle=config.shuffle,
+                           **common)
+
+
+def sampling(config) -> tuple[float, int]:
+    """(sampling rate q, number of steps) for the privacy accounting of one released model.
+
+    Full batch: every step sees every record (q = 1, one step per epoch). Minibatches with a secret ("fresh")
+    order: q = batch / (fixed_size + 1) per step, the usual DP-SGD analysis (it is proven for Poisson sampling;
+    shuffled fixed-size batches are accounted the same way, as is common practice). Minibatches whose order the
+    adversary knows ("known"): it knows which single step of each epoch used the target, so subsampling
+    amplifies nothing and the accounting is one unamplified Gaussian step per epoch (q = 1, epochs steps).
+    """
+    n_total = config.fixed_size + 1
+    if config.batch_size is None or config.shuffle == "known":
+        return 1.0, int(config.epochs)
+    return config.batch_size / n_total, int(config.epochs * (n_total // config.batch_size))
 
 
 def run(config, workdir: str) -> dict:
@@ -128,12 +147,8 @@ def run(config, workdir: str) -> dict:
     p0 = training.initial_params(fns, k_init, s.fixed_images)
     num_params = models.count_params(p0)
     fixed = (s.fixed_images, s.fixed_labels)
-    n_total = config.fixed_size + 1
-    if config.batch_size is None:
-        q, steps = 1.0, config.epochs
-    else:
-        q, steps = config.batch_size / n_total, config.epochs * (n_total // config.batch_size)
-    shuffle_key = jax.random.fold_in(key, 4) if config.batch_size is not None else None
+    q, steps = sampling(config)
+    shuffle_key = jax.random.fold_in(key, 4) if config.batch_size is not None and config.shuffle == "known" else None
 
     # The NN oracle: the closest point the adversary knows (D- and the shadow pool) to each evaluation target.
     pool = np.concatenate([s.fixed_images, s.shadow_images])
@@ -231,14 +246,23 @@ def _report_markdown(config, result, s, num_params, q, steps) -> str:
              f"- Released model: MLP 784-{config.hidden}-10 ({config.activation}, {num_params} parameters), "
              f"{'full-batch gradient descent' if config.batch_size is None else f'minibatch SGD (batch {config.batch_size})'}"
              f" with momentum {config.momentum}, learning rate {config.learning_rate}, {config.epochs} epochs, "
-             f"on a fixed set D- of {config.fixed_size} records plus one target. Sampling rate q = {q:.4g}, "
-             f"{steps} noisy steps per model in the DP settings (clip norm {config.clip_norm}, delta {config.delta}).",
+             f"on a fixed set D- of {config.fixed_size} records plus one target. DP settings: clip norm "
+             f"{config.clip_norm}, delta {config.delta}, accounted as {steps} Gaussian steps at sampling rate "
+             f"q = {q:.4g} per model.",
              f"- Adversary (Balle et al. 2022, informed): knows D-, the training algorithm and the initialisation; "
              f"trains {config.num_shadow} shadow models and a reconstructor network (MLP 2x1000) on their parameters.",
              f"- Evaluation: {config.num_targets} released models, one per target. Success = reconstruction closer "
              f"(MSE) to the target than the nearest record the adversary already knows (NN oracle). For the bounds, "
              f"success also means MSE <= eta = {eta:.4g} (the median oracle MSE); the prior's chance of that is "
              f"kappa = {kappa_eta:.4g} (best guess from the adversary's pool).", ""]
+    if config.batch_size is not None:
+        text.insert(-1, "- Batch order: " + (
+            "secret and fresh for every model (the adversary's shadow models use their own random orders); the "
+            "accounting treats each step as Poisson-subsampled at rate q, the usual DP-SGD analysis, which is "
+            "proven for Poisson sampling and common practice for shuffled batches."
+            if config.shuffle == "fresh" else
+            "known to the adversary (shared by every model); it knows which step of each epoch used the target, "
+            "so the accounting applies no subsampling amplification (q = 1, one step per epoch)."))
     text += ["## Attack results", "", markdown_table(rows, attack_cols), "",
              "![targets, reconstructions and NN oracle](reconstructions.png)", ""]
     dp_rows = [r for r in rows if "bounds" in r]

@@ -27,6 +27,9 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.learning_rate = 0.2
     c.momentum = 0.9
     c.batch_size = ml_collections.config_dict.placeholder(int)
+    # Minibatch order: "fresh" (secret, random per model; accounted with subsampling at q = batch / n) or "known"
+    # to the adversary (no amplification: one Gaussian step per epoch). Ignored for full-batch training.
+    c.shuffle = "fresh"
     # Privacy sweep: a non-private run (no clipping, no noise) and DP-GD/DP-SGD at each noise multiplier > 0.
     c.include_non_private = True
     c.noise_multipliers = (1.0, 4.0, 16.0)

@@ -66,3 +66,56 @@ def test_smoke_report_end_to_end(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "What the theorems guarantee" in report and "Interpretation" in report
     assert result["rows"][0]["num_shadow_models"] == config.num_shadow
+
+
+def _dp_accounting_eps(sigma, q, steps, delta):
+    """Independent reference: Google's dp_accounting RDP accountant."""
+    import dp_accounting
+    from dp_accounting import rdp
+
+    from recon_jax import accounting
+
+    event = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
+    acc = rdp.RdpAccountant(orders=[float(a) for a in accounting.DEFAULT_ORDERS if a == int(a)])
+    return acc.compose(event).get_epsilon(delta)
+
+
+def test_shuffle_field_is_validated(tmp_path):
+    config = _smoke()
+    with config.unlocked():
+        config.batch_size = 10
+        config.shuffle = "sometimes"
+    with pytest.raises(ValueError, match="config.shuffle"):
+        risk_report.run(config, str(tmp_path))
+
+
+@pytest.mark.parametrize("shuffle,q,steps", [("fresh", 17 / 51, 5 * 3), ("known", 1.0, 5)])
+def test_sampling_rate_and_steps(shuffle, q, steps):
+    config = _smoke()  # fixed_size 50 -> 51 records per model, 5 epochs
+    with config.unlocked():
+        config.batch_size = 17
+        config.shuffle = shuffle
+    got_q, got_steps = risk_report.sampling(config)
+    assert got_q == pytest.approx(q) and got_steps == steps
+    with config.unlocked():
+        config.batch_size = None
+    assert risk_report.sampling(config) == (1.0, 5)
+
+
+def test_minibatch_dp_sgd_report(tmp_path):
+    """DP-SGD with secret minibatch order (q < 1): trained, attacked and accounted with subsampling."""
+    config = _smoke()
+    with config.unlocked():
+        config.batch_size = 17
+        config.include_non_private = False
+        config.num_targets = 4
+    result = risk_report.run(config, str(tmp_path))
+    (row,) = result["rows"]
+    assert result["sample_rate"] == pytest.approx(17 / 51) and result["steps"] == 15
+    ref = _dp_accounting_eps(2.0, 17 / 51, 15, config.delta)
+    assert row["eps_rdp"] <= ref * (1 + 1e-6)  # our order grid includes dp_accounting's integer orders
+    assert row["eps_rdp"] >= 0.9 * ref
+    assert 0.0 <= row["test_accuracy"] <= 1.0 and row["num_targets"] == 4
+    report = (tmp_path / "report.md").read_text()
+    assert "Poisson" in report and "minibatch SGD (batch 17)" in report
