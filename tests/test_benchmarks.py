@@ -36,3 +36,14 @@ def test_shadow_benchmark_smoke(capsys):
     assert {"shadow_vs_loop", "shadow_vs_notebook", "shadow_vs_notebook_separate_target",
             "shadow_fraction_of_peak", "shadow_cpu_devices"} <= set(lines)
     assert all(v[0] > 0 and v[1] > 0 for v in lines.values())
+
+
+def test_conv_shadow_benchmark_smoke(capsys):
+    from benchmarks import conv_shadow
+
+    rates = conv_shadow.main(["--models", "2", "--fixed", "4", "--epochs", "1", "--repeats", "1"])
+    lines = _parse(capsys.readouterr().out)
+    assert set(lines) == {"cnn_shadow_patches_vs_lax", "cnn_single_patches_vs_lax"}
+    ours, base, ratio = lines["cnn_shadow_patches_vs_lax"]
+    assert ours == pytest.approx(rates["engine_patches"], rel=1e-4) and base > 0
+    assert math.isclose(ratio, ours / base, rel_tol=1e-4)

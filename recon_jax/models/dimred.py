@@ -35,6 +35,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from recon_jax.models.conv import conv_general_dilated_for
+
 __all__ = [
     "TorchConvTranspose",
     "SplitEncoder",
@@ -94,7 +96,7 @@ class TorchConvTranspose(nn.Module):
             q = q * (mask.T[:, None, :, None] * mask.T[None, :, None, :])[..., None, None]
             q = jnp.transpose(q, (0, 1, 4, 2, 3, 5)).reshape(3, 3, x.shape[-1], 4 * self.features)
             xp = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
-            y = jax.lax.conv_general_dilated(xp, q, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+            y = conv_general_dilated_for("auto")(xp, q, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
             y = y.reshape(b, h, w, 2, 2, self.features).transpose(0, 1, 3, 2, 4, 5)
             return y.reshape(b, 2 * h, 2 * w, self.features)
         pad = (k - 1 - p, k - 1 - p)

@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recon_jax.models.conv import conv_general_dilated_for
+
 __all__ = ["ReconstructorMLP", "TransposedConvDecoder", "PatchGANDiscriminator", "reconstructor_mlp",
            "transposed_conv_decoder", "patchgan_discriminator"]
 
@@ -85,19 +87,23 @@ class PatchGANDiscriminator(nn.Module):
       features: filters of the convolutions (the last one is the 1-channel score map).
       strides: stride of each convolution.
       kernel_size: square kernel size (4).
+      conv_impl: ``"auto"``, ``"patches"`` or ``"lax"`` (:mod:`recon_jax.models.conv`).
     """
 
     features: Sequence[int] = (64, 128, 256, 512, 1)
     strides: Sequence[int] = (2, 2, 2, 1, 1)
     kernel_size: int = 4
+    conv_impl: str = "auto"
 
     @nn.compact
     def __call__(self, images: jax.Array) -> jax.Array:  # [B, H, W, C] -> [B, h, w, 1]
         if len(self.features) != len(self.strides):
             raise ValueError(f"features and strides must have the same length, got {self.features}, {self.strides}")
         x = images
+        conv = conv_general_dilated_for(self.conv_impl)
         for i, (f, s) in enumerate(zip(self.features, self.strides)):
-            x = nn.Conv(f, (self.kernel_size, self.kernel_size), strides=(s, s), padding="SAME")(x)
+            x = nn.Conv(f, (self.kernel_size, self.kernel_size), strides=(s, s), padding="SAME",
+                        conv_general_dilated=conv)(x)
             if i + 1 < len(self.features):
                 x = nn.leaky_relu(x, 0.2)
         return x

@@ -30,6 +30,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from recon_jax.models.conv import conv_general_dilated_for
+
 __all__ = [
     "MNIST_MEAN",
     "MNIST_STD",
@@ -139,6 +141,7 @@ class _Conv(nn.Module):
             self.features,
             (self.kernel, self.kernel),
             padding="VALID",
+            conv_general_dilated=conv_general_dilated_for("auto"),
             kernel_init=torch_uniform_init((0, 1, 2)),
             bias_init=_torch_bias_init(fan_in),
         )(x)
