@@ -2,7 +2,8 @@
 
 Workload: Balle et al.'s CIFAR-10 CNN (Table VI: conv 16@4x4/2, conv 32@4x4/1, dense 10, ELU, 55,098
 parameters), full-batch GD with momentum, a fixed set of n random 32x32x3 images (the speed does not depend
-on the pixel values), through :func:`recon_jax.shadow.generate_shadow_models` with the engine's default mesh.
+on the pixel values), through :func:`recon_jax.shadow.generate_shadow_models` with the engine's default mesh and chunking (on CPU
+one model per device per call for CNNs).
 The two variants have the same parameters and compute the same models to rounding (``tests/models/test_conv.py``).
 
 BENCH lines (ratios of models/s; > 1 means the patch form is faster):
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--models", type=int, default=8)
     p.add_argument("--fixed", type=int, default=200)
     p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--chunk", type=int, default=0, help="models per engine call; 0 = the engine's default")
     p.add_argument("--repeats", type=int, default=2, help="timed repetitions per variant (best is kept)")
     args = p.parse_args(argv if argv is not None else [])
 
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> dict:
 
         def engine(fns=fns, p0=p0):
             return shadow.generate_shadow_models(fns, alg, fixed, targets, jax.random.key(1), init_params=p0,
-                                                 progress=False).arrays["params"]
+                                                 chunk_size=args.chunk or None, progress=False).arrays["params"]
 
         single_fn = jax.jit(lambda tx, ty, fns=fns, p0=p0: training.train(
             fns, alg, fixed, (tx, ty), key=jax.random.key(1), init_params=p0).params)

@@ -89,6 +89,21 @@ def _compiled(model_fns: ModelFns, algorithm: Algorithm, outputs: tuple, mesh: M
                    out_shardings=batched), batched, replicated
 
 
+def _default_chunk_per_device(mesh: Mesh, model_fns: ModelFns, init_params, fx) -> int:
+    """256 models per device on GPU/TPU. On CPU: 16 for models made of dense layers only (vmapped products stay
+    in cache; fastest for the Balle MLP in ``benchmarks/shadow.py``), 1 for anything else: vmapping a CNN's
+    training over models runs ~1.2x slower per model than training one at a time on XLA:CPU, so each device
+    trains one model per call (Balle CIFAR-10 CNN, 2 single-threaded devices: 14.2 vs 11.1 models/s at 16)."""
+    if not all(d.platform == "cpu" for d in mesh.devices.flat):
+        return 256
+    from recon_jax.training.ghost import ghost_supported
+
+    params = init_params
+    if params is None:
+        params = jax.eval_shape(model_fns.init, jax.random.key(0), jnp.asarray(fx[:1]))
+    return 16 if ghost_supported(model_fns.tap, params, jnp.asarray(fx[:2])) else 1
+
+
 @functools.lru_cache(maxsize=64)
 def _output_specs(fn, chunk, example_shape, dtype, label_dtype, treedef, leaf_specs) -> dict:
     """Per-model output shapes and dtypes of ``fn`` (abstract evaluation, cached: tracing ``train`` is slow)."""
@@ -142,8 +157,9 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
       outputs: any of ``"params"`` (flat ``[P]``), ``"probe_logits"`` (``[m, classes]``), ``"eval_accuracy"``,
         ``"target_loss"`` (loss on the model's own target, for MIA), ``"final_loss"`` (last training loss).
       chunk_size: models per compiled call (rounded up to a multiple of the device count); bounds memory.
-        Default: 16 per device on CPU (small per-device batches stay in cache: measured fastest for the Balle
-        MLP, see ``benchmarks/shadow.py``), 256 per device on GPU/TPU.
+        Default: on CPU 16 per device for dense-only models (small per-device batches stay in cache: measured
+        fastest for the Balle MLP, see ``benchmarks/shadow.py``) and 1 per device for other models (CNNs), 256
+        per device on GPU/TPU.
       mesh: a 1-D mesh whose axis is named ``"models"``; default: all devices
         (:func:`~recon_jax.shadow.default_mesh`).
       store: a directory: stream chunks there atomically, resume a previous run with the same configuration,
@@ -231,8 +247,7 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
         raise ValueError(f"mesh must have an axis named {MODEL_AXIS!r}, got {mesh.axis_names}")
     n_dev = mesh.shape[MODEL_AXIS]
     if chunk_size is None:
-        on_cpu = all(d.platform == "cpu" for d in mesh.devices.flat)
-        chunk_size = (16 if on_cpu else 256) * n_dev
+        chunk_size = _default_chunk_per_device(mesh, model_fns, init_params, fx) * n_dev
     chunk = -(-chunk_size // n_dev) * n_dev
     key_impl = str(jax.random.key_impl(key)) if hasattr(key, "dtype") else "threefry2x32"
     key_data = _key_data(key)
