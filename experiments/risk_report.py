@@ -294,12 +294,12 @@ def _report_markdown(config, result, s, num_params, q, steps) -> str:
         text += ["Accounting: add/remove-one adjacency with sensitivity C, as in the ReRo argument (training with "
                  "vs without the target). kappa is estimated from below (the best of the candidate guesses), so "
                  "the bounds at kappa(eta) are approximate; the table's fixed kappas are exact.", ""]
-    text += ["## Interpretation", "", _interpretation(rows, kappa_eta), "",
+    text += ["## Interpretation", "", _interpretation(rows, kappa_eta, config), "",
              f"Runtime: {result['runtime_seconds'] / 60:.1f} min. Config: `config.json`; numbers: `metrics.json`."]
     return "\n".join(text) + "\n"
 
 
-def _interpretation(rows, kappa_eta) -> str:
+def _interpretation(rows, kappa_eta, config=None) -> str:
     lines = []
     np_rows = [r for r in rows if r["noise_multiplier"] == 0]
     if np_rows:
@@ -308,6 +308,10 @@ def _interpretation(rows, kappa_eta) -> str:
         lines.append(f"Without DP, an informed adversary {verdict} reconstruct training records: "
                      f"{100 * r['success_rate']:.0f}% of reconstructions beat the nearest known record "
                      f"(mean MSE {r['mean_mse']:.4f} vs oracle {r['mean_oracle_mse']:.4f}).")
+        if (config is not None and config.batch_size is not None and config.shuffle == "fresh"
+                and r["success_rate"] < 0.5):
+            lines.append("The batch order is secret here, randomness the adversary's shadow models cannot "
+                         "replicate; rerun with --config.shuffle=known to see the attack when it is known.")
     dp = [r for r in rows if r["noise_multiplier"] > 0 and "bound_gdp" in r]
     if dp:
         best = max(dp, key=lambda r: r["noise_multiplier"])

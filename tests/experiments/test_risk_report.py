@@ -119,3 +119,14 @@ def test_minibatch_dp_sgd_report(tmp_path):
     assert 0.0 <= row["test_accuracy"] <= 1.0 and row["num_targets"] == 4
     report = (tmp_path / "report.md").read_text()
     assert "Poisson" in report and "minibatch SGD (batch 17)" in report
+
+
+def test_interpretation_points_at_secret_batch_order():
+    config = _smoke()
+    with config.unlocked():
+        config.batch_size = 17
+    row = {"noise_multiplier": 0, "success_rate": 0.0, "mean_mse": 0.09, "mean_oracle_mse": 0.04}
+    assert "--config.shuffle=known" in risk_report._interpretation([row], 0.1, config)
+    with config.unlocked():
+        config.shuffle = "known"
+    assert "--config.shuffle=known" not in risk_report._interpretation([row], 0.1, config)
