@@ -10,7 +10,12 @@ BENCH lines (ratios of models/s; > 1 means the patch form is faster):
 
 - ``cnn_shadow_patches_vs_lax``: ours = ``balle_cifar_cnn(conv_impl="patches")`` (the CPU default),
   baseline = ``conv_impl="lax"`` (XLA's convolution, the GPU/TPU default);
-- ``cnn_single_patches_vs_lax``: the same for ONE model trained by a jitted :func:`recon_jax.training.train`.
+- ``cnn_single_patches_vs_lax``: the same for ONE model trained by a jitted :func:`recon_jax.training.train`;
+- ``decoder_patches_vs_lax``: training Balle et al.'s Table VII transposed-convolution reconstructor
+  (:func:`recon_jax.attacks.reconn.train_reconstructor`, one epoch of minibatches in ``lax.scan``) on
+  ``--decoder-examples`` random ``--decoder-features``-dimensional features (default 1,000, so that the dense
+  input layer, 55,098 x 4,096 for the real CNN's parameters, does not hide the convolutions),
+  ``conv_impl="patches"`` vs ``"lax"``.
 
 Run: ``python -m benchmarks.conv_shadow [--models 8] [--fixed 200] [--epochs 3]``.
 """
@@ -29,6 +34,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--fixed", type=int, default=200)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--chunk", type=int, default=0, help="models per engine call; 0 = the engine's default")
+    p.add_argument("--decoder-examples", type=int, default=512)
+    p.add_argument("--decoder-features", type=int, default=1000)
     p.add_argument("--repeats", type=int, default=2, help="timed repetitions per variant (best is kept)")
     args = p.parse_args(argv if argv is not None else [])
 
@@ -69,8 +76,22 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{impl}: engine {rates[f'engine_{impl}']:.3f} models/s ({args.models} models, "
               f"{jax.device_count()} device(s)); one jitted model {rates[f'single_{impl}']:.3f} models/s "
               f"(n = {args.fixed}, {args.epochs} epochs)", flush=True)
+    from recon_jax.attacks import reconn
+    from recon_jax.models.reconstructors import TransposedConvDecoder
+
+    k = args.decoder_examples
+    feats = rng.normal(size=(k, args.decoder_features)).astype(np.float32)
+    imgs = rng.uniform(size=(k, 32, 32, 3)).astype(np.float32)
+    for impl in ("patches", "lax"):
+        def fit(impl=impl):
+            return reconn.train_reconstructor(TransposedConvDecoder(conv_impl=impl), feats, imgs, jax.random.key(2),
+                                              epochs=1, batch_size=min(64, k), progress=False).params
+        rates[f"decoder_{impl}"] = best_rate(fit, k)
+        print(f"{impl}: Table VII decoder {rates[f'decoder_{impl}']:.1f} examples/s ({k} examples, one epoch)",
+              flush=True)
     bench_line("cnn_shadow_patches_vs_lax", rates["engine_patches"], rates["engine_lax"], "models/s")
     bench_line("cnn_single_patches_vs_lax", rates["single_patches"], rates["single_lax"], "models/s")
+    bench_line("decoder_patches_vs_lax", rates["decoder_patches"], rates["decoder_lax"], "examples/s")
     return rates
 
 

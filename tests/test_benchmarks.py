@@ -41,9 +41,10 @@ def test_shadow_benchmark_smoke(capsys):
 def test_conv_shadow_benchmark_smoke(capsys):
     from benchmarks import conv_shadow
 
-    rates = conv_shadow.main(["--models", "2", "--fixed", "4", "--epochs", "1", "--repeats", "1"])
+    rates = conv_shadow.main(["--models", "2", "--fixed", "4", "--epochs", "1", "--repeats", "1",
+                              "--decoder-examples", "4", "--decoder-features", "8"])
     lines = _parse(capsys.readouterr().out)
-    assert set(lines) == {"cnn_shadow_patches_vs_lax", "cnn_single_patches_vs_lax"}
+    assert set(lines) == {"cnn_shadow_patches_vs_lax", "cnn_single_patches_vs_lax", "decoder_patches_vs_lax"}
     ours, base, ratio = lines["cnn_shadow_patches_vs_lax"]
     assert ours == pytest.approx(rates["engine_patches"], rel=1e-4) and base > 0
     assert math.isclose(ratio, ours / base, rel_tol=1e-4)

@@ -35,7 +35,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from recon_jax.models.conv import conv_general_dilated_for
+from recon_jax.models.conv import conv_general_dilated_for, conv_transpose
 
 __all__ = [
     "TorchConvTranspose",
@@ -66,7 +66,8 @@ class TorchConvTranspose(nn.Module):
     - ``s = 2, k = 4, p = 1`` is a 3x3 stride-1 convolution producing the four output phases as channels,
       then interleaved (the sub-pixel / pixel-shuffle form; no multiplications by inserted zeros).
 
-    Anything else calls ``lax.conv_transpose``. ``tests/models/test_dimred_nets.py`` checks all three paths
+    Anything else is ``lax.conv_transpose``'s input-dilated convolution (:func:`recon_jax.models.conv.conv_transpose`,
+    patch form on CPU). ``tests/models/test_dimred_nets.py`` checks all three paths
     against ``nn.ConvTranspose``.
     """
 
@@ -100,7 +101,7 @@ class TorchConvTranspose(nn.Module):
             y = y.reshape(b, h, w, 2, 2, self.features).transpose(0, 1, 3, 2, 4, 5)
             return y.reshape(b, 2 * h, 2 * w, self.features)
         pad = (k - 1 - p, k - 1 - p)
-        return jax.lax.conv_transpose(x, kernel, (s, s), (pad, pad))
+        return conv_transpose(x, kernel, (s, s), (pad, pad))
 
 
 def _torch_convt(features: int, k: int, s: int, p: int, name: str) -> nn.Module:

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax.models.conv import conv_general_dilated_for
+from recon_jax.models.conv import ConvTranspose, conv_general_dilated_for
 
 __all__ = ["ReconstructorMLP", "TransposedConvDecoder", "PatchGANDiscriminator", "reconstructor_mlp",
            "transposed_conv_decoder", "patchgan_discriminator"]
@@ -61,6 +61,8 @@ class TransposedConvDecoder(nn.Module):
       hidden_channels: filters of the first transposed convolution (32).
       out_channels: channels of the output image (3).
       kernel_size: transposed-convolution kernel size (5).
+      conv_impl: ``"auto"`` (patch form on CPU, where XLA's transposed convolutions are slow inside the training
+        scan; XLA's on GPU/TPU), ``"patches"`` or ``"lax"``; parameters are ``nn.ConvTranspose``'s either way.
     """
 
     base: int = 8
@@ -68,6 +70,7 @@ class TransposedConvDecoder(nn.Module):
     hidden_channels: int = 32
     out_channels: int = 3
     kernel_size: int = 5
+    conv_impl: str = "auto"
 
     @nn.compact
     def __call__(self, features: jax.Array) -> jax.Array:  # [B, F] -> [B, 4 base, 4 base, out_channels]
@@ -75,8 +78,10 @@ class TransposedConvDecoder(nn.Module):
         x = nn.Dense(self.base * self.base * self.base_channels)(features.reshape((b, -1)))
         x = x.reshape((b, self.base, self.base, self.base_channels))
         k = (self.kernel_size, self.kernel_size)
-        x = nn.relu(nn.ConvTranspose(self.hidden_channels, k, strides=(2, 2), padding="SAME")(x))
-        x = nn.ConvTranspose(self.out_channels, k, strides=(2, 2), padding="SAME")(x)
+        x = nn.relu(ConvTranspose(self.hidden_channels, k, strides=(2, 2), padding="SAME", conv_impl=self.conv_impl,
+                                  name="ConvTranspose_0")(x))
+        x = ConvTranspose(self.out_channels, k, strides=(2, 2), padding="SAME", conv_impl=self.conv_impl,
+                          name="ConvTranspose_1")(x)
         return nn.sigmoid(x)
 
 
