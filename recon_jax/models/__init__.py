@@ -4,9 +4,10 @@
 - :mod:`recon_jax.models.adapters`: :class:`ModelFns` (``init``, ``apply``), :func:`from_flax`, :func:`from_haiku`.
 - :mod:`recon_jax.models.flatten`: :func:`ravel` / :func:`unravel` with a :class:`Layout`, layer selection.
 - :mod:`recon_jax.models.tygert`, :mod:`recon_jax.models.dimred`: Tygert feature networks, DR networks.
+- :mod:`recon_jax.models.conv`: convolutions as patches + matmul (fast inside loops on XLA:CPU), ``ConvTranspose``.
 """
 
-from recon_jax.models import adapters, dimred, flatten, tygert, zoo
+from recon_jax.models import adapters, conv, dimred, flatten, tygert, zoo
 from recon_jax.models.adapters import ModelFns, from_flax, from_haiku
 from recon_jax.models.flatten import Layout, LayoutEntry, layout_of, ravel, select, select_indices, unravel
 from recon_jax.models.zoo import (
@@ -23,6 +24,7 @@ from recon_jax.models.zoo import (
 
 __all__ = [
     "adapters",
+    "conv",
     "dimred",
     "flatten",
     "tygert",
