@@ -2,8 +2,8 @@
 
 Workload: Balle et al.'s CIFAR-10 CNN (Table VI: conv 16@4x4/2, conv 32@4x4/1, dense 10, ELU, 55,098
 parameters), full-batch GD with momentum, a fixed set of n random 32x32x3 images (the speed does not depend
-on the pixel values), through :func:`recon_jax.shadow.generate_shadow_models` with the engine's default mesh and chunking (on CPU
-one model per device per call for CNNs).
+on the pixel values), through :func:`recon_jax.shadow.generate_shadow_models` with the engine's default mesh
+and chunking (on CPU one model per device per call for CNNs).
 The two variants have the same parameters and compute the same models to rounding (``tests/models/test_conv.py``).
 
 BENCH lines (ratios of models/s; > 1 means the patch form is faster):
