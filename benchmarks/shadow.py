@@ -5,7 +5,12 @@ Workload (issue 5): Balle et al.'s MNIST MLP (784-10-10 ELU), full-batch GD + mo
 
 Measured side by side in ONE worker process per CPU configuration:
 
-- ours: :func:`recon_jax.shadow.generate_shadow_models` (jit(vmap(train)) over chunks, sharded over devices);
+- ours: :func:`recon_jax.shadow.generate_shadow_models` (jit(vmap(train)) over chunks, sharded over devices;
+  its default ``first_layer="auto"`` trains the first layer through the fixed set's Gram matrix,
+  :mod:`recon_jax.training.gram`);
+- ``shadow_gram_vs_direct`` (extra): ours vs the same engine with ``first_layer="direct"`` (each model trained
+  with :func:`recon_jax.training.train`, like the loop), to show what the Gram formulation adds, and
+  ``shadow_direct_vs_loop``: that direct engine vs the loop (jit + vmap + scan + sharding alone);
 - (a) ``shadow_vs_loop``: a Python loop over a jitted single-model trainer (first few models, extrapolated);
 - (b) ``shadow_vs_notebook``: the reference notebook's pattern (DeepMind's informed-adversary colab, read for this
   benchmark): each model trains on D- with its target concatenated, an un-jitted ``vmap`` over a chunk of 50
@@ -13,7 +18,10 @@ Measured side by side in ONE worker process per CPU configuration:
 - ``shadow_vs_notebook_separate_target`` (extra): the same loop but with our loss layout (fixed set unbatched,
   target a separate term), to show how much of the gain is the layout and how much jit + scan + sharding;
 - ``shadow_fraction_of_peak``: our useful GFLOP/s (forward + backward of the model, no input gradient)
-  divided by the float32 matmul GFLOP/s of all devices of the process, measured by this script.
+  divided by the float32 matmul GFLOP/s of all devices of the process, measured by this script. With the Gram
+  formulation this is an *effective* rate: the engine executes fewer FLOPs than the model's forward + backward
+  (``executed fraction`` in the printout counts what it runs); ``shadow_direct_fraction_of_peak`` is the same
+  figure for ``first_layer="direct"``, where useful and executed FLOPs coincide.
 
 CPU configurations (XLA start-up flags, so each runs in its own subprocess): ``2x1`` = two single-threaded host
 devices, ``1x2`` = one host device using the default (multi-threaded) Eigen pool. The worker for the default
@@ -43,6 +51,15 @@ def _useful_flops_per_model(n_train: int, epochs: int, d_in=784, hidden=10, clas
     fwd = 2 * n_train * (d_in * hidden + hidden * classes)
     bwd = 2 * n_train * (d_in * hidden + hidden * classes) + 2 * n_train * hidden * classes
     return float(epochs * (fwd + bwd))
+
+
+def _gram_flops_per_model(n_train: int, epochs: int, models: int, d_in=784, hidden=10, classes=10) -> float:
+    """FLOPs the Gram formulation executes per model: the ``n x n`` product per step, the second layer's forward
+    and backward, the final ``X^T A`` and the target's terms, plus its share of the Gram matrix."""
+    n = n_train - 1
+    step = 2 * n * n * hidden + 2 * n_train * hidden * classes * 3 + 4 * n * hidden
+    once = 2 * n * d_in + 2 * n * d_in * hidden  # X_- x_t and the final X^T A
+    return float(epochs * step + once + 2.0 * n * n * d_in / models)  # the Gram matrix, shared by all models
 
 
 def _peak_gflops_all_devices(n: int = 2048, repeats: int = 5) -> float:
@@ -117,12 +134,13 @@ def worker(config: str, targets: int, fixed: int, epochs: int, chunk: int, basel
         jax.block_until_ready(fn())
         return time.perf_counter() - w, time.process_time() - c
 
-    def ours(k, offset=0):
+    def ours(k, offset=0, first_layer="auto"):
         return shadow.generate_shadow_models(fns, alg, (fx, fy), (tx[offset:offset + k], ty[offset:offset + k]),
-                                             key, init_params=p0, chunk_size=chunk or None,
-                                             progress=False).arrays["params"]
+                                             key, init_params=p0, chunk_size=chunk or None, progress=False,
+                                             first_layer=first_layer).arrays["params"]
 
-    ours(1)  # compile (cached for the timed calls: the chunk shape is the same)
+    ours(2, first_layer="gram")  # compile (cached for the timed calls: the chunk shape is the same)
+    ours(2, first_layer="direct")
     if baselines:
         fxj, fyj = jnp.asarray(fx), jnp.asarray(fy)
 
@@ -196,6 +214,8 @@ def worker(config: str, targets: int, fixed: int, epochs: int, chunk: int, basel
         row = {}
         w, c = timed(lambda: ours(per_round, r * per_round))
         row["ours"] = (per_round / w, per_round / c)
+        w, c = timed(lambda: ours(per_round, r * per_round, "direct"))
+        row["direct"] = (per_round / w, per_round / c)
         row["peak"] = _peak_gflops_all_devices()
         if baselines:
             w, c = timed(loop)
@@ -213,12 +233,18 @@ def worker(config: str, targets: int, fixed: int, epochs: int, chunk: int, basel
     res["fraction_of_peak"] = med([r["ours"][0] * flops / 1e9 / r["peak"][0] for r in rows])
     res["peak_gflops_per_cpu_s"] = med([r["peak"][1] for r in rows])
     res["fraction_of_peak_cpu"] = med([r["ours"][1] * flops / 1e9 / r["peak"][1] for r in rows])
+    executed = _gram_flops_per_model(fixed + 1, epochs, targets)
+    res["executed_fraction_of_peak"] = med([r["ours"][0] * executed / 1e9 / r["peak"][0] for r in rows])
+    res["direct_models_per_s"] = med([r["direct"][0] for r in rows])
+    res["direct_fraction_of_peak"] = med([r["direct"][0] * flops / 1e9 / r["peak"][0] for r in rows])
+    res["ratio_direct"] = med([r["ours"][0] / r["direct"][0] for r in rows])
     if baselines:
         for name in ("loop", "notebook", "notebook_separate"):
             res[f"{name}_models_per_s"] = med([r[name][0] for r in rows])
             res[f"{name}_models_per_cpu_s"] = med([r[name][1] for r in rows])
             res[f"ratio_{name}"] = med([r["ours"][0] / r[name][0] for r in rows])
             res[f"cpu_ratio_{name}"] = med([r["ours"][1] / r[name][1] for r in rows])
+        res["ratio_direct_vs_loop"] = med([r["direct"][0] / r["loop"][0] for r in rows])
     res["rows"] = rows
     res["finished_utc"] = time.strftime("%H:%M:%S", time.gmtime())
     return res
@@ -270,8 +296,9 @@ def main(argv: list[str] | None = None) -> dict:
               f"{r['targets']} models in {r['rounds']} rounds: ours {r['ours_models_per_s']:.2f} models/s "
               f"({r['ours_gflops']:.1f} useful GFLOP/s; {r['ours_models_per_cpu_s']:.2f} models per CPU-second), "
               f"matmul peak {r['peak_gflops']:.1f} GFLOP/s ({r['peak_gflops_per_cpu_s']:.1f} per CPU-s); "
-              f"fraction of peak: wall {r['fraction_of_peak']:.3f}, CPU-time {r['fraction_of_peak_cpu']:.3f}",
-              flush=True)
+              f"fraction of peak: wall {r['fraction_of_peak']:.3f}, CPU-time {r['fraction_of_peak_cpu']:.3f}, "
+              f"executed {r['executed_fraction_of_peak']:.3f}; first_layer='direct' {r['direct_models_per_s']:.2f} "
+              f"models/s (fraction {r['direct_fraction_of_peak']:.3f})", flush=True)
     m = results[configs[0]]
     print(f"[{configs[0]}] loop {m['loop_models_per_s']:.2f} models/s ({m['loop_models_per_cpu_s']:.2f} per CPU-s), "
           f"notebook {m['notebook_models_per_s']:.2f} models/s ({m['notebook_models_per_cpu_s']:.2f} per CPU-s); "
@@ -285,6 +312,12 @@ def main(argv: list[str] | None = None) -> dict:
     bench_line("shadow_vs_notebook_separate_target", m["ours_models_per_s"], m["notebook_separate_models_per_s"],
                "models/s", ratio=m["ratio_notebook_separate"])
     bench_line("shadow_fraction_of_peak", m["fraction_of_peak"], 0.75, "fraction", ratio=m["fraction_of_peak"] / 0.75)
+    bench_line("shadow_gram_vs_direct", m["ours_models_per_s"], m["direct_models_per_s"], "models/s",
+               ratio=m["ratio_direct"])
+    bench_line("shadow_direct_vs_loop", m["direct_models_per_s"], m["loop_models_per_s"], "models/s",
+               ratio=m["ratio_direct_vs_loop"])
+    bench_line("shadow_direct_fraction_of_peak", m["direct_fraction_of_peak"], 0.75, "fraction",
+               ratio=m["direct_fraction_of_peak"] / 0.75)
     if len(configs) > 1:
         other = results[configs[1]]
         bench_line("shadow_cpu_devices", m["ours_models_per_s"], other["ours_models_per_s"], "models/s")

@@ -34,10 +34,12 @@ def test_shadow_benchmark_smoke(capsys):
                  "--fixed", "20"])
     lines = _parse(capsys.readouterr().out)
     assert {"shadow_vs_loop", "shadow_vs_notebook", "shadow_vs_notebook_separate_target",
-            "shadow_fraction_of_peak", "shadow_cpu_devices"} <= set(lines)
+            "shadow_fraction_of_peak", "shadow_cpu_devices", "shadow_gram_vs_direct", "shadow_direct_vs_loop",
+            "shadow_direct_fraction_of_peak"} <= set(lines)
     assert all(v[0] > 0 and v[1] > 0 for v in lines.values())
 
 
+@pytest.mark.slow  # compile-bound (~40 s on 2 cores)
 def test_conv_shadow_benchmark_smoke(capsys):
     from benchmarks import conv_shadow
 

@@ -258,8 +258,8 @@ def make_reconstructor(
         >>> import jax, jax.numpy as jnp
         >>> net = make_reconstructor("split", width=4)
         >>> theta = jnp.zeros((3, 20))  # n = 10 points
-        >>> variables = net.init(jax.random.key(0), theta)
-        >>> net.apply(variables, theta).shape
+        >>> variables = jax.jit(net.init)(jax.random.key(0), theta)
+        >>> jax.jit(net.apply)(variables, theta).shape
         (3, 28, 28, 1)
     """
     image_shape = tuple(int(s) for s in image_shape)

@@ -154,7 +154,8 @@ def transposed_conv_decoder(image_size: int = 32, channels: int = 3) -> Transpos
 
     >>> import jax, jax.numpy as jnp
     >>> m = transposed_conv_decoder()
-    >>> m.apply(m.init(jax.random.key(0), jnp.zeros((1, 50))), jnp.zeros((2, 50))).shape
+    >>> variables = jax.jit(m.init)(jax.random.key(0), jnp.zeros((1, 50)))
+    >>> jax.jit(m.apply)(variables, jnp.zeros((2, 50))).shape
     (2, 32, 32, 3)
     """
     if not (isinstance(image_size, int) and image_size >= 4 and image_size % 4 == 0):
@@ -171,7 +172,8 @@ def patchgan_discriminator() -> PatchGANDiscriminator:
 
     >>> import jax, jax.numpy as jnp
     >>> d = patchgan_discriminator()
-    >>> d.apply(d.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3))), jnp.zeros((2, 32, 32, 3))).shape
+    >>> variables = jax.jit(d.init)(jax.random.key(0), jnp.zeros((1, 32, 32, 3)))
+    >>> jax.eval_shape(d.apply, variables, jnp.zeros((2, 32, 32, 3))).shape
     (2, 4, 4, 1)
     """
     return PatchGANDiscriminator()

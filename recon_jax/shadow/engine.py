@@ -7,6 +7,11 @@ of targets with the fixed set entering *unbatched* (``in_axes=None``) and the ta
 jits it once, and shards the model axis over a ``jax.sharding.Mesh`` of all devices (one CPU device, N fake
 CPU devices, GPUs/TPUs, several hosts after ``jax.distributed.initialize()``).
 
+For full-batch, non-private training (Balle et al.'s default) of a model whose first dense layer reads the
+flattened input, each model trains that layer through the fixed set's Gram matrix, computed once and shared
+(:mod:`recon_jax.training.gram`): one ``n x n`` product per step instead of two ``n x d`` ones, the same models
+up to float rounding (``first_layer="direct"`` turns it off).
+
 Model i uses ``key_i = fold_in(key, i)``; the models do not depend on the chunk size, the device count or the
 resume point. With ``store=`` the outputs stream to a resumable :class:`~recon_jax.shadow.store.ShadowStore`.
 """
@@ -28,19 +33,25 @@ from recon_jax.models.flatten import layout_of
 from recon_jax.shadow.devices import MODEL_AXIS, default_mesh
 from recon_jax.shadow.store import ShadowSet, ShadowStore, array_digest
 from recon_jax.training.algorithms import Algorithm
+from recon_jax.training.gram import _first_dense, fixed_set_gram, gram_saves_work, train_gram
 from recon_jax.training.train import train
 
-__all__ = ["OUTPUTS", "generate_shadow_models", "shadow_model_fn"]
+__all__ = ["FIRST_LAYER_MODES", "OUTPUTS", "generate_shadow_models", "shadow_model_fn"]
 
 OUTPUTS = ("params", "probe_logits", "eval_accuracy", "target_loss", "final_loss")
+FIRST_LAYER_MODES = ("auto", "gram", "direct")
 
 
-def shadow_model_fn(model_fns: ModelFns, algorithm: Algorithm, outputs: Sequence[str] = ("params",)):
+def shadow_model_fn(model_fns: ModelFns, algorithm: Algorithm, outputs: Sequence[str] = ("params",),
+                    first_kernel: tuple | None = None):
     """The single-model function the engine vmaps: ``(index, tx, ty, tw, shared) -> dict of outputs``.
 
     ``shared`` is a dict with the fixed set ``fx, fy``, ``init_params`` (or None), ``key`` (the base key),
-    ``shuffle_key`` (or None), ``probe`` (or None), ``ex, ey`` (eval set, or None). Exposed for users who want
-    to vmap/pmap it themselves; the engine is ``jit(vmap(fn, in_axes=(0, 0, 0, 0, None)))``.
+    ``shuffle_key`` (or None), ``probe`` (or None), ``ex, ey`` (eval set, or None) and, with ``first_kernel``
+    (the path of the first dense kernel), ``gram`` (:func:`~recon_jax.training.gram.fixed_set_gram` of ``fx``):
+    then each model trains with :func:`~recon_jax.training.gram.train_gram`, else with
+    :func:`~recon_jax.training.train`. Exposed for users who want to vmap/pmap it themselves; the engine is
+    ``jit(vmap(fn, in_axes=(0, 0, 0, 0, None)))``.
 
     >>> from recon_jax.models import from_flax, balle_mnist_mlp
     >>> from recon_jax.training import full_batch_gd
@@ -52,8 +63,13 @@ def shadow_model_fn(model_fns: ModelFns, algorithm: Algorithm, outputs: Sequence
 
     def one(index, tx, ty, tw, shared):
         key = jax.random.fold_in(shared["key"], index)
-        res = train(model_fns, algorithm, (shared["fx"], shared["fy"]), (tx, ty), key=key,
-                    init_params=shared["init_params"], shuffle_key=shared["shuffle_key"], target_weight=tw)
+        if first_kernel is not None:
+            res = train_gram(model_fns, algorithm, (shared["fx"], shared["fy"]), (tx, ty), key=key,
+                             init_params=shared["init_params"], target_weight=tw, gram=shared["gram"],
+                             first_kernel=first_kernel)
+        else:
+            res = train(model_fns, algorithm, (shared["fx"], shared["fy"]), (tx, ty), key=key,
+                        init_params=shared["init_params"], shuffle_key=shared["shuffle_key"], target_weight=tw)
         params = res.params
         out = {}
         if "params" in outputs:
@@ -73,8 +89,9 @@ def shadow_model_fn(model_fns: ModelFns, algorithm: Algorithm, outputs: Sequence
 
 
 @functools.lru_cache(maxsize=32)
-def _compiled(model_fns: ModelFns, algorithm: Algorithm, outputs: tuple, mesh: Mesh, key_impl: str):
-    one = shadow_model_fn(model_fns, algorithm, outputs)
+def _compiled(model_fns: ModelFns, algorithm: Algorithm, outputs: tuple, mesh: Mesh, key_impl: str,
+              first_kernel: tuple | None):
+    one = shadow_model_fn(model_fns, algorithm, outputs, first_kernel)
 
     def chunk_fn(index, tx, ty, tw, shared):
         shared = dict(shared)
@@ -102,6 +119,28 @@ def _default_chunk_per_device(mesh: Mesh, model_fns: ModelFns, init_params, fx) 
     if params is None:
         params = jax.eval_shape(model_fns.init, jax.random.key(0), jnp.asarray(fx[:1]))
     return 16 if ghost_supported(model_fns.tap, params, jnp.asarray(fx[:2])) else 1
+
+
+def _resolve_first_layer(mode: str, model_fns: ModelFns, algorithm: Algorithm, params, fx: np.ndarray,
+                         count: int) -> tuple | None:
+    """The first dense kernel's path when the Gram formulation is used, else ``None``.
+
+    ``"auto"`` uses it when it applies and saves work (:func:`~recon_jax.training.gram.gram_saves_work`).
+    """
+    if mode == "direct":
+        return None
+    found = None
+    if algorithm.batch_size is None and not algorithm.private and algorithm.optimizer is None:
+        found = _first_dense(model_fns, params, fx)
+    if found is None:
+        if mode == "gram":
+            raise ValueError("first_layer='gram' needs full-batch, non-private training with the default optimizer "
+                             "and a model whose first dense layer reads the flattened input; use 'auto' or 'direct'")
+        return None
+    kernel_path, d, h = found
+    if mode == "gram" or gram_saves_work(fx.shape[0], d, h, algorithm.epochs, count):
+        return kernel_path
+    return None
 
 
 @functools.lru_cache(maxsize=64)
@@ -140,7 +179,7 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
                            init_params=None, shuffle_key: jax.Array | None = None, target_weights=None,
                            probe_inputs=None, eval_set=None, outputs: Sequence[str] = ("params",),
                            chunk_size: int | None = None, mesh: Mesh | None = None, store: str | None = None,
-                           progress: bool = True, dtype=None) -> ShadowSet:
+                           progress: bool = True, dtype=None, first_layer: str = "auto") -> ShadowSet:
     """Trains one model per target on ``fixed_set + {target_i}`` and returns (or stores) their outputs.
 
     Args:
@@ -166,6 +205,11 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
         and return the memory-mapped result. ``None`` keeps everything in memory.
       progress: show a tqdm bar (models/s).
       dtype: cast inputs to this float dtype (default: the fixed set's float dtype, float32 for integers).
+      first_layer: ``"direct"`` trains each model with :func:`~recon_jax.training.train`; ``"gram"`` trains the
+        first dense layer through the fixed set's Gram matrix, shared by all models
+        (:mod:`recon_jax.training.gram`: one ``n x n`` product per step instead of two ``n x d`` ones; full-batch,
+        non-private training with the default optimizer, first dense layer on the flattened input; same
+        models up to float rounding); ``"auto"`` (default) uses ``"gram"`` where it applies and saves work.
 
     Memory: each call holds one chunk of training states per device. DP algorithms on dense-layer models (MLPs)
     use ghost clipping (:mod:`recon_jax.training.ghost`) and need no per-example gradients; on other models they
@@ -199,6 +243,8 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
         raise ValueError(f"outputs must be a non-empty subset of {OUTPUTS}, got {outputs}")
     if len(set(outputs)) != len(outputs):
         raise ValueError(f"outputs has duplicates: {outputs}")
+    if first_layer not in FIRST_LAYER_MODES:
+        raise ValueError(f"first_layer must be one of {FIRST_LAYER_MODES}, got {first_layer!r}")
     if chunk_size is not None and not (isinstance(chunk_size, int) and chunk_size >= 1):
         raise ValueError(f"chunk_size must be None or an integer >= 1, got {chunk_size!r}")
     if not (isinstance(fixed_set, (tuple, list)) and len(fixed_set) == 2):
@@ -259,10 +305,13 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
     else:
         layout_params = jax.eval_shape(lambda k: model_fns.init(k, jnp.asarray(fx[:1])), jax.random.key(0))
     layout = layout_of(layout_params)
+    first_kernel = _resolve_first_layer(first_layer, model_fns, algorithm, layout_params, fx, count)
 
-    fn, batched, replicated = _compiled(model_fns, algorithm, outputs, mesh, key_impl)
+    fn, batched, replicated = _compiled(model_fns, algorithm, outputs, mesh, key_impl, first_kernel)
     shared_host = {"fx": fx, "fy": fy, "init_params": init_params, "key": key_data, "shuffle_key": shuffle_data,
                    "probe": probe, "ex": ex, "ey": ey}
+    if first_kernel is not None:
+        shared_host["gram"] = np.asarray(jax.jit(fixed_set_gram)(fx))
     shared = jax.tree_util.tree_map(lambda a: _global(a, replicated), shared_host)
 
     # Output specs from an abstract evaluation of one chunk.
@@ -286,6 +335,8 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
             "probe": None if probe is None else array_digest(probe),
             "eval_set": None if ex is None else [array_digest(ex), array_digest(ey)],
         }
+        if first_kernel is not None:  # direct runs keep the old configuration, so their stores still resume
+            config["first_layer"] = "gram"
         st = ShadowStore(store)
         manifest = st.open(config, count, layout, specs)
         if manifest.get("complete"):

@@ -4,6 +4,8 @@
   :func:`dp_sgd` describe an algorithm (frozen, hashable).
 - :func:`train` trains ONE model on ``fixed_set + {target}`` (epochs in ``lax.scan``); vmap/jit it, or use
   :func:`recon_jax.shadow.generate_shadow_models` for many.
+- :func:`train_gram`: the same full-batch training with the first dense layer expressed through the fixed set's
+  Gram matrix (cheaper per step when many models share the fixed set; :mod:`recon_jax.training.gram`).
 - :func:`per_example_gradients`, :func:`clip_gradients`, :func:`privatized_gradient`: DP-SGD building blocks
   (a noise ``mechanism`` from :mod:`recon_jax.mechanisms`).
 """
@@ -17,6 +19,7 @@ from recon_jax.training.dp import (
     privatized_gradient,
     softmax_cross_entropy,
 )
+from recon_jax.training.gram import fixed_set_gram, gram_saves_work, gram_supported, train_gram
 from recon_jax.training.train import TrainResult, initial_params, train
 
 __all__ = [
@@ -34,4 +37,8 @@ __all__ = [
     "TrainResult",
     "initial_params",
     "train",
+    "fixed_set_gram",
+    "gram_saves_work",
+    "gram_supported",
+    "train_gram",
 ]

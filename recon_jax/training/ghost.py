@@ -16,7 +16,8 @@ shared layers) fall back to ``vmap(grad)``; :func:`ghost_supported` tells which 
 
 :func:`recon_jax.models.from_flax` and :func:`~recon_jax.models.from_haiku` attach the ``tap`` used here: a
 function ``tap(params, x, perturbations) -> (logits, records)`` that adds ``perturbations[k]`` to the output of
-the k-th dense call and returns, per call, a :class:`DenseCall` (its input and the paths of its parameters).
+the k-th dense call (a shorter list, or ``None`` entries, leave the remaining calls unchanged) and returns, per
+call, a :class:`DenseCall` (its input and the paths of its parameters).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def flax_tap(module) -> Callable:
             bias = path + ("bias",) if context.module.use_bias else None
             k = len(calls)
             calls.append(DenseCall(inputs, path + ("kernel",), bias, tuple(out.shape), out.dtype))
-            if perturbations is not None:
+            if perturbations is not None and k < len(perturbations) and perturbations[k] is not None:
                 out = out + perturbations[k].astype(out.dtype)
             return out
 
@@ -93,7 +94,7 @@ def haiku_tap(transformed, takes_rng: bool) -> Callable:
             bias = (name, "b") if context.module.with_bias else None
             k = len(calls)
             calls.append(DenseCall(inputs, (name, "w"), bias, tuple(out.shape), out.dtype))
-            if perturbations is not None:
+            if perturbations is not None and k < len(perturbations) and perturbations[k] is not None:
                 out = out + perturbations[k].astype(out.dtype)
             return out
 
