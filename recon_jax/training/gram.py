@@ -34,7 +34,7 @@ import numpy as np
 from recon_jax.models.adapters import ModelFns
 from recon_jax.training.algorithms import Algorithm
 from recon_jax.training.ghost import _leaf_paths, _static_calls
-from recon_jax.training.train import TrainResult
+from recon_jax.training.train import TrainResult, starting_params
 
 __all__ = ["gram_supported", "gram_saves_work", "fixed_set_gram", "train_gram"]
 
@@ -166,14 +166,7 @@ def train_gram(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None
         raise ValueError("train_gram needs a model with a tap (from_flax / from_haiku)")
     fx, fy = jnp.asarray(fixed_set[0]), jnp.asarray(fixed_set[1])
     n = fx.shape[0]
-    if alg.init == "fixed":
-        if init_params is None:
-            raise ValueError("init_params is required when algorithm.init == 'fixed' (the adversary-known init)")
-        params0 = init_params
-    else:
-        if init_params is not None:
-            raise ValueError("init_params must be None when algorithm.init == 'random'")
-        params0 = model_fns.init(jax.random.fold_in(key, 0), fx[:1])
+    params0 = starting_params(model_fns, alg, key, init_params, fx)
     if first_kernel is None:
         found = _first_dense(model_fns, params0, fx)
         if found is None:

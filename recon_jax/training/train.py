@@ -61,6 +61,22 @@ def initial_params(model_fns: ModelFns, key: jax.Array, example_inputs: jax.Arra
     return model_fns.init(key, example_inputs[:1])
 
 
+def starting_params(model_fns: ModelFns, algorithm: Algorithm, key: jax.Array, init_params, fx):
+    """The parameters training starts from: ``init_params`` for fixed initialisation (required), else a draw
+    from ``fold_in(key, 0)`` (``init_params`` must then be ``None``).
+
+    Raises:
+      ValueError: if ``init_params`` is missing (fixed) or given (random).
+    """
+    if algorithm.init == "fixed":
+        if init_params is None:
+            raise ValueError("init_params is required when algorithm.init == 'fixed' (the adversary-known init)")
+        return init_params
+    if init_params is not None:
+        raise ValueError("init_params must be None when algorithm.init == 'random'")
+    return model_fns.init(jax.random.fold_in(key, 0), fx[:1])
+
+
 def _check_data(fixed_set, target):
     if not (isinstance(fixed_set, (tuple, list)) and len(fixed_set) == 2):
         raise ValueError("fixed_set must be a pair (x [n, ...], y [n])")
@@ -113,14 +129,7 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
     n_total = n + int(has_target)
     alg = algorithm
 
-    if alg.init == "fixed":
-        if init_params is None:
-            raise ValueError("init_params is required when algorithm.init == 'fixed' (the adversary-known init)")
-        params0 = init_params
-    else:
-        if init_params is not None:
-            raise ValueError("init_params must be None when algorithm.init == 'random'")
-        params0 = model_fns.init(jax.random.fold_in(key, 0), fx[:1])
+    params0 = starting_params(model_fns, alg, key, init_params, fx)
 
     full_batch = alg.batch_size is None
     if not full_batch:
