@@ -54,6 +54,7 @@ def _tiny_problem():
     return (x[:64], y[:64]), (x[64], y[64])
 
 
+@pytest.mark.slow  # ~27 s; the two-candidate test and the doctest cover informed_mia quickly
 def test_informed_mia_known_init_separates_random_init_does_not():
     from recon_jax.models import MLP, from_flax
     from recon_jax.training import full_batch_gd, initial_params

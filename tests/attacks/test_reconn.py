@@ -145,6 +145,7 @@ def test_fine_tuning_starts_from_trained_params():
     np.testing.assert_array_equal(kept.standardizer.mean, fit.standardizer.mean)
 
 
+@pytest.mark.slow  # ~18 s of compilation
 def test_patchgan_adversarial_training_runs():
     rng = np.random.default_rng(3)
     f = rng.normal(size=(32, 12)).astype(np.float32)
@@ -173,6 +174,7 @@ def test_validation():
         reconn.fit_standardizer(np.zeros(5))
 
 
+@pytest.mark.slow  # ~14 s; tests/experiments/test_risk_report.py runs the same pipeline end to end
 def test_end_to_end_reconn_beats_mean_guess_on_tiny_shadow_models():
     """A miniature Balle pipeline: shadow models with a known init, RecoNN on their parameters."""
     from recon_jax import models, shadow, training

@@ -103,6 +103,7 @@ def test_sampling_rate_and_steps(shuffle, q, steps):
     assert risk_report.sampling(config) == (1.0, 5)
 
 
+@pytest.mark.slow  # ~25 s; sampling() and the DP-SGD accounting have fast tests above
 def test_minibatch_dp_sgd_report(tmp_path):
     """DP-SGD with secret minibatch order (q < 1): trained, attacked and accounted with subsampling."""
     config = _smoke()

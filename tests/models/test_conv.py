@@ -77,9 +77,11 @@ def test_nn_conv_with_patches_keeps_parameters_and_outputs(x64):
 
 
 @pytest.mark.parametrize("make,shape", [
-    (lambda impl: models.balle_cifar_cnn(conv_impl=impl), (2, 32, 32, 3)),
+    # the CNN and PatchGAN cases take ~45 s together (run with --runslow); LeNet keeps the check in the default run
+    pytest.param(lambda impl: models.balle_cifar_cnn(conv_impl=impl), (2, 32, 32, 3), marks=pytest.mark.slow),
     (lambda impl: models.LeNet(conv_impl=impl), (2, 28, 28, 1)),
-    (lambda impl: PatchGANDiscriminator(features=(8, 16, 1), strides=(2, 2, 1), conv_impl=impl), (2, 16, 16, 3)),
+    pytest.param(lambda impl: PatchGANDiscriminator(features=(8, 16, 1), strides=(2, 2, 1), conv_impl=impl),
+                 (2, 16, 16, 3), marks=pytest.mark.slow),
 ])
 def test_models_same_params_and_function_either_way(x64, make, shape):
     x = jax.random.uniform(jax.random.key(2), shape, jnp.float64)
