@@ -147,6 +147,16 @@ def test_jit_and_vmap_match_eager(x64):
     assert np.isfinite(g) and g < 0  # more noise, less privacy loss
 
 
+def test_no_subsampling_is_the_plain_gaussian(x64):
+    # q = 1 given concretely takes a shortcut; traced, it runs the series: both must be alpha / (2 sigma^2)
+    orders = np.array([1.25, 1.5, 2.0, 3.5, 7.0, 64.0])
+    sg = np.array([0.7, 2.0, 9.0])
+    exact = orders[None, :] / (2.0 * sg[:, None] ** 2)
+    np.testing.assert_allclose(rdp_subsampled_gaussian(1.0, sg, orders), exact, rtol=1e-12)
+    traced = jax.jit(lambda q: rdp_subsampled_gaussian(q, sg, orders))(jnp.ones(3))
+    np.testing.assert_allclose(traced, exact, rtol=1e-9)
+
+
 def test_validation():
     with pytest.raises(ValueError, match="q"):
         rdp_subsampled_gaussian(0.0, 1.0, 2.0)

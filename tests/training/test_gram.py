@@ -85,6 +85,13 @@ class _Shared(nn.Module):
         return nn.Dense(3)(layer(nn.elu(layer(x))))
 
 
+class _TinyCNN(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.elu(nn.Conv(2, (3, 3))(x))
+        return nn.Dense(3)(x.reshape(x.shape[0], -1))
+
+
 def test_supported_only_where_the_identity_holds():
     fixed, _ = _data()
     x = fixed[0]
@@ -100,8 +107,8 @@ def test_supported_only_where_the_identity_holds():
     for module in (_Scaled(), _Shared()):  # input transformed before the layer; a kernel used twice
         fns = models.from_flax(module)
         assert not gram_supported(fns, training.full_batch_gd(), fns.init(jax.random.key(0), x[:1]), x)
-    cnn = models.from_flax(models.balle_cifar_cnn())
-    xi = np.zeros((3, 32, 32, 3), np.float32)
+    cnn = models.from_flax(_TinyCNN())  # a convolution first: no dense kernel sees the flattened input
+    xi = np.zeros((3, 6, 6, 1), np.float32)
     assert not gram_supported(cnn, training.full_batch_gd(), cnn.init(jax.random.key(0), xi[:1]), xi)
     with pytest.raises(ValueError, match="default optimizer"):
         train_gram(mlp, training.minibatch_sgd(4), fixed, key=jax.random.key(0), init_params=p)
