@@ -120,16 +120,20 @@ def _frac_log_a(frac_orders: np.ndarray, log_q, log1mq, inv2s2, sigma, extra_pai
     j_all = np.arange(n_all, dtype=np.float64)
     logphi1 = log_ndtr((z0 - j_all) / sigma)  # [n_all], region z <= z0, shared by all orders
     # Region z > z0 depends on u = alpha - j only through V(u) = u log q + (u^2 - u)/(2 sigma^2)
-    # + log Phi((u - z0)/sigma). Orders sharing a fractional part f share u = f + m (m integer), so V is
-    # evaluated once per (f, m) and each order takes a static (reversed) slice: no gathers.
+    # + log Phi((u - z0)/sigma). Orders sharing a fractional part f share u = f + m (m integer).
     fpart = np.round(frac_orders - fl, 10)
     f_unique = np.unique(fpart)
     m_lo = -n_all
-    vf = {}
+    # u = f + m for every fractional part f and m = m_lo..max(floor alpha), laid end to end: V is evaluated in one
+    # pass, and each order's terms are one static (reversed) window of it, taken with a single gather per bucket.
+    start_of, u_parts, pos = {}, [], 0
     for f in f_unique:
         m = np.arange(m_lo, int(fl[fpart == f].max()) + 1, dtype=np.float64)
-        u = jnp.asarray(f + m, dtype)
-        vf[f] = u * log_q + (u * u - u) * inv2s2 + log_ndtr((u - z0) / sigma)
+        start_of[f] = pos
+        u_parts.append(f + m)
+        pos += m.size
+    u_all = jnp.asarray(np.concatenate(u_parts), dtype)
+    v_all = u_all * log_q + (u_all * u_all - u_all) * inv2s2 + log_ndtr((u_all - z0) / sigma)
     for idx, pad in _buckets(last + 1):
         a = frac_orders[idx][:, None]  # [m, 1]
         j = np.arange(pad)[None, :]  # [1, pad]
@@ -139,12 +143,9 @@ def _frac_log_a(frac_orders: np.ndarray, log_q, log1mq, inv2s2, sigma, extra_pai
         sign = np.where(tail <= 0, 1.0, np.where(tail % 2 == 0, 1.0, -1.0))
         u = a - j
         t1 = logc + j * log_q + u * log1mq + (j * j - j) * inv2s2 + logphi1[:pad]
-        rows = []
-        for i in idx:  # u = f + k - j for j = 0..pad-1  <->  m = k, k-1, ..., k-pad+1
-            k = int(fl[i])
-            start, stop = k - pad + 1 - m_lo, k + 1 - m_lo
-            rows.append(vf[fpart[i]][start:stop][::-1])
-        t2 = logc + j * log1mq + jnp.stack(rows)
+        # u = f + k - j for j = 0..pad-1  <->  m = k, k-1, ..., k-pad+1 (k = floor alpha)
+        window = np.array([start_of[fpart[i]] + int(fl[i]) - m_lo for i in idx])[:, None] - j  # [m, pad]
+        t2 = logc + j * log1mq + v_all[window]
         terms = jnp.concatenate([jnp.where(mask, t1, -jnp.inf), jnp.where(mask, t2, -jnp.inf)], axis=-1)
         signs = np.concatenate([sign, sign], axis=-1)
         val, sgn = logsumexp(terms, axis=-1, b=signs, return_sign=True)

@@ -140,7 +140,8 @@ def ghost_supported(tap: Callable | None, params, x) -> bool:
     >>> ghost_supported(mlp.tap, mlp.init(jax.random.key(0), jnp.zeros((1, 784))), jnp.zeros((2, 784)))
     True
     >>> cnn = from_flax(balle_cifar_cnn())
-    >>> ghost_supported(cnn.tap, cnn.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3))), jnp.zeros((2, 32, 32, 3)))
+    >>> cnn_params = jax.eval_shape(cnn.init, jax.random.key(0), jnp.zeros((1, 32, 32, 3)))  # shapes suffice
+    >>> ghost_supported(cnn.tap, cnn_params, jnp.zeros((2, 32, 32, 3)))
     False
     """
     if tap is None:

@@ -106,7 +106,7 @@ def test_engine_uses_ghost_path_and_matches_vmap(x64):
 def test_unsupported_models_fall_back_or_refuse():
     cnn = from_flax(balle_cifar_cnn())
     xc = jnp.zeros((2, 32, 32, 3))
-    assert not ghost_supported(cnn.tap, cnn.init(jax.random.key(0), xc[:1]), xc)
+    assert not ghost_supported(cnn.tap, jax.eval_shape(cnn.init, jax.random.key(0), xc[:1]), xc)
     shared = from_flax(_SharedDense())
     xs = jnp.zeros((3, 5))
     assert not ghost_supported(shared.tap, shared.init(jax.random.key(0), xs[:1]), xs)
