@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(PY) -m experiments.risk_report --config=experiments/configs/risk_report.py:default --workdir=$(WORKDIR)
 
 test: $(STAMP)
-	$(PY) -m pytest -n 2 --dist loadfile tests recon_jax $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests recon_jax $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
