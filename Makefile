@@ -13,8 +13,9 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
+# --no-compile: bytecode is written on first import instead, for the modules actually used (halves install time).
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[dev,dimred]'
+	$(PY) -m pip install --quiet --no-compile -e '.[dev,dimred]'
 	touch $(STAMP)
 
 install: $(STAMP)
