@@ -120,12 +120,12 @@ def _frac_log_a(frac_orders: np.ndarray, log_q, log1mq, inv2s2, sigma, extra_pai
     j_all = np.arange(n_all, dtype=np.float64)
     logphi1 = log_ndtr((z0 - j_all) / sigma)  # [n_all], region z <= z0, shared by all orders
     # Region z > z0 depends on u = alpha - j only through V(u) = u log q + (u^2 - u)/(2 sigma^2)
-    # + log Phi((u - z0)/sigma). Orders sharing a fractional part f share u = f + m (m integer).
+    # + log Phi((u - z0)/sigma), and u = f + m for the order's fractional part f and an integer m. The values
+    # u = f + m (m = m_lo..max floor alpha) of every f are laid end to end, V is evaluated once on them, and each
+    # order's terms are a static (reversed) window of that vector: one gather per bucket.
     fpart = np.round(frac_orders - fl, 10)
     f_unique = np.unique(fpart)
     m_lo = -n_all
-    # u = f + m for every fractional part f and m = m_lo..max(floor alpha), laid end to end: V is evaluated in one
-    # pass, and each order's terms are one static (reversed) window of it, taken with a single gather per bucket.
     start_of, u_parts, pos = {}, [], 0
     for f in f_unique:
         m = np.arange(m_lo, int(fl[fpart == f].max()) + 1, dtype=np.float64)
