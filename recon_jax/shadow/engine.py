@@ -33,7 +33,7 @@ from recon_jax.models.flatten import layout_of
 from recon_jax.shadow.devices import MODEL_AXIS, default_mesh
 from recon_jax.shadow.store import ShadowSet, ShadowStore, array_digest
 from recon_jax.training.algorithms import Algorithm
-from recon_jax.training.gram import _first_dense, fixed_set_gram, gram_saves_work, train_gram
+from recon_jax.training.gram import _algorithm_fits, _first_dense, fixed_set_gram, gram_saves_work, train_gram
 from recon_jax.training.train import train
 
 __all__ = ["FIRST_LAYER_MODES", "OUTPUTS", "generate_shadow_models", "shadow_model_fn"]
@@ -129,9 +129,7 @@ def _resolve_first_layer(mode: str, model_fns: ModelFns, algorithm: Algorithm, p
     """
     if mode == "direct":
         return None
-    found = None
-    if algorithm.batch_size is None and not algorithm.private and algorithm.optimizer is None:
-        found = _first_dense(model_fns, params, fx)
+    found = _first_dense(model_fns, params, fx) if _algorithm_fits(algorithm) else None
     if found is None:
         if mode == "gram":
             raise ValueError("first_layer='gram' needs full-batch, non-private training with the default optimizer "

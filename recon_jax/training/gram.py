@@ -71,6 +71,11 @@ def _first_dense(model_fns: ModelFns, params, x):
     return kernel_path, d, int(out_shape[1])
 
 
+def _algorithm_fits(algorithm: Algorithm) -> bool:
+    """Full batch, no clipping or noise, the default optimizer: the updates are linear in the gradients."""
+    return algorithm.batch_size is None and not algorithm.private and algorithm.optimizer is None
+
+
 def gram_supported(model_fns: ModelFns, algorithm: Algorithm, params, x) -> bool:
     """Whether :func:`train_gram` applies: full batch, no clipping, the default optimizer (SGD with momentum) and a
     first dense layer that reads the flattened input.
@@ -85,9 +90,7 @@ def gram_supported(model_fns: ModelFns, algorithm: Algorithm, params, x) -> bool
     >>> gram_supported(mlp, minibatch_sgd(2), p, jnp.zeros((4, 784)))
     False
     """
-    if algorithm.batch_size is not None or algorithm.private or algorithm.optimizer is not None:
-        return False
-    return _first_dense(model_fns, params, x) is not None
+    return _algorithm_fits(algorithm) and _first_dense(model_fns, params, x) is not None
 
 
 def gram_saves_work(n: int, d: int, h: int, steps: int, models: int) -> bool:
@@ -159,7 +162,7 @@ def train_gram(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None
     True
     """
     alg = algorithm
-    if alg.batch_size is not None or alg.private or alg.optimizer is not None:
+    if not _algorithm_fits(alg):
         raise ValueError("train_gram needs full-batch, non-private training with the default optimizer "
                          "(algorithm.batch_size None, clip_norm None, optimizer None)")
     if model_fns.tap is None:
