@@ -60,14 +60,14 @@ def _compare(name, sigmas, args, orders):
     return out
 
 
-def main(argv=None) -> dict:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num_sigmas", type=int, default=1000)
     parser.add_argument("--q", type=float, default=256 / 60000)
     parser.add_argument("--steps", type=int, default=10000)
     parser.add_argument("--delta", type=float, default=1e-5)
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args(argv)
+    args = parser.parse_args([] if argv is None else argv)
 
     from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS
 
@@ -94,4 +94,4 @@ def _timed(fn) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    main(__import__("sys").argv[1:])
