@@ -47,6 +47,7 @@ __all__ = [
     "keyed_dir",
     "provenance",
     "publish",
+    "run_app",
 ]
 
 _PACKAGES = ("jax", "jaxlib", "flax", "optax", "dm-haiku", "numpy", "scipy", "dp-accounting", "scikit-learn",
@@ -292,3 +293,25 @@ def experiment_flags(default_config: str | None, default_workdir: str | None):
     config = config_flags.DEFINE_config_file("config", default_config, "config file path[:variant]")
     workdir = flags.DEFINE_string("workdir", default_workdir, "output directory")
     return config, workdir
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing, with a clear message for ``--config.<field>`` overrides the config does not have."""
+    from absl import flags
+
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as err:
+        sys.exit(f"{os.path.basename(argv[0])}: {err}\nPass --helpfull to see the flags.")
+    except (AttributeError, KeyError) as err:  # ml_collections: an override names a field the config lacks
+        field = str(err).strip("\"'")
+        given = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
+        sys.exit(f"unknown config field {field!r} in {', '.join(given) or 'the --config overrides'}: "
+                 "check the spelling against the experiment's config file (experiments/configs/<name>.py)")
+
+
+def run_app(main) -> None:
+    """``absl.app.run(main)`` with readable errors for malformed ``--config.<field>`` overrides."""
+    from absl import app
+
+    app.run(main, flags_parser=_parse_flags)

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from experiments.common import claim, experiment_flags, finish_run, require_finite, start_run
+from experiments.common import claim, experiment_flags, finish_run, require_finite, run_app, start_run
 import recon_jax
 from recon_jax import metrics
 from recon_jax.attacks import glm
@@ -127,4 +127,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_app(main)

@@ -16,7 +16,7 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from experiments.common import claim, experiment_flags, finish_run, start_run
+from experiments.common import claim, experiment_flags, finish_run, run_app, start_run
 from recon_jax import bounds
 
 _CONFIG, _WORKDIR = experiment_flags("experiments/configs/ziller_table1.py", "/tmp/ziller_table1")
@@ -193,4 +193,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_app(main)

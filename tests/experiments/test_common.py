@@ -70,3 +70,16 @@ def test_publish_copies_finished_runs_only(tmp_path):
     os.makedirs(tmp_path / "run" / "cache-123")
     assert publish(work, res) == ["report.md", "metrics.json", "config.json", "fig.png"]
     assert sorted(os.listdir(res)) == ["config.json", "fig.png", "metrics.json", "report.md"]
+
+
+def test_unknown_config_field_gives_a_clear_error():
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-m", "experiments.ziller_table1",
+                          "--config=experiments/configs/ziller_table1.py:smoke", "--config.learning_rat=1",
+                          "--workdir=/nonexistent/never-written"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "unknown config field 'learning_rat' in --config.learning_rat" in out.stderr
+    assert "Traceback" not in out.stderr
