@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 WORKDIR ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: demo test install bench results clean-venv
+.PHONY: demo test install bench results wheel clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ results: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
+
+# The library wheel (dist/), e.g. to install in a notebook elsewhere.
+wheel: $(STAMP)
+	$(PY) -m pip wheel --quiet --no-deps -w dist .
 
 clean-venv:
 	rm -rf $(VENV)
