@@ -10,6 +10,8 @@ Modules:
   trade-off curve and the Hayes et al. 2023 ReRo bound.
 - :mod:`recon_jax.accounting.vmf`: von Mises-Fisher RDP (Biswas et al. Props 1-2), their two accounting
   approaches, kappa calibration.
+- :mod:`recon_jax.accounting.vmf_pld`: the pessimistic privacy loss distribution of the Poisson-subsampled VMF
+  mechanism (``vmf_epsilon(..., approach="pld")``), composed with ``dp_accounting``.
 """
 
 from recon_jax.accounting.conversions import amplify_dp_poisson, delta_from_rdp, eps_from_rdp, kov_composition
@@ -23,6 +25,7 @@ from recon_jax.accounting.rdp import (
     rdp_subsampled_gaussian,
 )
 from recon_jax.accounting.vmf import calibrate_vmf_kappa, rdp_vmf, rdp_vmf_multi, vmf_epsilon
+from recon_jax.accounting.vmf_pld import vmf_pld, vmf_pld_epsilon
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -43,4 +46,6 @@ __all__ = [
     "rero_dpsgd_tradeoff",
     "vmf_epsilon",
     "calibrate_vmf_kappa",
+    "vmf_pld",
+    "vmf_pld_epsilon",
 ]
