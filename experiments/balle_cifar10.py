@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import experiment_flags, prepare_workdir, write_run_info
+from experiments.common import experiment_flags, prepare_workdir, run_app, write_run_info
 import recon_jax
 from recon_jax import models, shadow, training
 from recon_jax.attacks import oracle, reconn
@@ -116,4 +116,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_app(main)

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import experiment_flags, prepare_workdir, write_run_info
+from experiments.common import experiment_flags, prepare_workdir, run_app, write_run_info
 import recon_jax
 from recon_jax import models, shadow, training
 from recon_jax.attacks import mia, oracle, reconn
@@ -356,4 +356,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_app(main)
