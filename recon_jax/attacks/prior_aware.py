@@ -131,6 +131,56 @@ def _flat_clipped_grads(model_fns, params, x, y, clip_norm, loss_fn):
     return clip_gradients(per_example_gradients(model_fns, params, x, y, loss_fn), clip_norm)
 
 
+def _get(tree, path):
+    for k in path:
+        tree = tree[k]
+    return tree
+
+
+def _ghost_candidate_terms(tap, params, x, y, residual_tree, clip_norm, loss_fn):
+    """``(<r, clip(g_j)>, ||clip(g_j)||^2)`` for every candidate j without materialising ``[k, P]`` gradients.
+
+    For a dense layer the gradient of example j is ``a_j^T delta_j`` (kernel) and ``delta_j`` (bias), so
+    ``<R, a_j^T delta_j> = a_j R delta_j^T`` and its squared norm is the ghost norm of
+    :mod:`recon_jax.training.ghost` (inputs with extra axes ``[k, T, d]`` are summed over T).
+    """
+    box = []
+
+    def shapes(p, xx):
+        logits, calls = tap(p, xx, None)
+        box.append([(c.kernel_path, c.bias_path, c.out_shape, c.out_dtype) for c in calls])
+        return logits
+
+    jax.eval_shape(shapes, params, x)
+    calls = box[0]
+
+    def total_loss(perturbations):
+        logits, recs = tap(params, x, perturbations)
+        return jnp.sum(loss_fn(logits, y)), [r.inputs for r in recs]
+
+    zeros = [jnp.zeros(shape, dtype) for *_, shape, dtype in calls]
+    deltas, inputs = jax.grad(total_loss, has_aux=True)(zeros)
+    dtype = jax.tree_util.tree_leaves(residual_tree)[0].dtype
+    sq = jnp.zeros((x.shape[0],), dtype)
+    dot = jnp.zeros((x.shape[0],), dtype)
+    hi = jax.lax.Precision.HIGHEST
+    for (kernel_path, bias_path, *_), a, d in zip(calls, inputs, deltas):
+        a3 = a.reshape((a.shape[0], -1, a.shape[-1])).astype(dtype)
+        d3 = d.reshape((d.shape[0], -1, d.shape[-1])).astype(dtype)
+        if a3.shape[1] == 1:
+            sq = sq + jnp.sum(a3[:, 0] ** 2, -1) * jnp.sum(d3[:, 0] ** 2, -1)
+        else:
+            sq = sq + jnp.einsum("bts,bts->b", jnp.einsum("bti,bsi->bts", a3, a3), jnp.einsum("bto,bso->bts", d3, d3))
+        ar = jnp.einsum("bti,io->bto", a3, _get(residual_tree, kernel_path).astype(dtype), precision=hi)
+        dot = dot + jnp.einsum("bto,bto->b", ar, d3, precision=hi)
+        if bias_path is not None:
+            db = jnp.sum(d3, axis=1)
+            sq = sq + jnp.sum(db ** 2, -1)
+            dot = dot + db @ _get(residual_tree, bias_path).astype(dtype)
+    factor = jnp.minimum(1.0, clip_norm / jnp.maximum(jnp.sqrt(sq), jnp.finfo(dtype).tiny))
+    return factor * dot, factor * factor * sq
+
+
 def _make_trial(model_fns: ModelFns, optimizer, clip_norm: float, steps: int, use_ghost: bool, loss_fn,
                 poisson: bool):
     def trial(params0, fixed_x, fixed_y, cand_x, cand_y, target_index, include, sigma, sample_rate, key):
@@ -138,6 +188,7 @@ def _make_trial(model_fns: ModelFns, optimizer, clip_norm: float, steps: int, us
         n = fixed_x.shape[0]
         denom = jnp.where(poisson, sample_rate * (n + 1), n + 1).astype(flat0.dtype)  # public normaliser
         noise_std = sigma * clip_norm
+        q = jnp.asarray(sample_rate, flat0.dtype)
 
         def step(carry, t):
             params, opt_state, scores = carry
@@ -147,6 +198,8 @@ def _make_trial(model_fns: ModelFns, optimizer, clip_norm: float, steps: int, us
                 b_target = jax.random.bernoulli(k_target, sample_rate).astype(flat0.dtype)
             else:
                 w_fixed, b_target = None, jnp.ones((), flat0.dtype)
+            tx, ty = cand_x[target_index][None], cand_y[target_index][None]
+            target_grad = _flat_clipped_grads(model_fns, params, tx, ty, clip_norm, loss_fn)[0]
             if use_ghost:
                 _, tree, _ = ghost_clipped_sum(model_fns.tap, params, fixed_x, fixed_y, clip_norm, weights=w_fixed,
                                                loss_fn=loss_fn)
@@ -154,11 +207,17 @@ def _make_trial(model_fns: ModelFns, optimizer, clip_norm: float, steps: int, us
             else:
                 g = _flat_clipped_grads(model_fns, params, fixed_x, fixed_y, clip_norm, loss_fn)
                 base = jnp.sum(g, axis=0) if w_fixed is None else w_fixed @ g
-            cand = _flat_clipped_grads(model_fns, params, cand_x, cand_y, clip_norm, loss_fn)  # [k, P]
-            contrib = (include * b_target) * cand[target_index]
-            observed = base + contrib + noise_std * jax.random.normal(k_noise, base.shape, base.dtype)
-            # The adversary subtracts the D- sum it recomputes at the released parameters.
-            scores = scores + step_log_likelihoods(observed - base, cand, noise_std, sample_rate)
+            observed = (base + (include * b_target) * target_grad
+                        + noise_std * jax.random.normal(k_noise, base.shape, base.dtype))
+            residual = observed - base  # the adversary subtracts the D- sum it recomputes at the released params
+            if use_ghost:
+                dots, sqs = _ghost_candidate_terms(model_fns.tap, params, cand_x, cand_y, unravel(residual),
+                                                   clip_norm, loss_fn)
+                a = (dots - 0.5 * sqs) / jnp.square(noise_std)
+                scores = scores + jnp.logaddexp(jnp.log1p(-q), jnp.log(q) + a)
+            else:
+                cand = _flat_clipped_grads(model_fns, params, cand_x, cand_y, clip_norm, loss_fn)  # [k, P]
+                scores = scores + step_log_likelihoods(residual, cand, noise_std, sample_rate)
             updates, opt_state = optimizer.update(unravel(observed / denom), opt_state, params)
             return (optax.apply_updates(params, updates), opt_state, scores), None
 
