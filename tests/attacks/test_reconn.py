@@ -256,3 +256,62 @@ def test_balle_cifar10_smoke(tmp_path):
 
     metrics = balle_cifar10.run(get_config("smoke"), str(tmp_path))
     assert _ROW_KEYS <= set(metrics["rows"][0])
+
+
+# ---------------------------------------------------------------- streaming, checkpoints, early stopping
+
+def _fit(f, t, **kw):
+    base = dict(epochs=4, batch_size=16, progress=False, eval_set=(f[160:], t[160:]))
+    base.update(kw)
+    return reconn.train_reconstructor(reconstructors.reconstructor_mlp((6,), (16,)), f[:160], t[:160],
+                                      jax.random.key(3), **base)
+
+
+def _same_fit(a, b):
+    np.testing.assert_array_equal(a.losses, b.losses)
+    np.testing.assert_array_equal(a.eval_mse, b.eval_mse)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, a.params, b.params)
+
+
+def test_streaming_from_a_memory_map_equals_one_block(tmp_path):
+    f, t = _toy_task(200)
+    path = str(tmp_path / "features.npy")
+    np.save(path, f[:160])
+    mm = np.load(path, mmap_mode="r")
+    whole = _fit(f, t, stream_rows=160)
+    streamed = reconn.train_reconstructor(reconstructors.reconstructor_mlp((6,), (16,)), mm, t[:160],
+                                          jax.random.key(3), epochs=4, batch_size=16, progress=False,
+                                          eval_set=(f[160:], t[160:]), stream_rows=48)  # 3 batches a block
+    _same_fit(whole, streamed)
+
+
+def test_resume_after_stop_equals_uninterrupted_run(tmp_path):
+    f, t = _toy_task(200)
+    full = _fit(f, t, epochs=5)
+    first = _fit(f, t, epochs=2, checkpoint_dir=str(tmp_path))  # "stopped" after epoch 2
+    assert first.epochs_run == 2 and first.resumed_from == 0
+    resumed = _fit(f, t, epochs=5, checkpoint_dir=str(tmp_path))
+    assert resumed.resumed_from == 2 and resumed.epochs_run == 5
+    _same_fit(full, resumed)
+    # A different configuration (batch size) never picks up that checkpoint.
+    other = _fit(f, t, epochs=1, batch_size=32, checkpoint_dir=str(tmp_path))
+    assert other.resumed_from == 0 and len(list(tmp_path.iterdir())) == 2
+
+
+def test_early_stopping_returns_best_epoch():
+    f, t = _toy_task(200)
+    # Noise targets: the held-out MSE cannot keep improving, so patience 2 stops the run early.
+    t_noise = np.random.default_rng(1).uniform(size=t.shape).astype(np.float32)
+    fit = _fit(f, t_noise, epochs=60, patience=2, optimizer=optax.adam(3e-2))
+    assert fit.stopped_early and fit.epochs_run < 60
+    assert fit.epochs_run == fit.best_epoch + 2
+    assert fit.eval_mse[fit.best_epoch - 1] == fit.eval_mse.min()
+    # The returned parameters are the best epoch's: a rerun stopped at that epoch has the same ones.
+    at_best = _fit(f, t_noise, epochs=fit.best_epoch, optimizer=optax.adam(3e-2))
+    jax.tree_util.tree_map(np.testing.assert_array_equal, fit.params, at_best.params)
+    with pytest.raises(ValueError, match="eval_set"):
+        reconn.train_reconstructor(reconstructors.reconstructor_mlp((6,), (8,)), f, t, jax.random.key(0),
+                                   patience=3, progress=False)
+    with pytest.raises(ValueError, match="checkpoint_key"):
+        reconn.train_reconstructor(reconstructors.reconstructor_mlp((6,), (8,)), f, t, jax.random.key(0),
+                                   optimizer=optax.sgd(0.1), checkpoint_dir="unused", progress=False)
