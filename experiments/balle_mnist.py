@@ -28,11 +28,10 @@ import os
 import resource
 import time
 
-from absl import app
 import jax
 import numpy as np
 
-from experiments.common import claim, experiment_flags, finish_run, keyed_dir, require_finite, start_run
+from experiments.common import claim, experiment_flags, finish_run, keyed_dir, require_finite, run_app, start_run
 import recon_jax
 from recon_jax import models, training
 from recon_jax.attacks import informed, mia, oracle
@@ -440,4 +439,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_app(main)

@@ -23,7 +23,7 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from experiments.common import prepare_workdir, write_run_info
+from experiments.common import prepare_workdir, run_app, write_run_info
 from recon_jax import metrics
 from recon_jax.attacks.gradient import linear_layer_attack, linear_layer_observations
 from recon_jax.io import atomic_write_json, atomic_write_text
@@ -256,4 +256,4 @@ def main(argv):
 if __name__ == "__main__":
     _define_flags()
     flags.mark_flags_as_required(["config", "workdir"])
-    app.run(main)
+    run_app(main)
