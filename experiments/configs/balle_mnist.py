@@ -7,9 +7,9 @@ drawn from the pool (:func:`recon_jax.data.pool_splits`).
 
 Variants and the sizes they really use:
 
-- ``smoke``: CI; fixed set 50, 300 shadow models, 16 targets, released models trained 10 epochs, reconstructor
-  (64, 64) for 3 epochs; rows default and fewer shadow models only (the other rows are covered by ``table2``'s
-  smoke test with ``--config.settings``).
+- ``smoke``: CI; fixed set 50, 600 shadow models (30 held out for validation), 16 targets, released models
+  trained 10 epochs, reconstructor (256,) for 15 epochs; rows default and 150 shadow models only (a slow test
+  runs every row at these sizes with ``settings`` overridden; secondary rows: 100 shadow models, 8 targets).
 - ``default``: CPU minutes; fixed set 1,000, 10,000 shadow models, 1,000 targets, reconstructor 2 x 1,000 for
   at most 30 epochs; secondary rows (random init, ReLU, width 100 / layer subset, DP-GD at eps 10 and 1000) on
   2,000 shadow models and 200 targets each.
@@ -96,14 +96,14 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
 
     if variant == "smoke":
         c.fixed_size = 50
-        c.num_shadow = 300
+        c.num_shadow = 600
         c.num_targets = 16
         c.eval_size = 100
         c.probe_size = 20
         c.epochs = 10
         c.chunk_size = 128
-        c.recon_hidden = (64, 64)
-        c.recon_epochs = 3
+        c.recon_hidden = (256,)
+        c.recon_epochs = 15
         c.recon_batch_size = 32
         c.recon_validation_size = 30
         c.recon_patience = None
@@ -111,7 +111,7 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.wide_hidden = 20
         c.long_epochs = 20
         c.minibatch_size = 10
-        c.fewer_shadow_counts = (100,)
+        c.fewer_shadow_counts = (150,)
         c.secondary_num_shadow = 100
         c.secondary_num_targets = 8
         c.dp_eps = (10.0,)

@@ -383,7 +383,7 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
         saved epoch (``epochs`` may be larger) and gives the same result as an uninterrupted run.
       checkpoint_key: JSON-able description of what the hash cannot see; required with ``checkpoint_dir`` when
         ``optimizer`` or ``perceptual_fn`` is given (functions have no stable hash).
-      stream_rows: rows gathered per block (rounded down to a multiple of the batch size; default: about 16K).
+      stream_rows: rows gathered per block (rounded down to a multiple of the batch size; default 8,192).
       progress: show a tqdm bar over epochs.
 
     Returns:
@@ -431,7 +431,7 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
     bs = min(int(batch_size), f.shape[0])
     dtype = scaler.mean.dtype
     n_steps = f.shape[0] // bs
-    block_steps = max(1, (stream_rows if stream_rows is not None else 16384) // bs)
+    block_steps = max(1, (stream_rows if stream_rows is not None else 8192) // bs)
     params = model.init(jax.random.fold_in(key, 0), _gather(f, np.arange(1), dtype)) if init_params is None \
         else init_params
     opt = optax.rmsprop(learning_rate) if optimizer is None else optimizer
