@@ -22,6 +22,7 @@ metrics.json (with the claims checked), config.json and figures.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -191,10 +192,12 @@ def run(config, workdir: str) -> dict:
     def attack(setting, set_name, features="params", num_shadow=None, **extra):
         ms, store, set_extra = sets.get(set_name)
         n_targets = ms.released.count
+        n = ms.shadow.count if num_shadow is None else num_shadow
+        row_spec = dataclasses.replace(spec, validation_size=min(spec.validation_size, n // 10))
         ckpt = os.path.join(store, "reconstructor")
         res = informed.informed_attack(
             sp, ms, jax.random.fold_in(jax.random.fold_in(key, 3), _stable_id(setting)), oracle=sub_oracle(n_targets),
-            features=features, reconstructor=spec, num_shadow=num_shadow, classifier_apply=classifier,
+            features=features, reconstructor=row_spec, num_shadow=num_shadow, classifier_apply=classifier,
             checkpoint_dir=ckpt, name=setting)
         require_finite(res.mse, f"{setting} reconstruction MSEs", "reconstructor learning rate too large?")
         row = res.summary()
@@ -396,7 +399,8 @@ def _report(c, rows, oracle_summary, mia_summary, dp_points, classifier_acc, fig
         f"Reconstructor MLP {tuple(c.recon_hidden)}, MAE+MSE, RMSProp {c.recon_learning_rate}, batch "
         f"{c.recon_batch_size}, at most {c.recon_epochs} epochs"
         + (f", early stopping (patience {c.recon_patience})" if c.recon_patience else "")
-        + f" on the validation MSE of the last {c.recon_validation_size} shadow models of each row (held out). "
+        + f" on the validation MSE of the last {c.recon_validation_size} shadow models of each row (held out; "
+        "a tenth of them for rows with fewer shadow models). "
         f"Rows outside the default shadow set use {min(c.secondary_num_shadow, c.num_shadow)} shadow models and "
         f"{min(c.secondary_num_targets, c.num_targets)} targets (the paper: 59,000 and 1,000).", "",
         "Table II, MNIST column. `ours`/`paper`: ✓ when the mean reconstruction MSE is below the mean NN-oracle "
