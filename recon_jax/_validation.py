@@ -52,6 +52,9 @@ __all__ = [
     "check_at_least",
     "check_integer",
     "invalid",
+    "valid",
+    "log_positive",
+    "floor_tiny",
     "nan_if",
     "as_float",
     "static_orders",
@@ -168,9 +171,44 @@ def check_integer(name: str, value, lower: int | None = None) -> int:
 
 
 def invalid(value, rng: Range | Callable) -> jax.Array:
-    """Boolean mask (JAX, traceable) of the entries of ``value`` outside ``rng`` (NaN included)."""
+    """Boolean mask of the entries of ``value`` outside ``rng`` (NaN included); traceable.
+
+    A concrete ``value`` is judged in float64 on the host, before any cast to float32 (where e.g. ``1e-40``
+    flushes to 0 and ``1 - 1e-9`` rounds to 1, which would turn valid input into NaN).
+    """
     predicate = rng.predicate if isinstance(rng, Range) else rng
+    host = concrete_or_none(value)
+    if host is not None:
+        with np.errstate(invalid="ignore"):
+            return jnp.asarray(np.logical_not(np.asarray(predicate(host), dtype=bool)))
     return jnp.logical_not(predicate(jnp.asarray(value)))
+
+
+def valid(value, rng: Range | Callable) -> jax.Array:
+    """``~invalid(value, rng)``."""
+    return jnp.logical_not(invalid(value, rng))
+
+
+def log_positive(value, dtype) -> jax.Array:
+    """``log(value)`` in ``dtype``, taken in float64 on the host when ``value`` is concrete.
+
+    For positive inputs that float32 cannot hold (``1e-300``, ``1e300``) whose logarithm it can; traced inputs
+    use ``jnp.log``. Non-positive entries give ``log(1) = 0``: mask them with :func:`nan_if`.
+    """
+    host = concrete_or_none(value)
+    if host is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return jnp.asarray(np.log(np.where(host > 0, host, 1.0)), dtype)
+    value = jnp.asarray(value, dtype)
+    return jnp.log(jnp.where(value > 0, value, 1.0))
+
+
+def floor_tiny(out: jax.Array) -> jax.Array:
+    """``max(out, smallest normal float)``: keeps an upper bound on a probability in (0, 1] when it underflows.
+
+    Raising an upper bound is conservative; the result is the exact value whenever that is representable.
+    """
+    return jnp.maximum(out, jnp.finfo(out.dtype).tiny)
 
 
 def nan_if(bad: jax.Array, out: jax.Array) -> jax.Array:

@@ -8,7 +8,11 @@ from recon_jax._validation import (  # noqa: F401
     check_nonnegative,
     check_open_unit,
     check_positive,
+    floor_tiny,
     invalid,
+    log_positive,
     is_concrete,
     nan_if,
+    valid,
 )
+from recon_jax._validation import HALF_OPEN_UNIT, NONNEGATIVE, OPEN_UNIT, POSITIVE, UNIT, at_least, greater_than  # noqa: F401
