@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax.accounting._checks import check_range, concrete_or_none, pad_batch, static_orders
+from recon_jax.accounting._checks import check_range, concrete_or_none, invalid, nan_if, pad_batch, static_orders
 from recon_jax.accounting.conversions import eps_from_rdp
 from recon_jax.accounting.rdp import DEFAULT_ORDERS, rdp_subsampled_gaussian
 
@@ -41,10 +41,16 @@ def _check_dpsgd(sigma, q, steps, delta):
     check_range("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")
 
 
+def _bad_dpsgd(sigma, q, steps, delta):
+    """Traced-input mask of :func:`_check_dpsgd`."""
+    return (invalid(sigma, lambda s: s > 0) | invalid(q, lambda x: (x > 0) & (x <= 1))
+            | invalid(steps, lambda t: t >= 1) | invalid(delta, lambda d: (d > 0) & (d < 1)))
+
+
 def _eps_rdp(sigma, q, steps, delta, orders: np.ndarray):
     rdp = rdp_subsampled_gaussian(q, sigma, orders)  # [..., n]
     steps = jnp.asarray(steps, rdp.dtype)
-    return eps_from_rdp(orders, steps[..., None] * rdp, delta)
+    return nan_if(_bad_dpsgd(sigma, q, steps, delta), eps_from_rdp(orders, steps[..., None] * rdp, delta))
 
 
 def _pld_accountant(sigma: float, q: float, steps: int, value_discretization_interval: float):
@@ -91,6 +97,9 @@ def dpsgd_epsilon(sigma, q, steps, delta, accountant: str = "rdp", orders=None, 
         vals = [concrete_or_none(v) for v in (sigma, q, steps, delta)]
         if any(v is None for v in vals):
             raise ValueError("accountant='pld' runs on the host: sigma, q, steps and delta must be concrete")
+        if not np.all(vals[2] == np.round(vals[2])):
+            raise ValueError(f"steps must be whole numbers for accountant='pld' (the PLD accountant composes an "
+                             f"integer number of steps); got {vals[2]}")
         b = np.broadcast_arrays(*vals)
         out = np.empty(b[0].shape, np.float64)
         for idx in np.ndindex(out.shape):
@@ -187,6 +196,8 @@ def calibrate_sigma(eps, q, steps, delta, orders=None, *, iters: int = 60, accou
     _check_dpsgd(1.0, q, steps, delta)
     if accountant not in ("rdp", "pld"):
         raise ValueError(f"accountant must be 'rdp' or 'pld'; got {accountant!r}")
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+        raise ValueError(f"iters must be an integer >= 1; got {iters!r}")
     orders_np = DEFAULT_ORDERS if orders is None else np.atleast_1d(static_orders(orders))
     dt = jnp.result_type(float)
     args = jnp.broadcast_arrays(*(jnp.asarray(v, dt) for v in (eps, q, steps, delta)))
@@ -194,7 +205,7 @@ def calibrate_sigma(eps, q, steps, delta, orders=None, *, iters: int = 60, accou
     out = _calibrate_sigma_jit(*flat, tuple(float(o) for o in orders_np), iters)
     out = out[:n].reshape(args[0].shape)
     if accountant == "rdp":
-        return out
+        return nan_if(invalid(args[0], lambda e: e > 0) | _bad_dpsgd(1.0, *args[1:]), out)
     vals = [concrete_or_none(v) for v in (eps, q, steps, delta)]
     if any(v is None for v in vals):
         raise ValueError("accountant='pld' runs on the host: eps, q, steps and delta must be concrete")

@@ -62,7 +62,8 @@ def baseline_kappa_uniform_ball(eta: ArrayLike, dim: ArrayLike, *, validate: boo
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
 
     Returns:
-      kappa in (0, 1].
+      kappa in (0, 1] (at least the dtype's smallest normal number: where ``eta^d`` underflows, that
+      conservative upper bound is returned instead of 0).
 
     Raises:
       ValueError: ``eta <= 0`` or ``dim < 1``.
@@ -73,9 +74,11 @@ def baseline_kappa_uniform_ball(eta: ArrayLike, dim: ArrayLike, *, validate: boo
     """
     v.check_positive("eta", eta, validate)
     v.check_at_least("dim", dim, 1, validate)
+    ok = v.valid(eta, v.POSITIVE) & v.valid(dim, v.at_least(1))
+    log_eta = v.log_positive(eta, v.as_float(eta).dtype)
     eta, dim = v.as_float(eta, dim)
-    out = jnp.exp(dim * jnp.log(jnp.minimum(eta, 1.0)))
-    return v.nan_if((eta <= 0) | (dim < 1) | jnp.isnan(eta) | jnp.isnan(dim), out)
+    out = v.floor_tiny(jnp.exp(dim * jnp.minimum(log_eta, 0.0)))  # 0.5^200 underflows float32: smallest normal
+    return v.nan_if(~ok, out)
 
 
 def baseline_kappa_gaussian(eta: ArrayLike, sigma: ArrayLike, dim: ArrayLike, *, validate: bool = True) -> jax.Array:
@@ -173,9 +176,10 @@ def rero_from_dp(kappa: ArrayLike, eps: ArrayLike, *, validate: bool = True) -> 
     """
     v.check_open_unit("kappa", kappa, validate)
     v.check_nonnegative("eps", eps, validate)
+    ok = v.valid(kappa, v.OPEN_UNIT) & v.valid(eps, v.NONNEGATIVE)  # judged before the float32 cast
+    log_kappa = v.log_positive(kappa, v.as_float(kappa, eps)[0].dtype)  # float64 log: kappa = 1e-40 is 0 in float32
     kappa, eps = v.as_float(kappa, eps)
-    ok = (kappa > 0) & (kappa < 1) & (eps >= 0)
-    out = jnp.exp(jnp.minimum(jnp.log(jnp.where(ok, kappa, 0.5)) + eps, 0.0))
+    out = v.floor_tiny(jnp.exp(jnp.minimum(jnp.where(ok, log_kappa, 0.0) + eps, 0.0)))
     return v.nan_if(~ok, out)
 
 
@@ -205,10 +209,11 @@ def rero_from_approx_dp(kappa: ArrayLike, eps: ArrayLike, delta: ArrayLike, *, v
     v.check_open_unit("kappa", kappa, validate)
     v.check_nonnegative("eps", eps, validate)
     v.check("delta", delta, lambda d: (d >= 0) & (d <= 1), "in [0, 1]", validate)
+    ok = v.valid(kappa, v.OPEN_UNIT) & v.valid(eps, v.NONNEGATIVE) & v.valid(delta, v.UNIT)
+    log_kappa = v.log_positive(kappa, v.as_float(kappa, eps, delta)[0].dtype)
     kappa, eps, delta = v.as_float(kappa, eps, delta)
-    ok = (kappa > 0) & (kappa < 1) & (eps >= 0) & (delta >= 0) & (delta <= 1)
-    log_first = jnp.minimum(jnp.log(jnp.where(ok, kappa, 0.5)) + eps, 0.0)
-    out = jnp.minimum(jnp.exp(log_first) + delta, 1.0)
+    log_first = jnp.minimum(jnp.where(ok, log_kappa, 0.0) + eps, 0.0)
+    out = v.floor_tiny(jnp.minimum(jnp.exp(log_first) + delta, 1.0))
     return v.nan_if(~ok, out)
 
 
@@ -240,11 +245,12 @@ def rero_from_rdp(kappa: ArrayLike, eps: ArrayLike, order: ArrayLike, *, validat
     v.check_open_unit("kappa", kappa, validate)
     v.check_nonnegative("eps", eps, validate)
     _check_order(order, validate)
+    ok = v.valid(kappa, v.OPEN_UNIT) & v.valid(eps, v.NONNEGATIVE) & v.valid(order, v.greater_than(1))
+    log_kappa = v.log_positive(kappa, v.as_float(kappa, eps, order)[0].dtype)
     kappa, eps, order = v.as_float(kappa, eps, order)
-    ok = (kappa > 0) & (kappa < 1) & (eps >= 0) & (order > 1)
-    safe_order = jnp.where(ok, order, 2.0)
-    log_gamma = (1.0 - 1.0 / safe_order) * (jnp.log(jnp.where(ok, kappa, 0.5)) + eps)
-    out = jnp.exp(jnp.minimum(log_gamma, 0.0))
+    safe_order = jnp.where(ok & (order > 1), order, 2.0)  # order 1 + 1e-12 rounds to 1 in float32: exponent 0
+    log_gamma = jnp.where(order > 1, 1.0 - 1.0 / safe_order, 0.0) * (jnp.where(ok, log_kappa, 0.0) + eps)
+    out = v.floor_tiny(jnp.exp(jnp.minimum(log_gamma, 0.0)))
     return v.nan_if(~ok, out)
 
 
@@ -375,8 +381,9 @@ def rero_gdp(kappa: ArrayLike, mu: ArrayLike, *, validate: bool = True) -> jax.A
     """
     v.check_open_unit("kappa", kappa, validate)
     v.check_nonnegative("mu", mu, validate)
+    ok = v.valid(kappa, v.OPEN_UNIT) & v.valid(mu, v.NONNEGATIVE)  # judged before the float32 cast
     kappa, mu = v.as_float(kappa, mu)
-    ok = (kappa > 0) & (kappa < 1) & (mu >= 0)
+    kappa = jnp.maximum(kappa, jnp.finfo(kappa.dtype).tiny)  # raising kappa (1e-40 flushes to 0) is conservative
     out = jsp.ndtr(jsp.ndtri(jnp.where(ok, kappa, 0.5)) + jnp.where(ok, mu, 0.0))
-    out = jnp.where(mu == jnp.inf, 1.0, out)
+    out = v.floor_tiny(jnp.where(mu == jnp.inf, 1.0, out))
     return v.nan_if(~ok, out)
