@@ -511,7 +511,7 @@ def rero_mse(
     ok = (eta > 0) & (sigma > 0) & (clip_norm > 0) & (dim >= 1) & (steps >= 1)
     noise = _noise_var(sigma, clip_norm, jnp.where(ok, steps, 1.0))
     x = 0.5 * dim * jnp.where(ok, eta, 1.0) / jnp.where(ok, noise, 1.0)
-    out = _gammainc_half(jnp.where(ok, dim, 1.0), x)
+    out = _gammainc_half(jnp.where(dim >= 1, dim, 1.0), x)  # dim keeps its own shape (a scalar stays one)
     return v.nan_if(~ok, out)
 
 
@@ -566,7 +566,7 @@ def rero_psnr(
         - 2.0 * jnp.log(jnp.where(ok, clip_norm, 1.0))
         - 2.0 * jnp.log(jnp.where(ok, sigma, 1.0))
     )
-    out = _gammainc_half(jnp.where(ok, dim, 1.0), jnp.exp(log_x))
+    out = _gammainc_half(jnp.where(dim >= 1, dim, 1.0), jnp.exp(log_x))
     return v.nan_if(~ok, out)
 
 
