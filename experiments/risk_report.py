@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import experiment_flags, prepare_workdir, write_run_info
+from experiments.common import experiment_flags, prepare_workdir, run_app, write_run_info
 from recon_jax import data as rdata
 from recon_jax import models, shadow, training
 from recon_jax.attacks import oracle as roracle
@@ -335,8 +335,8 @@ def main(argv):
 
 def console_main():
     """Entry point of the ``recon-jax-report`` console script."""
-    app.run(main)
+    run_app(main)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_app(main)

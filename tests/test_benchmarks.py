@@ -61,3 +61,14 @@ def test_vmf_pld_benchmark_smoke(capsys):
     ours, base, ratio = lines["vmf_pld_vs_rdp"]
     assert ours > 0 and base > 0 and math.isclose(ratio, base / ours, rel_tol=1e-4)
     assert res["vmf"]["eps_pld"][0] < res["vmf"]["eps_rdp"][0]  # the PLD bound is the tighter one
+
+
+def test_reconn_benchmark_smoke(capsys):
+    from benchmarks import reconn
+
+    rates = reconn.main(["--rows", "64", "--features", "32", "--hidden", "16", "--epochs", "1", "--batch", "16"])
+    lines = _parse(capsys.readouterr().out)
+    assert set(lines) == {"reconn_fraction_of_peak", "reconn_streamed_vs_device"}
+    ours, base, ratio = lines["reconn_fraction_of_peak"]
+    assert ours == pytest.approx(rates["streamed"], rel=1e-4) and base == pytest.approx(rates["peak"], rel=1e-4)
+    assert math.isclose(ratio, ours / base, rel_tol=1e-4)
