@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["privacy_bounds", "tightest_rero", "plot_bounds_vs_success", "plot_threat_models"]
+__all__ = ["privacy_bounds", "tightest_rero", "plot_threat_models"]
 
 ROUTES = ("rero_gdp", "rero_rdp", "rero_zcdp")
 
@@ -116,43 +116,6 @@ def tightest_rero(bounds_row: dict) -> tuple[float, str]:
     """
     best = min((bounds_row[r], r) for r in ROUTES if bounds_row.get(r) is not None)
     return float(best[0]), best[1]
-
-
-def plot_bounds_vs_success(rows: Sequence[dict], path: str) -> str:
-    """Empirical attack success vs ReRo bounds across a DP sweep (x: epsilon, log scale).
-
-    Each row needs ``eps_rdp``, ``success_at_eta`` (fraction of targets with MSE <= eta), ``success_rate``
-    (fraction below the NN oracle) and the ``rero_*`` bounds at ``kappa_at_eta`` (keys ``bound_rdp``,
-    ``bound_zcdp``, ``bound_gdp``).
-    """
-    import matplotlib
-    import matplotlib.ticker
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    rows = sorted((r for r in rows if np.isfinite(r.get("eps_rdp", np.nan))), key=lambda r: r["eps_rdp"])
-    fig, ax = plt.subplots(figsize=(6, 3.8))
-    if rows:
-        eps = [r["eps_rdp"] for r in rows]
-        for key, label, style in (("bound_gdp", "ReRo bound, GDP/f-DP route", "-"),
-                                  ("bound_rdp", "ReRo bound, RDP route", "--"),
-                                  ("bound_zcdp", "ReRo bound, zCDP route", ":")):
-            ax.plot(eps, [np.nan if r.get(key) is None else r[key] for r in rows], style, marker="o", label=label)
-        ax.plot(eps, [r["success_at_eta"] for r in rows], "s-", color="black", label="attack: P[MSE <= eta]")
-        ax.plot(eps, [r["success_rate"] for r in rows], "^-", color="gray", label="attack: beats NN oracle")
-        ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.set_xlabel("epsilon (RDP accountant)")
-    ax.set_ylabel("probability of successful reconstruction")
-    ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=7, loc="best")
-    ax.set_title("Theory vs attack across the DP sweep", fontsize=10)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def plot_threat_models(final_rows: Sequence[dict], update_rows: Sequence[dict], path: str) -> str:
