@@ -25,7 +25,7 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from experiments.common import experiment_flags, config_to_dict, prepare_workdir, write_run_info
+from experiments.common import config_to_dict, experiment_flags, prepare_workdir, run_app, write_run_info
 from recon_jax.attacks import dimred
 from recon_jax.io import atomic_save_npz, atomic_write_json, atomic_write_text
 
@@ -427,4 +427,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_app(main)

@@ -23,7 +23,7 @@ from absl import app, flags
 from ml_collections import config_flags
 from tqdm import tqdm
 
-from experiments.common import experiment_flags, prepare_workdir, write_run_info
+from experiments.common import experiment_flags, prepare_workdir, run_app, write_run_info
 from recon_jax import data
 from recon_jax.bounds import hcr as hcr_lib
 from recon_jax.io import atomic_save_npz, atomic_write_bytes, atomic_write_json, atomic_write_text
@@ -253,4 +253,4 @@ def main(argv):
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["config", "workdir"])
-    app.run(main)
+    run_app(main)

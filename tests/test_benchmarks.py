@@ -17,8 +17,10 @@ _BENCH = re.compile(r"^BENCH name=(\S+) ours=(\S+) baseline=(\S+) unit=(\S+) rat
 
 # Tiny sizes per benchmark, and the BENCH lines each must print. A new script must be added here.
 TINY = {
-    "accounting": (["--num_sigmas", "3", "--steps", "10", "--repeats", "1"],
-                   {"accounting_vs_dp_accounting", "accounting_vs_dp_accounting_full_grid", "tradeoff_vs_riskcal"}),
+    "accounting": (["--num_sigmas", "3", "--steps", "10", "--repeats", "1", "--vmf_kappas", "100",
+                    "--vmf_discretization", "1e-3"],
+                   {"accounting_vs_dp_accounting", "accounting_vs_dp_accounting_full_grid", "tradeoff_vs_riskcal",
+                    "vmf_pld_vs_rdp"}),
     "bounds": (["--n", "1000"], {"bounds_rero_mse_vs_scipy", "bounds_rdp_curve_vs_numpy"}),
     "conv_shadow": (["--models", "2", "--fixed", "4", "--epochs", "1", "--repeats", "1", "--decoder-examples", "4",
                      "--decoder-features", "8"],
@@ -28,6 +30,8 @@ TINY = {
     "hcr": (["--examples", "1", "--restarts", "1", "--rounds", "1", "--train-examples", "64", "--modes", "paper_tol"],
             {"hcr_vs_scipy_lsqr_paper_tol"}),
     "inverting_gradients": (["--restarts", "2", "--steps", "2"], {"ig_restarts_vmap_vs_sequential"}),
+    "reconn": (["--rows", "64", "--features", "32", "--hidden", "16", "--epochs", "1", "--batch", "16"],
+               {"reconn_fraction_of_peak", "reconn_streamed_vs_device"}),
     "shadow": (["--targets", "4", "--epochs", "2", "--rounds", "1", "--loop-models", "2", "--notebook-chunk", "2",
                 "--fixed", "20", "--configs", "2x1"],
                {"shadow_vs_loop", "shadow_vs_notebook", "shadow_vs_notebook_separate_target", "shadow_fraction_of_peak",
