@@ -8,8 +8,10 @@
 - :mod:`~recon_jax.attacks.mia`: informed membership inference (Balle et al. Alg. 2).
 - :mod:`~recon_jax.attacks.gradient`: linear-layer attack (Ziller et al.), Inverting Gradients, DLG.
 - :mod:`~recon_jax.attacks.dimred`: attacks on dimensionality-reduction embeddings (Lumbut & Ponnoprat).
+- :mod:`~recon_jax.attacks.audit`: Clopper-Pearson intervals and the empirical epsilon of a canary game.
+- :mod:`~recon_jax.attacks.prior_aware`: the prior-aware attack on every released DP-(S)GD update (Hayes et al. 2023).
 """
 
-from recon_jax.attacks import dimred, glm, gradient, informed, mia, oracle, reconn
+from recon_jax.attacks import audit, dimred, glm, gradient, informed, mia, oracle, prior_aware, reconn
 
-__all__ = ["glm", "reconn", "informed", "oracle", "mia", "gradient", "dimred"]
+__all__ = ["glm", "reconn", "informed", "oracle", "mia", "gradient", "dimred", "prior_aware", "audit"]
