@@ -34,7 +34,15 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.perturbation_sizes = (1.0 / 200.0, 1.0 / 1000.0)
     c.num_restarts = 25
     c.num_rounds = 10
-    c.refine = "paper"  # "paper" (Alg. 1 as published) or "inverse" (inverse iteration)
+    # Modes, headline first: "reference" = Alg. 1 as the paper's reference code runs it (hcr_bounds_reference:
+    # one LSQR per chunk of hcr_chunk examples, re-linearised rounds, last round scored); "alg1" = the library's
+    # per-example hcr_bounds with the lsqr_* settings below.
+    c.hcr_modes = ("reference", "alg1")
+    c.reference_atol_factor = 2e-2  # LSQR atol = factor * min ||z_b|| (reference code)
+    c.reference_btol = 1e-8
+    c.reference_iter_lim = 0  # 0 = SciPy's default 2 n (n = chunk x input size): effectively unlimited
+    c.refine = "paper"  # alg1: "paper" (Alg. 1 as published) or "inverse" (inverse iteration)
+    c.keep_best_round = True  # alg1: maximise over rounds (every round is a valid bound)
     c.lsqr_atol = 1e-4
     c.lsqr_btol = 1e-6
     c.lsqr_iter_lim = 100
