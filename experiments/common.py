@@ -311,7 +311,14 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 
 def run_app(main) -> None:
-    """``absl.app.run(main)`` with readable errors for malformed ``--config.<field>`` overrides."""
+    """``absl.app.run(main)`` with readable errors for malformed ``--config.<field>`` overrides.
+
+    absl shows INFO logs on stderr; JAX's backend probe logs there that no TPU library was found on every
+    machine without one, which only tells a user what they already know, so that one logger is kept at WARNING.
+    """
+    import logging
+
     from absl import app
 
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
     app.run(main, flags_parser=_parse_flags)

@@ -50,3 +50,25 @@ def test_conv_shadow_benchmark_smoke(capsys):
     ours, base, ratio = lines["cnn_shadow_patches_vs_lax"]
     assert ours == pytest.approx(rates["engine_patches"], rel=1e-4) and base > 0
     assert math.isclose(ratio, ours / base, rel_tol=1e-4)
+
+
+def test_vmf_pld_benchmark_smoke(capsys):
+    from benchmarks import accounting
+
+    res = accounting.main(["--skip_dpsgd", "--vmf_kappas", "100", "--vmf_discretization", "1e-3", "--repeats", "1"])
+    lines = _parse(capsys.readouterr().out)
+    assert set(lines) == {"vmf_pld_vs_rdp"}
+    ours, base, ratio = lines["vmf_pld_vs_rdp"]
+    assert ours > 0 and base > 0 and math.isclose(ratio, base / ours, rel_tol=1e-4)
+    assert res["vmf"]["eps_pld"][0] < res["vmf"]["eps_rdp"][0]  # the PLD bound is the tighter one
+
+
+def test_reconn_benchmark_smoke(capsys):
+    from benchmarks import reconn
+
+    rates = reconn.main(["--rows", "64", "--features", "32", "--hidden", "16", "--epochs", "1", "--batch", "16"])
+    lines = _parse(capsys.readouterr().out)
+    assert set(lines) == {"reconn_fraction_of_peak", "reconn_streamed_vs_device"}
+    ours, base, ratio = lines["reconn_fraction_of_peak"]
+    assert ours == pytest.approx(rates["streamed"], rel=1e-4) and base == pytest.approx(rates["peak"], rel=1e-4)
+    assert math.isclose(ratio, ours / base, rel_tol=1e-4)

@@ -16,6 +16,7 @@ privacy-loss-distribution accountant (tightest epsilon; host-side NumPy, not jit
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -124,25 +125,57 @@ def _calibrate_sigma_jit(eps, q, steps, delta, orders_key, iters):
     return jnp.where(feasible, jnp.exp(hi), jnp.inf)
 
 
-def calibrate_sigma(eps, q, steps, delta, orders=None, *, iters: int = 60) -> jax.Array:
-    """Smallest noise multiplier whose DP-SGD epsilon (``"rdp"`` accountant) is at most ``eps``.
+def _calibrate_sigma_pld(eps, q, steps, delta, sigma_rdp, step, rtol):
+    """Host bisection on log(sigma) against dp_accounting's PLD epsilon, bracketed below the RDP sigma."""
+    def ok(s):
+        return _pld_accountant(s, q, steps, step).get_epsilon(delta) <= eps
 
-    Bisects ``iters`` times in log-sigma over the bracket [1e-4, 1e6] (epsilon decreases with sigma); vectorised
-    over all broadcast targets. The returned sigma satisfies ``dpsgd_epsilon(sigma, ...) <= eps`` (the upper end
-    of the final bracket, plus a 1e-9 (float64) or 1e-5 (float32) relative margin against rounding); ``inf`` if
-    even sigma = 1e6 does not reach the target.
+    hi = float(sigma_rdp)
+    if not np.isfinite(hi):
+        return float("inf")
+    while not ok(hi):  # the PLD epsilon is below the RDP one in practice; this keeps the bracket sound regardless
+        hi *= 2.0
+        if hi > 1e6:
+            return float("inf")
+    lo = hi / 2.0
+    while ok(lo):
+        lo, hi = lo / 2.0, lo
+        if lo < 1e-4:
+            return hi
+    while hi / lo > 1.0 + rtol:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def calibrate_sigma(eps, q, steps, delta, orders=None, *, iters: int = 60, accountant: str = "rdp",
+                    value_discretization_interval: float = 1e-4, rtol: float = 1e-4) -> jax.Array:
+    """Smallest noise multiplier whose DP-SGD epsilon (``"rdp"`` or ``"pld"`` accountant) is at most ``eps``.
+
+    ``"rdp"``: bisects ``iters`` times in log-sigma over the bracket [1e-4, 1e6] (epsilon decreases with sigma);
+    jitted and vectorised over all broadcast targets. The returned sigma satisfies ``dpsgd_epsilon(sigma, ...) <=
+    eps`` (the upper end of the final bracket, plus a 1e-9 (float64) or 1e-5 (float32) relative margin against
+    rounding); ``inf`` if even sigma = 1e6 does not reach the target.
+
+    ``"pld"``: the same target with ``dp_accounting``'s PLD epsilon (:func:`dpsgd_epsilon` with
+    ``accountant="pld"``), host-side: the bracket starts at the RDP sigma (an upper bound in practice; widened if
+    not), and is bisected in log-sigma until its ends are within a factor ``1 + rtol``; the upper end is
+    returned, so its PLD epsilon is <= ``eps``.
 
     Args:
       eps: target epsilon(s) > 0.
       q: sampling probability in (0, 1]; steps: number of steps >= 1; delta: in (0, 1). All broadcast.
       orders: static RDP orders (default :data:`DEFAULT_ORDERS`).
-      iters: bisection iterations.
+      iters: bisection iterations (``"rdp"``).
+      accountant: ``"rdp"`` or ``"pld"``.
+      value_discretization_interval: PLD discretisation (``"pld"``).
+      rtol: relative width of the final sigma bracket (``"pld"``).
 
     Returns:
       sigma of shape ``broadcast(eps, q, steps, delta)``.
 
     Raises:
-      ValueError: for out-of-range inputs.
+      ValueError: for out-of-range inputs or an unknown accountant.
 
     >>> import numpy as np
     >>> orders = [1.5, 2.0, 4.0, 8.0, 16.0, 32.0]
@@ -152,12 +185,25 @@ def calibrate_sigma(eps, q, steps, delta, orders=None, *, iters: int = 60) -> ja
     """
     check_range("eps", eps, lambda e: e > 0, "> 0")
     _check_dpsgd(1.0, q, steps, delta)
+    if accountant not in ("rdp", "pld"):
+        raise ValueError(f"accountant must be 'rdp' or 'pld'; got {accountant!r}")
     orders_np = DEFAULT_ORDERS if orders is None else np.atleast_1d(static_orders(orders))
     dt = jnp.result_type(float)
     args = jnp.broadcast_arrays(*(jnp.asarray(v, dt) for v in (eps, q, steps, delta)))
     flat, n = pad_batch(*args)
     out = _calibrate_sigma_jit(*flat, tuple(float(o) for o in orders_np), iters)
-    return out[:n].reshape(args[0].shape)
+    out = out[:n].reshape(args[0].shape)
+    if accountant == "rdp":
+        return out
+    vals = [concrete_or_none(v) for v in (eps, q, steps, delta)]
+    if any(v is None for v in vals):
+        raise ValueError("accountant='pld' runs on the host: eps, q, steps and delta must be concrete")
+    b = np.broadcast_arrays(*vals, np.asarray(out, np.float64))
+    res = np.empty(b[0].shape, np.float64)
+    for idx in np.ndindex(res.shape):
+        e, qq, t, d, s0 = (float(x[idx]) for x in b)
+        res[idx] = _calibrate_sigma_pld(e, qq, int(round(t)), d, s0, value_discretization_interval, rtol)
+    return jnp.asarray(res, dt)
 
 
 def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretization_interval: float = 1e-3,

@@ -99,3 +99,26 @@ def test_dpsgd_validation():
         dpsgd_epsilon(1.0, 0.1, 0, 1e-5)
     with pytest.raises(ValueError, match="q"):
         dpsgd_epsilon(1.0, 0.0, 10, 1e-5)
+
+
+def test_calibrate_sigma_pld_matches_dp_accounting_root(x64):
+    """accountant="pld" agrees with a root-find (SciPy brentq) on dp_accounting's PLD epsilon within 0.5%."""
+    import dp_accounting
+    from scipy import optimize
+
+    q, steps, delta, vdi = 0.01, 1000, 1e-5, 1e-3
+
+    def pld_eps(sigma):
+        acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=vdi)
+        acc.compose(dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps))
+        return acc.get_epsilon(delta)
+
+    targets = np.array([1.0, 3.0])
+    got = np.asarray(calibrate_sigma(targets, q, steps, delta, accountant="pld", value_discretization_interval=vdi))
+    rdp = np.asarray(calibrate_sigma(targets, q, steps, delta))
+    for t, s, s_rdp in zip(targets, got, rdp):
+        ref = optimize.brentq(lambda x: pld_eps(x) - t, 0.3, 20.0, xtol=1e-6)
+        assert s == pytest.approx(ref, rel=5e-3)
+        assert pld_eps(float(s)) <= t  # the returned sigma meets the target under the PLD accountant
+        assert s < s_rdp  # and is smaller than the RDP-calibrated one
