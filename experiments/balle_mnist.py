@@ -234,7 +234,8 @@ def run(config, workdir: str) -> dict:
     dp_points = []
     if "dp" in settings:
         eta = oracle_summary["mean_nn_mse"]
-        kappa = float(oracle.empirical_kappa(sp.pool_images[: min(len(sp.pool_images), 4000)], eta))
+        prior = np.random.default_rng(c.seed).permutation(len(sp.pool_images))[:4000]  # random pool records
+        kappa = float(oracle.estimate_kappa(sp.pool_images[prior], eta, sp.pool_labels[prior]))
         for eps in c.dp_eps:
             name = f"dp_eps={eps:g}"
             _, _, set_extra = sets.get(name)
@@ -429,7 +430,8 @@ def _report(c, rows, oracle_summary, mia_summary, dp_points, classifier_acc, fig
     if dp_points:
         lines += ["", f"DP-GD rows: clip {c.dp_clip_norm}, noise multiplier calibrated with "
                   f"`recon_jax.accounting.calibrate_sigma` (q = 1, {c.epochs} steps, delta {c.dp_delta}), "
-                  "independent noise per eps. ReRo: empirical prior = uniform over the first 4,000 pool records, "
+                  "independent noise per eps. ReRo: empirical prior = uniform over 4,000 random pool records, kappa from "
+                  "`oracle.estimate_kappa` (guesses: the records, their mean and class means), "
                   f"eta = mean NN-oracle MSE {dp_points[0]['eta']:.4f}, kappa = {dp_points[0]['kappa']:.4g}; "
                   "bounds on P[MSE <= eta] from Thm 2 over the RDP curve and from mu-GDP (mu = sqrt(T)/sigma):", "",
                   markdown_table(dp_points, ["setting", "eps", "noise_multiplier", "mean_mse", "success_at_eta",
