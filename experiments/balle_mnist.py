@@ -249,11 +249,16 @@ def run(config, workdir: str) -> dict:
 
     total = time.time() - t_start
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss = {}
+    if os.path.exists("/proc/self/status"):  # Linux: resident memory now, anonymous vs file-backed (memory maps)
+        with open("/proc/self/status") as f:
+            rss = {k: round(int(v.split()[0]) / 1024, 1) for k, v in (line.split(":", 1) for line in f)
+                   if k in ("RssAnon", "RssFile")}
     metrics = {"variant": c.variant, "rows": rows, "oracle": oracle_summary, "mia": mia_summary,
                "mia_rows": mia_rows,
                "shadow_curve": [{"num_shadow_models": int(k), "mean_mse": float(m)} for k, m in shadow_curve],
                "classifier_accuracy": classifier_acc, "figures": {k: os.path.basename(v) for k, v in figs.items()},
-               "peak_rss_mb": round(peak_mb, 1), "total_seconds": round(total, 1)}
+               "peak_rss_mb": round(peak_mb, 1), "rss_at_end_mb": rss, "total_seconds": round(total, 1)}
     if rows and rows[0]["setting"] == "default":
         metrics["mean_mse"] = rows[0]["mean_mse"]
         metrics["success_rate"] = rows[0]["success_rate"]
