@@ -159,3 +159,31 @@ def test_vmf_pld_validation():
         vmf_pld_epsilon(1.0, 10, 0.5, 0, 1e-5)
     with pytest.raises(ValueError, match="value_discretization_interval"):
         vmf_pld(1e6, 10, 1.0, value_discretization_interval=1e-6)
+
+
+def _delta_pair_p3(phi, kappa, q, eps, n=800):
+    """Hockey-stick divergence (max of add and remove) of the q-subsampled VMF pair with mean directions at angle
+    phi on S^2, by the midpoint rule over the sphere in polar coordinates (error ~ (pi/n)^2)."""
+    t = (np.arange(n) + 0.5) * math.pi / n
+    s = (np.arange(2 * n) + 0.5) * math.pi / n
+    tt, ss = np.meshgrid(t, s, indexing="ij")
+    y = np.stack([np.cos(tt), np.sin(tt) * np.cos(ss), np.sin(tt) * np.sin(ss)])
+    a = np.array([math.cos(phi / 2), math.sin(phi / 2), 0.0])
+    b = np.array([math.cos(phi / 2), -math.sin(phi / 2), 0.0])
+    c = kappa / (4 * math.pi * math.sinh(kappa))
+    pa, pb = c * np.exp(kappa * np.tensordot(a, y, 1)), c * np.exp(kappa * np.tensordot(b, y, 1))
+    w = np.sin(tt) * (math.pi / n) ** 2
+    up = (1 - q) * pb + q * pa
+    return max(np.sum(np.maximum(up - math.exp(eps) * pb, 0) * w), np.sum(np.maximum(pb - math.exp(eps) * up, 0) * w))
+
+
+@pytest.mark.parametrize("q", [1.0, 0.3])
+def test_antipodal_pair_is_the_worst_case_p3(q):
+    """The PLD accounts for antipodal mean directions; on S^2 every other angle gives a smaller divergence."""
+    kappa = 2.0
+    exact = _ExactVMF(kappa, 3, q)
+    for eps in (0.0, 0.5, 1.0):
+        vals = [_delta_pair_p3(phi, kappa, q, eps) for phi in (math.pi / 3, 2 * math.pi / 3, 0.9 * math.pi)]
+        worst = exact.delta_max(eps, 1)
+        assert _delta_pair_p3(math.pi, kappa, q, eps) == pytest.approx(worst, abs=1e-4)  # the grid is accurate
+        assert vals[0] <= vals[1] <= vals[2] <= worst + 1e-4, (eps, vals, worst)
