@@ -28,13 +28,15 @@ test: $(STAMP)
 
 # Regenerates one committed result: make results EXP=balle_mnist [VARIANT=default]. The run (with its caches and
 # stores) lives in runs/results/EXP/VARIANT and resumes there; report, metrics, config and figures are copied to
-# results/EXP/VARIANT once it has finished.
+# results/EXP/VARIANT once it has finished. RUNS=DIR puts the run elsewhere (e.g. a disk that outlives the checkout,
+# so a multi-hour run resumes in a later session).
 EXP ?=
 VARIANT ?= default
+RUNS ?= runs/results
 results: $(STAMP)
 	@test -n "$(EXP)" || { echo "usage: make results EXP=<experiment> [VARIANT=default]"; exit 2; }
-	$(PY) -m experiments.$(EXP) --config=experiments/configs/$(EXP).py:$(VARIANT) --workdir=runs/results/$(EXP)/$(VARIANT)
-	$(PY) -c "from experiments.common import publish; print(publish('runs/results/$(EXP)/$(VARIANT)', 'results/$(EXP)/$(VARIANT)'))"
+	$(PY) -m experiments.$(EXP) --config=experiments/configs/$(EXP).py:$(VARIANT) --workdir=$(RUNS)/$(EXP)/$(VARIANT)
+	$(PY) -c "from experiments.common import publish; print(publish('$(RUNS)/$(EXP)/$(VARIANT)', 'results/$(EXP)/$(VARIANT)'))"
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run

@@ -77,8 +77,8 @@ kappa_prior = jnp.clip(kappa_prior, 1e-300, 1 - 1e-16)
 orders = jnp.geomspace(1.01, 256.0, 100)
 rho = steps / (2 * sigma**2)
 routes = {
-    "RDP curve (Thm. 2)": bounds.rero_from_rdp_curve(kappa_prior, orders, orders * rho[:, None]),
-    "zCDP (Cor. 4)": bounds.rero_from_zcdp(kappa_prior, rho),
+    "RDP curve (optimal conversion)": bounds.rero_from_rdp_curve(kappa_prior, orders, orders * rho[:, None]),
+    "zCDP (optimal conversion)": bounds.rero_from_zcdp(kappa_prior, rho),
     "GDP (Hayes/Kaissis)": bounds.rero_gdp(kappa_prior, jnp.sqrt(steps) / sigma),
 }
 print(f"baseline kappa = {float(kappa_prior):.3e}")

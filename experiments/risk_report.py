@@ -638,8 +638,9 @@ def _report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x
                  f"with the same number of runs.", "", markdown_table(erows), ""]
         text += ["## What the theorems guarantee", "",
                  "ReRo = upper bound on the probability that *any* attack reconstructs a record (here: MSE <= eta), "
-                 "given a prior success probability kappa. Routes: RDP curve (Balle et al. Thm 2), zCDP (Cor. 4), "
-                 "hypothesis testing / GDP (Hayes et al. 2023), eps-DP (Cor. 3).", ""]
+                 "given a prior success probability kappa. Routes: RDP curve and zCDP (optimal RDP-to-trade-off "
+                 "conversion, tighter than Balle et al. Thm 2 and Cor. 4), hypothesis testing / GDP (Hayes et al. 2023), "
+                 "eps-DP (both branches of its trade-off curve).", ""]
         brows = []
         for r in dp_rows:
             for rr in r["bounds"]["rero"]:

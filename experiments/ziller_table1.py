@@ -145,8 +145,9 @@ def _markdown(rows, matches, routes) -> str:
     lines += ["", "# ReRo bound of the Gaussian mechanism by route", ""]
     lines.append(
         "gamma upper bounds (smaller is tighter). Pure eps-DP (Balle Cor. 3) is trivial (gamma = 1) for the Gaussian "
-        "mechanism; (eps,delta)-DP uses gamma <= kappa e^eps + delta minimised over its exact privacy profile; "
-        "RDP curve = Balle Thm. 2 minimised over the orders; zCDP = Balle Cor. 4; GDP = Hayes/Kaissis."
+        "mechanism; (eps,delta)-DP uses both branches of the (eps,delta)-DP trade-off curve minimised over its exact "
+        "privacy profile; RDP curve and zCDP = the optimal RDP-to-trade-off conversion (tighter than Balle Thm. 2 and "
+        "Cor. 4), minimised over the orders; GDP = Hayes/Kaissis."
     )
     lines.append("")
     lines.append("| sigma | kappa | (eps,delta)-DP | RDP curve | zCDP | GDP | tightest |")

@@ -3,7 +3,8 @@
 Every directory ``results/<experiment>/<variant>/`` must hold a finished run: report.md with a Claims section,
 metrics.json (standard JSON, with ``claims``) and config.json with provenance (commit, date, machine, versions,
 wall time). The docs quote run numbers only as links into these files, e.g.
-``[0.0234](results/balle_mnist/default/metrics.json#rows.default.mean_mse)``; each link must resolve and its text
+``[0.0234](results/balle_mnist/default/metrics.json#rows.name=default.mean_mse)`` (from experiments/README.md:
+``../results/...``); each link must resolve and its text
 must equal the value at the printed precision (a trailing ``%`` may stand for a fraction times 100, and a
 ``/N`` after the key path divides, e.g. ``config.json#wall_time_s/60`` for minutes).
 """
@@ -20,7 +21,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "results")
 DOCS = ("README.md", "experiments/README.md")
-_LINK = re.compile(r"\[([^\]]+)\]\((results/[^)#\s]+\.json)#([^)\s]+)\)")
+_LINK = re.compile(r"\[([^\]]+)\]\(((?:\.\./)*results/[^)#\s]+\.json)#([^)\s]+)\)")
 
 
 def _result_dirs() -> list[str]:
@@ -83,8 +84,16 @@ def doc_links() -> list[tuple[str, str, str, str]]:
     for doc in DOCS:
         with open(os.path.join(ROOT, doc)) as f:
             text = f.read()
-        links += [(doc, m.group(1), m.group(2), m.group(3)) for m in _LINK.finditer(text)]
+        base = os.path.dirname(doc)  # links are relative to the document, as a reader's viewer resolves them
+        links += [(doc, m.group(1), os.path.normpath(os.path.join(base, m.group(2))), m.group(3))
+                  for m in _LINK.finditer(text)]
     return links
+
+
+def test_links_are_found_relative_to_their_document(tmp_path):
+    text = "x [1.5](../results/a/b/metrics.json#k.0) y [2](results/c/d/config.json#wall_time_s/60)"
+    found = [(m.group(1), m.group(2), m.group(3)) for m in _LINK.finditer(text)]
+    assert found == [("1.5", "../results/a/b/metrics.json", "k.0"), ("2", "results/c/d/config.json", "wall_time_s/60")]
 
 
 def test_number_matching_rules():

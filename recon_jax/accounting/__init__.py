@@ -12,6 +12,8 @@ Modules:
   (:func:`calibrate_sigma_for_rero`).
 - :mod:`recon_jax.accounting.vmf`: von Mises-Fisher RDP (Biswas et al. Props 1-2), their two accounting
   approaches, kappa calibration.
+- :mod:`recon_jax.accounting.vmf_pld`: the pessimistic privacy loss distribution of the Poisson-subsampled VMF
+  mechanism (``vmf_epsilon(..., approach="pld")``), composed with ``dp_accounting``.
 """
 
 from recon_jax.accounting.calibration import calibrate_sigma_for_rero
@@ -26,6 +28,7 @@ from recon_jax.accounting.rdp import (
     rdp_subsampled_gaussian,
 )
 from recon_jax.accounting.vmf import calibrate_vmf_kappa, rdp_vmf, rdp_vmf_multi, vmf_epsilon
+from recon_jax.accounting.vmf_pld import vmf_pld, vmf_pld_epsilon
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -47,4 +50,6 @@ __all__ = [
     "calibrate_sigma_for_rero",
     "vmf_epsilon",
     "calibrate_vmf_kappa",
+    "vmf_pld",
+    "vmf_pld_epsilon",
 ]

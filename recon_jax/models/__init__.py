@@ -8,7 +8,7 @@
 """
 
 from recon_jax.models import adapters, conv, dimred, flatten, tygert, zoo
-from recon_jax.models.adapters import ModelFns, from_flax, from_haiku
+from recon_jax.models.adapters import ModelFns, from_flax, from_haiku, model_identity
 from recon_jax.models.flatten import Layout, LayoutEntry, layout_of, ravel, select, select_indices, unravel
 from recon_jax.models.zoo import (
     ACTIVATIONS,
@@ -32,6 +32,7 @@ __all__ = [
     "ModelFns",
     "from_flax",
     "from_haiku",
+    "model_identity",
     "Layout",
     "LayoutEntry",
     "layout_of",

@@ -7,18 +7,22 @@ Everything downstream of a model takes a :class:`ModelFns` over *plain parameter
 
 :func:`from_flax` wraps a ``flax.linen`` module (the ``"params"`` collection only, so the flattened layout reads
 ``Dense_0/kernel``); :func:`from_haiku` wraps a ``haiku.transform``-ed function (the reference notebook of Balle
-et al. used Haiku). Both are pure and can be jitted and vmapped.
+et al. used Haiku). Both are pure and can be jitted and vmapped. :func:`model_identity` describes what a model
+computes (parameter tree and a fingerprint of its ``init`` and ``apply`` programs) for cache keys such as the
+shadow store's configuration hash.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import inspect
 from typing import Any, Callable
 
 import jax
+import numpy as np
 
-__all__ = ["ModelFns", "from_flax", "from_haiku"]
+__all__ = ["ModelFns", "from_flax", "from_haiku", "model_identity"]
 
 Params = Any
 
@@ -30,7 +34,8 @@ class ModelFns:
     Attributes:
       init: ``init(key, example_inputs) -> params``.
       apply: ``apply(params, inputs) -> logits``; inputs carry a leading batch axis.
-      name: a stable description of the architecture, used in the shadow store's configuration hash.
+      name: a readable description of the architecture; part of :func:`model_identity`, which also
+        fingerprints the computation (two models with the same name still get different identities).
       tap: optional ``tap(params, inputs, perturbations) -> (logits, dense_calls)`` exposing the dense layers
         (set by :func:`from_flax` / :func:`from_haiku`); DP training uses it for ghost clipping
         (:mod:`recon_jax.training.ghost`) when every parameter is in a dense layer. ``None``: no fast path.
@@ -82,7 +87,8 @@ def from_haiku(transformed, name: str | None = None) -> ModelFns:
 
     Args:
       transformed: the result of ``hk.transform(f)`` or ``hk.without_apply_rng(hk.transform(f))``.
-      name: description for configuration hashes; defaults to ``"haiku:" + the function's qualified name``.
+      name: a readable description; defaults to ``"haiku"`` (the transformed function's own name is not
+        recoverable: Haiku wraps it). Cache keys use :func:`model_identity`, which fingerprints the computation.
 
     Returns:
       The :class:`ModelFns` of the transformed function.
@@ -96,8 +102,7 @@ def from_haiku(transformed, name: str | None = None) -> ModelFns:
     if not hasattr(transformed, "init") or not hasattr(transformed, "apply"):
         raise ValueError(f"transformed must be a haiku Transformed, got {type(transformed).__name__}")
     if name is None:
-        fn = getattr(transformed.init, "__wrapped__", None) or transformed.init
-        name = "haiku:" + getattr(fn, "__qualname__", type(fn).__name__)
+        name = "haiku"
 
     def init(key: jax.Array, x: jax.Array) -> Params:
         return transformed.init(key, x)
@@ -112,3 +117,49 @@ def from_haiku(transformed, name: str | None = None) -> ModelFns:
     from recon_jax.training.ghost import haiku_tap
 
     return ModelFns(init=init, apply=apply, name=name, tap=haiku_tap(transformed, takes_rng))
+
+
+def _program_digest(closed_jaxpr) -> str:
+    """SHA-256 of a traced program: its printed jaxpr plus the bytes of the constants it closes over."""
+    h = hashlib.sha256(str(closed_jaxpr.jaxpr).encode())
+    for c in closed_jaxpr.consts:
+        c = np.asarray(c)
+        h.update(f"{c.dtype.str}{c.shape}".encode())
+        h.update(np.ascontiguousarray(c).tobytes())
+    return h.hexdigest()
+
+
+def model_identity(model_fns: ModelFns, example_inputs) -> dict:
+    """A JSON description of what a model computes, for cache keys (the shadow store's configuration hash).
+
+    Traces ``init`` on a batch of one example shaped like ``example_inputs[0]`` and ``apply`` on the resulting
+    (abstract) parameters; nothing runs. Two models differ in identity when their parameter trees (paths,
+    shapes, dtypes), their initialisation programs or their forward programs differ: a ReLU and a tanh MLP,
+    or hidden width 8 and 32, get different identities under flax and Haiku alike, whatever their ``name``.
+
+    Args:
+      model_fns: the model.
+      example_inputs: ``[batch, ...]`` inputs (only the shape and dtype of one example are used).
+
+    Returns:
+      ``{"name", "params": [[path, shape, dtype], ...], "init": sha256, "apply": sha256}``.
+
+    >>> import jax.numpy as jnp
+    >>> from recon_jax.models.zoo import MLP
+    >>> a = model_identity(from_flax(MLP(features=(8, 3))), jnp.zeros((5, 4)))
+    >>> b = model_identity(from_flax(MLP(features=(32, 3))), jnp.zeros((5, 4)))
+    >>> a["params"][:2], a == b
+    ([['Dense_0/bias', [8], 'float32'], ['Dense_0/kernel', [4, 8], 'float32']], False)
+    """
+    shape, dtype = np.shape(example_inputs), jax.numpy.asarray(example_inputs[:1]).dtype
+    if len(shape) < 1 or shape[0] < 1:
+        raise ValueError(f"example_inputs must have a leading batch axis of size >= 1, got shape {shape}")
+    x = jax.ShapeDtypeStruct((1, *shape[1:]), dtype)
+    key = jax.random.key(0)
+    init_program, params = jax.make_jaxpr(model_fns.init, return_shape=True)(key, x)
+    apply_program = jax.make_jaxpr(model_fns.apply)(params, x)
+    leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+    tree = [["/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path), list(leaf.shape),
+             np.dtype(leaf.dtype).name] for path, leaf in leaves]
+    return {"name": model_fns.name, "params": tree, "init": _program_digest(init_program),
+            "apply": _program_digest(apply_program)}

@@ -5,7 +5,8 @@ sampling rate ``q``, ``steps``, clip norm ``C``):
 
 - epsilon at ``delta`` from our RDP accountant and from the PLD accountant (``dp_accounting``);
 - ReRo upper bounds (probability of a successful reconstruction) for priors ``kappa`` through the RDP curve
-  (Balle et al. Thm 2), zCDP (Cor. 4; full batch only) and the hypothesis-testing/GDP route (Hayes et al. 2023;
+  (the optimal RDP-to-trade-off conversion, tighter than Balle et al. Thm 2), zCDP (likewise; full batch only)
+  and the hypothesis-testing/GDP route (Hayes et al. 2023;
   ``Phi(Phi^-1(kappa) + mu)`` with ``mu = sqrt(T)/sigma`` for full batches, the PLD trade-off curve otherwise);
 - Ziller et al.'s prior-free bounds for an adversary who sees the T noisy gradient releases (expected MSE lower
   bound, PSNR upper bound, NCC upper bound, and P[MSE <= eta]);

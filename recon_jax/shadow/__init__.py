@@ -3,13 +3,21 @@
 - :func:`generate_shadow_models`: one model per target on ``fixed_set + {target}``; outputs flat parameters,
   probe logits, eval accuracy, target loss; optional resumable store directory; full-batch training trains the
   first dense layer through the shared fixed set's Gram matrix where that saves work (``first_layer``).
-- :func:`load_shadow_models`, :class:`ShadowSet`, :class:`ShadowStore`, :class:`ShadowStoreMismatchError`.
+- :func:`load_shadow_models`, :class:`ShadowSet`, :class:`ShadowStore`, :class:`ShadowStoreMismatchError`,
+  :class:`ShadowStoreLostError`, :class:`ShadowStoreCorruptError`.
 - :func:`default_mesh`, :func:`cpu_xla_flags`: device set-up (see :mod:`recon_jax.shadow.devices`).
 """
 
 from recon_jax.shadow.devices import MODEL_AXIS, cpu_xla_flags, default_mesh
 from recon_jax.shadow.engine import FIRST_LAYER_MODES, OUTPUTS, generate_shadow_models, shadow_model_fn
-from recon_jax.shadow.store import ShadowSet, ShadowStore, ShadowStoreMismatchError, load_shadow_models
+from recon_jax.shadow.store import (
+    ShadowSet,
+    ShadowStore,
+    ShadowStoreCorruptError,
+    ShadowStoreLostError,
+    ShadowStoreMismatchError,
+    load_shadow_models,
+)
 
 __all__ = [
     "FIRST_LAYER_MODES",
@@ -21,6 +29,8 @@ __all__ = [
     "shadow_model_fn",
     "ShadowSet",
     "ShadowStore",
+    "ShadowStoreCorruptError",
+    "ShadowStoreLostError",
     "ShadowStoreMismatchError",
     "load_shadow_models",
 ]

@@ -28,7 +28,7 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from tqdm.auto import tqdm
 
-from recon_jax.models.adapters import ModelFns
+from recon_jax.models.adapters import ModelFns, model_identity
 from recon_jax.models.flatten import layout_of
 from recon_jax.shadow.devices import MODEL_AXIS, default_mesh
 from recon_jax.shadow.store import ShadowSet, ShadowStore, array_digest
@@ -320,7 +320,7 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
     st, manifest = None, None
     if store is not None:
         config = {
-            "model": model_fns.name,
+            "model": model_identity(model_fns, fx[:1]),
             "algorithm": algorithm.describe(),
             "count": count,
             "dtype": np.dtype(dtype).name,
@@ -336,45 +336,54 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
         if first_kernel is not None:  # direct runs keep the old configuration, so their stores still resume
             config["first_layer"] = "gram"
         st = ShadowStore(store)
-        manifest = st.open(config, count, layout, specs)
-        if manifest.get("complete"):
-            return st.load()
-        ranges = st.missing_ranges(manifest)
     else:
         ranges = [(0, count)]
         results = {k: np.empty((count, *s), d) for k, (s, d) in specs.items()}
 
-    pieces = [(s, min(s + chunk, e)) for a, e in ranges for s in range(a, e, chunk)]
-    done = count - sum(e - s for s, e in pieces)
     is_writer = jax.process_index() == 0
+    if st is not None and is_writer:
+        st.acquire()  # one writer at a time: waits while another process writes this store
+    try:
+        if st is not None:
+            manifest = st.open(config, count, layout, specs)
+            st.clean_leftovers(manifest)
+            if manifest.get("complete"):
+                return st.load()
+            ranges = st.missing_ranges(manifest)
 
-    def launch(start, stop):
-        idx = np.arange(start, start + chunk)
-        idx = np.minimum(idx, stop - 1)  # pad the last chunk with copies of its last model
-        args = [_global(idx.astype(np.int32), batched), _global(tx[idx], batched), _global(ty[idx], batched),
-                _global(tw[idx], batched)]
-        return fn(*args, shared)
+        pieces = [(s, min(s + chunk, e)) for a, e in ranges for s in range(a, e, chunk)]
+        done = count - sum(e - s for s, e in pieces)
 
-    bar = tqdm(total=count, initial=done, unit="model", disable=not progress, desc="shadow models")
-    pending = None
-    for piece in pieces + [None]:
-        launched = (piece, launch(*piece)) if piece is not None else None  # dispatch before fetching previous
-        if pending is not None:
-            (start, stop), out = pending
-            host = {k: v[: stop - start] for k, v in _to_host(out).items()}
-            if st is not None:
-                if is_writer:
-                    st.write_chunk(start, stop, host)
-            else:
-                for k, v in host.items():
-                    results[k][start:stop] = v
-            bar.update(stop - start)
-        pending = launched
-    bar.close()
+        def launch(start, stop):
+            idx = np.arange(start, start + chunk)
+            idx = np.minimum(idx, stop - 1)  # pad the last chunk with copies of its last model
+            args = [_global(idx.astype(np.int32), batched), _global(tx[idx], batched), _global(ty[idx], batched),
+                    _global(tw[idx], batched)]
+            return fn(*args, shared)
 
-    if st is not None:
-        if is_writer:
+        bar = tqdm(total=count, initial=done, unit="model", disable=not progress, desc="shadow models")
+        pending = None
+        for piece in pieces + [None]:
+            launched = (piece, launch(*piece)) if piece is not None else None  # dispatch before fetching previous
+            if pending is not None:
+                (start, stop), out = pending
+                host = {k: v[: stop - start] for k, v in _to_host(out).items()}
+                if st is not None:
+                    if is_writer:
+                        st.write_chunk(start, stop, host)
+                else:
+                    for k, v in host.items():
+                        results[k][start:stop] = v
+                bar.update(stop - start)
+            pending = launched
+        bar.close()
+
+        if st is not None and is_writer:
             st.consolidate(manifest)
+    finally:
+        if st is not None:
+            st.release()
+    if st is not None:
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils
             multihost_utils.sync_global_devices("recon_jax.shadow.consolidate")

@@ -6,21 +6,36 @@ Layout of a store directory::
     chunks/chunk-<start>-<stop>.npz    one per finished chunk: every output for models [start, stop) + indices
     <output>.npy                       after completion: one consolidated array per output (memory-mapped)
 
+    <directory>.lock                   next to the directory (not inside it): the writer's exclusive lock
+
 Every file is written atomically (temporary name, fsync, rename; :mod:`recon_jax.io`), so a crash (even
 ``kill -9``) leaves only complete files. On a re-run with the same configuration the engine recomputes only
-the missing models; a chunk that fails to load (truncated, corrupt zip CRC, wrong indices or shapes) is
-deleted and recomputed. A different configuration on the same directory is refused
-(:class:`ShadowStoreMismatchError`). Chunk size and device count are not part of the configuration: the models
-do not depend on them.
+the missing models; a chunk that fails to load (truncated, corrupt zip CRC, SHA-256 mismatch, another
+configuration's hash, wrong indices or shapes) is deleted and recomputed. A different configuration on the
+same directory is refused (:class:`ShadowStoreMismatchError`). Chunk size and device count are not part of the
+configuration: the models do not depend on them.
+
+One writer at a time: the writer holds an exclusive ``flock`` on ``<directory>.lock``, a file beside the store,
+so the lock outlives a deleted store directory; a second writer waits for it (then resumes, loads the finished
+store, or is refused as a mismatch). Before every chunk and before marking the store complete, the writer
+re-checks that the directory and manifest it opened are still there (:class:`ShadowStoreLostError` otherwise),
+so a run whose directory was deleted stops instead of writing into a successor's store. Each chunk carries its
+configuration hash and the SHA-256 of its arrays; the manifest of a complete store records the size and SHA-256
+of every consolidated ``.npy``, checked on load (:class:`ShadowStoreCorruptError` names the file). Leftovers of a
+crash (temporary files, chunks of a store already consolidated) are removed by the next writer.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
+import socket
+import time
 import zipfile
 from typing import Any
 
@@ -29,14 +44,26 @@ import numpy as np
 from recon_jax.io import atomic_save_npz, atomic_write_json
 from recon_jax.models.flatten import Layout
 
-__all__ = ["ShadowSet", "ShadowStore", "ShadowStoreMismatchError", "load_shadow_models", "config_hash"]
+__all__ = ["ShadowSet", "ShadowStore", "ShadowStoreCorruptError", "ShadowStoreLostError", "ShadowStoreMismatchError",
+           "load_shadow_models", "config_hash"]
 
-FORMAT = "recon_jax.shadow/1"
+FORMAT = "recon_jax.shadow/2"  # 2: chunk checksums + config hash, .npy checksums in the manifest, writer lock
 _CHUNK_RE = re.compile(r"^chunk-(\d{9})-(\d{9})\.npz$")
+_META = "__meta__"  # chunk member: JSON (uint8) with the config hash and each array's SHA-256
+_HASH_BLOCK = 1 << 22
+_log = logging.getLogger(__name__)
 
 
 class ShadowStoreMismatchError(ValueError):
     """Raised when a store directory holds a shadow set with a different configuration."""
+
+
+class ShadowStoreLostError(RuntimeError):
+    """Raised in a writer whose store directory was deleted or replaced while it was running."""
+
+
+class ShadowStoreCorruptError(RuntimeError):
+    """Raised when a consolidated file of a complete store is missing, truncated or fails its checksum."""
 
 
 @dataclasses.dataclass
@@ -88,6 +115,14 @@ def config_hash(config: dict) -> str:
     return _sha(config)
 
 
+def _file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(_HASH_BLOCK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 class ShadowStore:
     """A store directory (see the module docstring). Created by the engine; users call :func:`load_shadow_models`.
 
@@ -98,6 +133,60 @@ class ShadowStore:
     def __init__(self, directory: str | os.PathLike):
         self.directory = os.fspath(directory)
         self.chunk_dir = os.path.join(self.directory, "chunks")
+        self._lock_fd: int | None = None
+        self._owned: tuple | None = None  # (st_dev, st_ino, config hash) of what this writer opened
+        self._config_hash: str | None = None
+
+    # -- writer lock ------------------------------------------------------------------------------------------
+    @property
+    def lock_path(self) -> str:
+        """``<directory>.lock``: beside the directory, so deleting the directory does not drop the lock."""
+        return os.path.normpath(os.path.abspath(self.directory)) + ".lock"
+
+    def acquire(self) -> None:
+        """Takes the exclusive writer lock, waiting (with a log message) while another process holds it."""
+        if self._lock_fd is not None:
+            return
+        os.makedirs(os.path.dirname(self.lock_path), exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another process"
+                _log.warning("shadow store %s is being written by %s; waiting for it to finish", self.directory,
+                             holder)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.ctime()}\n".encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._lock_fd = fd
+
+    def release(self) -> None:
+        """Releases the writer lock (the lock file stays: removing it would race with a waiting writer)."""
+        self._owned = None
+        if self._lock_fd is not None:
+            fd, self._lock_fd = self._lock_fd, None
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def check_owner(self) -> None:
+        """Raises :class:`ShadowStoreLostError` if the directory or manifest this writer opened is gone/replaced."""
+        if self._owned is None:
+            return
+        dev, ino, digest = self._owned
+        try:
+            st = os.stat(self.directory)
+            manifest = self.read_manifest()
+        except (OSError, ValueError):
+            st, manifest = None, None
+        if st is None or (st.st_dev, st.st_ino) != (dev, ino) or manifest is None \
+                or manifest.get("config_hash") != digest:
+            raise ShadowStoreLostError(
+                f"shadow store {self.directory} was deleted or replaced while this run was writing it; "
+                "stopping without writing more (re-run to start a new store there)")
 
     # -- manifest ---------------------------------------------------------------------------------------------
     @property
@@ -120,6 +209,7 @@ class ShadowStore:
                     f"{self.directory} holds a shadow set with a different configuration "
                     f"(hash {existing.get('config_hash', '?')[:12]} != {digest[:12]}); "
                     "use a new directory, or delete this one to regenerate")
+            self._own(digest)
             return existing
         manifest = {
             "format": FORMAT,
@@ -132,15 +222,38 @@ class ShadowStore:
         }
         os.makedirs(self.chunk_dir, exist_ok=True)
         atomic_write_json(self.manifest_path, manifest)
+        self._own(digest)
         return manifest
+
+    def _own(self, digest: str) -> None:
+        self._config_hash = digest
+        if self._lock_fd is not None:
+            st = os.stat(self.directory)
+            self._owned = (st.st_dev, st.st_ino, digest)
+
+    def clean_leftovers(self, manifest: dict) -> None:
+        """Writer only: deletes temporaries of killed writes and, once complete, the chunks already consolidated."""
+        if self._owned is None:
+            return
+        for d in (self.directory, self.chunk_dir):
+            if os.path.isdir(d):
+                for name in os.listdir(d):
+                    if name.startswith(".tmp-") or (manifest.get("complete") and d == self.chunk_dir):
+                        os.unlink(os.path.join(d, name))
 
     # -- chunks -----------------------------------------------------------------------------------------------
     def chunk_path(self, start: int, stop: int) -> str:
         return os.path.join(self.chunk_dir, f"chunk-{start:09d}-{stop:09d}.npz")
 
     def write_chunk(self, start: int, stop: int, arrays: dict[str, np.ndarray]) -> None:
-        """Atomically writes models ``[start, stop)``."""
-        atomic_save_npz(self.chunk_path(start, stop), indices=np.arange(start, stop, dtype=np.int64), **arrays)
+        """Atomically writes models ``[start, stop)`` with their checksums (after :meth:`open` and ownership check)."""
+        if self._config_hash is None:
+            raise RuntimeError("ShadowStore.write_chunk before open()")
+        self.check_owner()
+        arrays = dict(arrays, indices=np.arange(start, stop, dtype=np.int64))
+        meta = {"config_hash": self._config_hash, "sha256": {k: array_digest(v) for k, v in arrays.items()}}
+        meta = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
+        atomic_save_npz(self.chunk_path(start, stop), **{_META: meta}, **arrays)
 
     def _listed_chunks(self) -> list[tuple[int, int, str]]:
         if not os.path.isdir(self.chunk_dir):
@@ -158,6 +271,13 @@ class ShadowStore:
                 arrays = {k: z[k] for k in z.files}  # reading every member checks its zip CRC
         except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError):
             return None
+        try:
+            meta = json.loads(arrays.pop(_META).tobytes().decode())
+        except (KeyError, ValueError, UnicodeDecodeError):
+            return None
+        if meta.get("config_hash") != manifest["config_hash"] or set(meta.get("sha256", {})) != set(arrays) \
+                or any(array_digest(a) != meta["sha256"][k] for k, a in arrays.items()):
+            return None
         idx = arrays.pop("indices", None)
         if idx is None or not np.array_equal(idx, np.arange(start, stop)):
             return None
@@ -168,18 +288,14 @@ class ShadowStore:
         return arrays
 
     def valid_chunks(self, manifest: dict) -> list[tuple[int, int]]:
-        """Complete, loadable, non-overlapping chunks; invalid or overlapping ones (and stale temporaries) are deleted."""
-        if os.path.isdir(self.chunk_dir):
-            for name in os.listdir(self.chunk_dir):
-                if name.startswith(".tmp-"):  # left by a writer killed mid-write
-                    os.unlink(os.path.join(self.chunk_dir, name))
+        """Complete, loadable, non-overlapping chunks; the writer deletes invalid or overlapping ones."""
         keep, covered = [], np.zeros(manifest["count"], dtype=bool)
         for start, stop, path in self._listed_chunks():
             ok = 0 <= start < stop <= manifest["count"] and not covered[start:stop].any()
             if ok and self._load_chunk(path, start, stop, manifest) is not None:
                 keep.append((start, stop))
                 covered[start:stop] = True
-            else:
+            elif self._owned is not None:
                 os.unlink(path)
         return keep
 
@@ -203,9 +319,11 @@ class ShadowStore:
     # -- consolidation ----------------------------------------------------------------------------------------
     def consolidate(self, manifest: dict) -> dict:
         """Streams the chunks into one ``<output>.npy`` per output, marks the manifest complete, drops chunks."""
+        self.check_owner()
         chunks = [(s, e, self.chunk_path(s, e)) for s, e in self.valid_chunks(manifest)]
         if sum(e - s for s, e, _ in chunks) != manifest["count"]:
             raise RuntimeError(f"{self.directory}: cannot consolidate, chunks do not cover all models")
+        checksums = {}
         for name, spec in manifest["outputs"].items():
             final = os.path.join(self.directory, f"{name}.npy")
             tmp = os.path.join(self.directory, f".tmp-{name}.npy")
@@ -220,44 +338,72 @@ class ShadowStore:
                         f.write(np.ascontiguousarray(z[name], dtype=dtype).tobytes())
                 f.flush()
                 os.fsync(f.fileno())
+            checksums[f"{name}.npy"] = {"bytes": os.path.getsize(tmp), "sha256": _file_sha256(tmp)}
             os.replace(tmp, final)
-        manifest = dict(manifest, complete=True)
+        manifest = dict(manifest, complete=True, checksums=checksums)
+        self.check_owner()
         atomic_write_json(self.manifest_path, manifest)
         for _, _, path in chunks:
             os.unlink(path)
         return manifest
 
-    def load(self, mmap: bool = True) -> ShadowSet:
-        """Loads a completed store (memory-mapped ``.npy`` arrays if ``mmap``)."""
+    def verify(self, manifest: dict) -> None:
+        """Checks each consolidated ``.npy`` against the size and SHA-256 in the manifest.
+
+        Raises:
+          ShadowStoreCorruptError: naming the first file that is missing, has the wrong size or checksum.
+        """
+        for fname, want in manifest.get("checksums", {}).items():
+            path = os.path.join(self.directory, fname)
+            hint = "delete the store directory and re-run to regenerate it"
+            if not os.path.exists(path):
+                raise ShadowStoreCorruptError(f"{path} is missing from the complete shadow store; {hint}")
+            size = os.path.getsize(path)
+            if size != want["bytes"]:
+                raise ShadowStoreCorruptError(f"{path} has {size} bytes, the manifest says {want['bytes']} "
+                                              f"(truncated or overwritten); {hint}")
+            if _file_sha256(path) != want["sha256"]:
+                raise ShadowStoreCorruptError(f"{path} fails its SHA-256 checksum (corrupted); {hint}")
+
+    def load(self, mmap: bool = True, verify: bool = True) -> ShadowSet:
+        """Loads a completed store (memory-mapped ``.npy`` arrays if ``mmap``), verifying checksums if ``verify``."""
         manifest = self.read_manifest()
         if manifest is None:
             raise FileNotFoundError(f"no shadow store manifest in {self.directory}")
         if not manifest.get("complete"):
             raise RuntimeError(f"shadow store {self.directory} is incomplete; re-run generate_shadow_models "
                                "with the same arguments to resume it")
+        if verify:
+            self.verify(manifest)
         arrays = {}
         for name, spec in manifest["outputs"].items():
-            a = np.load(os.path.join(self.directory, f"{name}.npy"), mmap_mode="r" if mmap else None)
+            path = os.path.join(self.directory, f"{name}.npy")
+            try:
+                a = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+            except (OSError, ValueError, EOFError) as e:
+                raise ShadowStoreCorruptError(f"cannot read {path}: {e}") from e
             if tuple(a.shape) != (manifest["count"], *spec["shape"]):
-                raise RuntimeError(f"{name}.npy in {self.directory} has shape {a.shape}, manifest says "
+                raise ShadowStoreCorruptError(f"{name}.npy in {self.directory} has shape {a.shape}, manifest says "
                                    f"{(manifest['count'], *spec['shape'])}")
             arrays[name] = a
         return ShadowSet(arrays=arrays, layout=Layout.from_json(manifest["layout"]), count=manifest["count"],
                          directory=self.directory, config=manifest["config"])
 
 
-def load_shadow_models(directory: str | os.PathLike, mmap: bool = True) -> ShadowSet:
+def load_shadow_models(directory: str | os.PathLike, mmap: bool = True, verify: bool = True) -> ShadowSet:
     """Loads a completed shadow store written by :func:`recon_jax.shadow.generate_shadow_models`.
 
     Args:
       directory: the store directory.
       mmap: memory-map the arrays (default) instead of reading them into memory.
+      verify: check every consolidated file's size and SHA-256 against the manifest (reads each file once).
 
     Returns:
       The :class:`ShadowSet`.
 
     Raises:
-      FileNotFoundError: if there is no manifest; RuntimeError: if the store is incomplete.
+      FileNotFoundError: if there is no manifest; RuntimeError: if the store is incomplete;
+      ShadowStoreCorruptError: if a consolidated file is missing, truncated or corrupted.
 
     >>> import tempfile
     >>> load_shadow_models(tempfile.mkdtemp())  # doctest: +ELLIPSIS
@@ -265,4 +411,4 @@ def load_shadow_models(directory: str | os.PathLike, mmap: bool = True) -> Shado
     ...
     FileNotFoundError: no shadow store manifest in ...
     """
-    return ShadowStore(directory).load(mmap=mmap)
+    return ShadowStore(directory).load(mmap=mmap, verify=verify)
