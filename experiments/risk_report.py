@@ -254,6 +254,13 @@ def _ci(successes: int, trials: int, confidence: float) -> list[float]:
     return [float(lo), float(hi)]
 
 
+def _game_chunk(config) -> int:
+    """Trials per compiled call: prior_aware_trials split evenly into chunks of at most chunk_size (no padding);
+    the audit uses the same chunk, so both games share one compilation."""
+    n = config.prior_aware_trials
+    return math.ceil(n / math.ceil(n / config.chunk_size))
+
+
 def _prior_aware(config, fns, p0, fixed, test_x, test_y, settings, q, steps, key, optimizer):
     """The prior-aware game at every DP setting (one vmapped call; noise level s uses fold_in(key, s)).
 
@@ -268,7 +275,7 @@ def _prior_aware(config, fns, p0, fixed, test_x, test_y, settings, q, steps, key
     res = prior_aware.prior_aware_game(
         fns, p0, fixed, (test_x[idx], test_y[idx]), np.zeros(len(idx), np.int32), noise_multipliers=sigmas,
         clip_norm=config.clip_norm, steps=steps, optimizer=optimizer, key=key, sample_rate=q,
-        include_target=np.ones(len(idx), np.float32), chunk_size=config.chunk_size)
+        include_target=np.ones(len(idx), np.float32), chunk_size=_game_chunk(config))
     scores = np.asarray(res.scores)
     require_finite(scores, "prior-aware attack scores", "noise multiplier too small for float32 likelihoods?")
     # Geometry of the candidates' clipped gradients at the initialisation (what limits the attack below the bound).
@@ -299,7 +306,7 @@ def _audit(config, fns, p0, fixed, test_x, test_y, settings, q, steps, key, num_
     res = prior_aware.prior_aware_game(
         fns, p0, fixed, (cx, cy), np.zeros(n, np.int32), noise_multipliers=[sg for _, sg in settings],
         clip_norm=config.clip_norm, steps=steps, optimizer=optimizer, key=key, sample_rate=q,
-        include_target=include.astype(np.float32), chunk_size=config.chunk_size)
+        include_target=include.astype(np.float32), chunk_size=_game_chunk(config))
     scores = np.asarray(res.scores[..., 0])
     require_finite(scores, "canary log-likelihood ratios")
     out = []
