@@ -531,6 +531,13 @@ def _claims(config, result) -> list[dict]:
                              all(u["success_over_bound"] >= 0.75 for u in at10),
                              "; ".join(f"{u['setting']}: {u['prior_aware_success']:.3f} / {u['prior_aware_bound']:.3f}"
                                        f" = {u['success_over_bound']:.2f}" for u in at10)))
+    fin = [r for r in rows if r.get("bound_at_eta") is not None]
+    if fin:
+        over = [r["setting"] for r in fin if r["success_at_eta_ci"][0] > r["bound_at_eta"]]
+        out.append(claim("every final-model success P[MSE <= eta] lies below its ReRo bound within its 95% interval "
+                         "(bound at the estimated kappa(eta), approximate)", not over,
+                         "; ".join(f"{r['setting']}: CI [{r['success_at_eta_ci'][0]:.3f}, {r['success_at_eta_ci'][1]:.3f}]"
+                                   f" vs bound {r['bound_at_eta']:.3f}" for r in fin)))
     dp = [r for r in rows if "empirical_eps" in r]
     if dp:
         out.append(claim("the empirical epsilon never exceeds the accountant's epsilon",
