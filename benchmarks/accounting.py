@@ -98,7 +98,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--delta", type=float, default=1e-5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--vmf_kappas", default="100,200,300")
-    parser.add_argument("--vmf_discretization", type=float, default=1e-4)
+    parser.add_argument("--vmf_discretization", type=float, default=1e-3)
     parser.add_argument("--skip_dpsgd", action="store_true", help="run only the VMF comparison")
     args = parser.parse_args(argv)
     if args.skip_dpsgd:

@@ -26,7 +26,7 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.step_composition = True  # also the correct DP-SGD count: compose VMF over epochs / q steps
     c.curve_points = 32  # kappa grid for the figure
     c.pld = True  # tight accounting over steps: VMF privacy loss distribution, Gaussian PLD (dp_accounting)
-    c.pld_discretization = 1e-4
+    c.pld_discretization = 1e-3
     if variant == "smoke":
         c.calibrate = False
         c.step_composition = False

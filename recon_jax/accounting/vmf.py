@@ -246,7 +246,7 @@ def _pld_grid(args, value_discretization_interval):
 
 
 def vmf_epsilon(kappa, dim, q, compositions, delta, approach="best", *, interpolation: str = "cumulant",
-                value_discretization_interval: float = 1e-4) -> jax.Array:
+                value_discretization_interval: float = 1e-3) -> jax.Array:
     """Epsilon of DP-SGD with VMF noise: Biswas et al.'s approach 1, approach 2, the better of both, or the PLD.
 
     See the module docstring for the two approaches and for what ``compositions`` counts (the paper's
@@ -344,7 +344,7 @@ def _calibrate_kappa_pld(eps, dim, q, n, delta, step, rtol):
 
 
 def calibrate_vmf_kappa(eps, dim, q, compositions, delta, approach="best", *, iters: int = 60,
-                        value_discretization_interval: float = 1e-4, rtol: float = 1e-3) -> jax.Array:
+                        value_discretization_interval: float = 1e-3, rtol: float = 1e-3) -> jax.Array:
     """Largest kappa whose VMF epsilon (:func:`vmf_epsilon`) is at most ``eps``, by bisection on log(kappa).
 
     Epsilon increases with kappa (Biswas et al. Thm 1 (i)); the search brackets kappa in [1e-3, 1e7] and the
