@@ -449,8 +449,10 @@ def _report(config, results) -> str:
         for accounting in config.accountings:
             L.append(f"- {accounting} accounting: VMF has the higher IG MSE in **{f[accounting + '_vmf_higher_mse']}** "
                      f"(eps, B) settings; Gaussian is more accurate in **{f[accounting + '_gauss_more_accurate']}**.")
-        L += [f"- Spearman correlation of IG MSE with eps: {f['spearman_mse_vs_eps']}; with log Bayes' capacity: "
-              f"{f['spearman_mse_vs_log_bayes_capacity']}.",
+        rho = {k_: "n/a" if f[k_] is None else f"{f[k_]:.3f}"
+               for k_ in ("spearman_mse_vs_eps", "spearman_mse_vs_log_bayes_capacity")}
+        L += [f"- Spearman correlation of IG MSE with eps: {rho['spearman_mse_vs_eps']}; with log Bayes' capacity: "
+              f"{rho['spearman_mse_vs_log_bayes_capacity']}.",
               f"- IG without noise: MSE {f['ig_mse_no_noise']:.4f}; mean-image guess: {f['mean_image_mse']:.4f}.",
               f"- Non-private accuracy: {d['nonprivate_accuracy']:.4f} (paper, full data, 3 epochs: "
               f"{'0.9399' if ds == 'mnist' else '0.8471'}).", "",
