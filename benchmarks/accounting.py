@@ -15,6 +15,11 @@ Each BENCH line reports seconds per grid (ours, baseline) and the speed ratio.
   (``vmf_epsilon(..., approach="pld")``, ours) against approach 2 (jitted RDP route, baseline). The PLD is the
   slower one (ratio < 1); the line also prints how much smaller its epsilons are.
 
+* ``tradeoff_vs_riskcal``: the trade-off curve ``f(alpha)`` of DP-SGD (``pld_tradeoff``) against riskcal's
+  ``get_beta_for_dpsgd`` at the same PLD discretisation and the same alphas; both build the same "connect the dots"
+  PLD with dp_accounting, ours then reads the supremum straight off the discretised privacy profile. Ours must
+  never be above riskcal's (it is a lower bound on the true curve) and is reported with the largest gap.
+
     python -m benchmarks.accounting [--num_sigmas 1000] [--vmf_kappas 100,200,300]
 """
 
@@ -90,7 +95,33 @@ def _vmf_pld_vs_rdp(args) -> dict:
     return {"pld_s": t_pld, "rdp_s": t_rdp, "eps_rdp": e_rdp.tolist(), "eps_pld": e_pld.tolist()}
 
 
-def main(argv=None) -> dict:
+def tradeoff_vs_riskcal(sigma, q, steps, grid, repeats) -> dict:
+    import warnings
+
+    from recon_jax.accounting import pld_tradeoff
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from riskcal.dpsgd import get_beta_for_dpsgd
+    alphas = np.concatenate([np.geomspace(1e-6, 1e-2, 30, endpoint=False), np.linspace(1e-2, 1.0, 101)])
+    t_ours = t_ref = float("inf")
+    for _ in range(repeats):  # interleaved, best of each
+        t0 = time.perf_counter()
+        ours = pld_tradeoff(sigma, q, steps, alphas, value_discretization_interval=grid)
+        t_ours = min(t_ours, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        ref = np.asarray(get_beta_for_dpsgd(sigma, q, steps, alphas, grid_step=grid))
+        t_ref = min(t_ref, time.perf_counter() - t0)
+    out = {"ours_s": t_ours, "baseline_s": t_ref, "max_ours_above": float(np.max(ours - ref)),
+           "max_gap": float(np.max(ref - ours)), "monotone": bool(np.all(np.diff(ours) <= 0))}
+    print(f"[tradeoff] sigma={sigma}, q={q:.5g}, steps={steps}, grid={grid:g}, {alphas.size} alphas: ours {t_ours:.3f} s, "
+          f"riskcal {t_ref:.3f} s; max (ours - riskcal) {out['max_ours_above']:.2e} (must be <= 0), "
+          f"max (riskcal - ours) {out['max_gap']:.2e}, ours non-increasing: {out['monotone']}")
+    bench_line("tradeoff_vs_riskcal", t_ours, t_ref, "s", ratio=t_ref / t_ours)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num_sigmas", type=int, default=1000)
     parser.add_argument("--q", type=float, default=256 / 60000)
@@ -100,7 +131,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--vmf_kappas", default="100,200,300")
     parser.add_argument("--vmf_discretization", type=float, default=1e-3)
     parser.add_argument("--skip_dpsgd", action="store_true", help="run only the VMF comparison")
-    args = parser.parse_args(argv)
+    parser.add_argument("--tradeoff_sigma", type=float, default=1.0)
+    parser.add_argument("--tradeoff_grid", type=float, default=1e-3, help="PLD discretisation of both sides")
+    args = parser.parse_args([] if argv is None else argv)
     if args.skip_dpsgd:
         return {"vmf": _vmf_pld_vs_rdp(args)}
 
@@ -119,7 +152,8 @@ def main(argv=None) -> dict:
     # so ours may only be smaller.
     res_full = _compare("accounting_vs_dp_accounting_full_grid", sigmas, args, full)
     print(f"full grid: ours never above dp_accounting (to 1e-9): {res_full['max_rel_ours_above'] <= 1e-9}")
-    return {"integer_orders": res_int, "full_grid": res_full, "vmf": _vmf_pld_vs_rdp(args)}
+    res_tradeoff = tradeoff_vs_riskcal(args.tradeoff_sigma, args.q, args.steps, args.tradeoff_grid, args.repeats)
+    return {"integer_orders": res_int, "full_grid": res_full, "tradeoff": res_tradeoff, "vmf": _vmf_pld_vs_rdp(args)}
 
 
 def _timed(fn) -> float:
@@ -129,4 +163,4 @@ def _timed(fn) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    main(__import__("sys").argv[1:])

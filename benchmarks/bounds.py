@@ -12,6 +12,8 @@ clock on whatever CPU runs this (noisy on a shared machine).
 
 from __future__ import annotations
 
+import argparse
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -71,12 +73,15 @@ def bench_rdp_curve(n: int = N_EVAL, k: int = N_ORDERS, chunk: int = 100_000) ->
     return n / ours, n / base
 
 
-def main() -> None:
-    ours, base = bench_rero_mse()
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=N_EVAL, help="evaluations per comparison")
+    args = p.parse_args([] if argv is None else argv)
+    ours, base = bench_rero_mse(args.n)
     bench_line("bounds_rero_mse_vs_scipy", ours, base, "eval/s")
-    ours, base = bench_rdp_curve()
+    ours, base = bench_rdp_curve(args.n, chunk=min(100_000, args.n))
     bench_line("bounds_rdp_curve_vs_numpy", ours, base, "eval/s")
 
 
 if __name__ == "__main__":
-    main()
+    main(__import__("sys").argv[1:])

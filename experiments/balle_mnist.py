@@ -143,8 +143,10 @@ class _Sets:
         ms = informed.train_model_sets(fns, alg, sp, set_key, init_params=p0, num_shadow=num_shadow,
                                        num_targets=num_targets, shuffle_key=shuffle_key, probe_size=probe,
                                        store=store, chunk_size=c.chunk_size)
-        require_finite(ms.shadow.params, f"{name} shadow-model parameters",
-                       "released-model learning rate too large for this setting?")
+        for part in (ms.shadow.params, ms.released.params):
+            for start in range(0, part.shape[0], 4096):  # in blocks: the store is memory-mapped
+                require_finite(part[start:start + 4096], f"{name} shadow/released-model parameters",
+                               "released-model learning rate too large for this setting?")
         self.cache[name] = (ms, store, extra)
         return self.cache[name]
 
@@ -344,8 +346,9 @@ def _figures(c, sp, orc, oracle_summary, results, rows, shadow_curve, dp_points,
         grid.update({name: r.reconstructions[:ncol] for name, r in results.items()
                      if not name.startswith("fewer_shadow")})
         grid["NN oracle"] = sp.pool_images[np.asarray(orc.nn_index[:ncol])]
-        figs["reconstructions"] = image_grid(grid, os.path.join(workdir, "reconstructions.png"), ncol,
-                                             title="Balle et al. RecoNN on MNIST: targets | reconstructions | NN oracle")
+        figs["reconstructions"] = image_grid(
+            grid, os.path.join(workdir, "reconstructions.png"), ncol,
+            title="Balle et al. RecoNN on MNIST: targets | reconstructions | NN oracle")
     if "default" in results:
         d = results["default"]
         hist = {"RecoNN (default)": d.mse, "NN oracle": d.oracle_mse}

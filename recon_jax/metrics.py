@@ -15,8 +15,12 @@ in ``[0, data_range]``.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
+
+from recon_jax._validation import POSITIVE, check, invalid, nan_if
 
 __all__ = ["mse", "mae", "psnr", "ncc", "ssim", "aggregate", "psnr_of_mean_mse"]
 
@@ -32,7 +36,7 @@ def _check(x, y):
 
 
 def _per_example_mean(v):
-    return jnp.mean(v.reshape(v.shape[0], -1), axis=1)
+    return jnp.mean(v.reshape(v.shape[0], math.prod(v.shape[1:])), axis=1)  # an empty batch gives [0]
 
 
 @jax.jit
@@ -66,15 +70,15 @@ def psnr(x: jax.Array, y: jax.Array, data_range: float = 1.0) -> jax.Array:
     >>> psnr(jnp.zeros((1, 4)), jnp.full((1, 4), 0.1))
     Array([20.], dtype=float32)
     """
-    if not data_range > 0:
-        raise ValueError(f"data_range must be > 0, got {data_range}")
+    check("data_range", data_range, POSITIVE)
     return _psnr(x, y, data_range)
 
 
 @jax.jit
 def _psnr(x, y, data_range):
     m = mse(x, y)
-    return 10.0 * (2.0 * jnp.log10(jnp.asarray(data_range, m.dtype)) - jnp.log10(m))
+    out = 10.0 * (2.0 * jnp.log10(jnp.asarray(data_range, m.dtype)) - jnp.log10(m))
+    return nan_if(invalid(data_range, POSITIVE), out)
 
 
 @jax.jit
@@ -89,8 +93,8 @@ def ncc(x: jax.Array, y: jax.Array) -> jax.Array:
     Array([1.], dtype=float32)
     """
     x, y = _check(x, y)
-    x = x.reshape(x.shape[0], -1)
-    y = y.reshape(y.shape[0], -1)
+    x = x.reshape(x.shape[0], math.prod(x.shape[1:]))
+    y = y.reshape(y.shape[0], math.prod(y.shape[1:]))
     xc = x - x.mean(axis=1, keepdims=True)
     yc = y - y.mean(axis=1, keepdims=True)
     return jnp.mean(xc * yc, axis=1) / (jnp.std(x, axis=1) * jnp.std(y, axis=1))
@@ -106,14 +110,15 @@ def ssim(x: jax.Array, y: jax.Array, data_range: float = 1.0) -> jax.Array:
     >>> ssim(jnp.ones((1, 16, 16, 1)) * 0.5, jnp.ones((1, 16, 16, 1)) * 0.5)
     Array([1.], dtype=float32)
     """
-    if not data_range > 0:
-        raise ValueError(f"data_range must be > 0, got {data_range}")
+    check("data_range", data_range, POSITIVE)
     x, y = _check(x, y)
     if x.ndim == 3:
         x, y = x[..., None], y[..., None]
     if x.ndim != 4:
         raise ValueError(f"ssim needs images [batch, H, W(, C)], got shape {x.shape}")
-    return _ssim(x, y, data_range)
+    if x.shape[0] == 0:
+        return jnp.zeros((0,), x.dtype)
+    return nan_if(invalid(data_range, POSITIVE), _ssim(x, y, data_range))
 
 
 @jax.jit
@@ -124,14 +129,35 @@ def _ssim(x, y, data_range):
 
 
 def psnr_of_mean_mse(x: jax.Array, y: jax.Array, data_range: float = 1.0) -> jax.Array:
-    """Aggregate PSNR computed from the mean MSE over the batch (the usual 'dataset PSNR')."""
+    """Aggregate PSNR computed from the mean MSE over the batch (the usual 'dataset PSNR').
+
+    Raises:
+      ValueError: for an empty batch or ``data_range <= 0`` (NaN under ``jit``).
+
+    >>> import jax.numpy as jnp
+    >>> psnr_of_mean_mse(jnp.zeros((2, 4)), jnp.full((2, 4), 0.1))
+    Array(20., dtype=float32)
+    """
+    check("data_range", data_range, POSITIVE)
+    if jnp.shape(x)[:1] == (0,):
+        raise ValueError("x must hold at least one example for psnr_of_mean_mse; got an empty batch")
     m = jnp.mean(mse(x, y))
-    return 10.0 * (2.0 * jnp.log10(data_range) - jnp.log10(m))
+    out = 10.0 * (2.0 * jnp.log10(jnp.asarray(data_range, m.dtype)) - jnp.log10(m))
+    return nan_if(invalid(data_range, POSITIVE), out)
 
 
 def aggregate(values: jax.Array) -> dict[str, jax.Array]:
-    """Summary statistics of per-example values: mean, std, median, min, max (NaN-aware: ignores NaN)."""
+    """Summary statistics of per-example values: mean, std, median, min, max (NaN-aware: ignores NaN).
+
+    Raises:
+      ValueError: if ``values`` is empty.
+
+    >>> {k: float(v) for k, v in aggregate([1.0, 3.0, float("nan")]).items()}
+    {'mean': 2.0, 'std': 1.0, 'median': 2.0, 'min': 1.0, 'max': 3.0}
+    """
     v = jnp.asarray(values)
+    if v.size == 0:
+        raise ValueError("values must hold at least one value to aggregate; got an empty array")
     return {
         "mean": jnp.nanmean(v),
         "std": jnp.nanstd(v),

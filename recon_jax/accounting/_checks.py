@@ -1,50 +1,12 @@
-"""Input validation shared by the accounting modules (skipped for traced values, which cannot be inspected)."""
+"""The accounting modules' view of :mod:`recon_jax._validation`, plus batch padding for their jitted kernels."""
 
 from __future__ import annotations
 
-from typing import Callable
-
-import jax
 import numpy as np
 
-__all__ = ["concrete_or_none", "check_range", "static_orders"]
+from recon_jax._validation import check_range, concrete_or_none, invalid, nan_if, static_orders  # noqa: F401
 
-
-def concrete_or_none(x) -> np.ndarray | None:
-    """Returns ``x`` as a float64 NumPy array if it is concrete, ``None`` if it is a tracer."""
-    if isinstance(x, jax.core.Tracer):
-        return None
-    try:
-        return np.asarray(x, dtype=np.float64)
-    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError, TypeError):
-        return None
-
-
-def check_range(name: str, x, ok: Callable[[np.ndarray], np.ndarray], allowed: str) -> None:
-    """Raises ``ValueError`` naming ``name`` and the ``allowed`` range if a concrete ``x`` violates ``ok``."""
-    arr = concrete_or_none(x)
-    if arr is None:
-        return
-    good = np.asarray(ok(arr), dtype=bool)
-    if not np.all(good):
-        bad = arr[~good] if arr.ndim else arr
-        raise ValueError(f"{name} must be {allowed}; got {np.ravel(bad)[:4].tolist()}")
-
-
-def static_orders(orders, name: str = "orders") -> np.ndarray:
-    """Validates concrete RDP orders (> 1, finite) and returns them as a float64 array of shape [n] or []."""
-    arr = concrete_or_none(orders)
-    if arr is None:
-        raise ValueError(
-            f"{name} must be concrete (a Python/NumPy array, not a traced value): the RDP orders fix the "
-            "static shape of the series; jit over the mechanism parameters instead"
-        )
-    if arr.ndim > 1:
-        raise ValueError(f"{name} must be a scalar or a 1-D array; got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)) or not np.all(arr > 1.0):
-        bad = np.ravel(arr)[np.ravel(~(arr > 1.0) | ~np.isfinite(arr))]
-        raise ValueError(f"{name} must be finite and > 1; got {bad[:4].tolist()}")
-    return arr
+__all__ = ["concrete_or_none", "check_range", "invalid", "nan_if", "static_orders", "pad_batch"]
 
 
 def pad_batch(*arrays):

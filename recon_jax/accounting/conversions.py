@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from recon_jax.accounting._checks import check_range
+from recon_jax.accounting._checks import check_range, invalid, nan_if
 
 __all__ = ["eps_from_rdp", "delta_from_rdp", "amplify_dp_poisson", "kov_composition"]
 
@@ -29,6 +29,11 @@ def _prep(orders, rdp):
     if orders.ndim != 1 or rdp.ndim < 1 or rdp.shape[-1] != orders.shape[0]:
         raise ValueError(f"orders must be 1-D and rdp's last axis must match it; got {orders.shape} and {rdp.shape}")
     return orders, rdp
+
+
+def _bad_curve(orders, rdp):
+    """Traced-input mask: any order <= 1 or RDP value < 0 (or NaN) on the curve."""
+    return jnp.any(invalid(orders, lambda a: a > 1) | invalid(rdp, lambda r: r >= 0), axis=-1)
 
 
 def eps_from_rdp(orders, rdp, delta, *, return_order: bool = False):
@@ -62,6 +67,7 @@ def eps_from_rdp(orders, rdp, delta, *, return_order: bool = False):
     eps = jnp.where(jnp.isnan(eps), jnp.inf, eps)
     best = jnp.argmin(eps, axis=-1)
     out = jnp.maximum(jnp.min(eps, axis=-1), 0.0)
+    out = nan_if(_bad_curve(orders, rdp) | invalid(delta[..., 0], lambda d: (d > 0) & (d < 1)), out)
     if return_order:
         return out, orders[best]
     return out
@@ -98,6 +104,7 @@ def delta_from_rdp(orders, rdp, eps, *, return_order: bool = False):
     log_delta = jnp.where(jnp.isnan(log_delta), jnp.inf, log_delta)
     best = jnp.argmin(log_delta, axis=-1)
     out = jnp.minimum(jnp.exp(jnp.min(log_delta, axis=-1)), 1.0)
+    out = nan_if(_bad_curve(orders, rdp) | invalid(eps[..., 0], lambda e: e >= 0), out)
     if return_order:
         return out, orders[best]
     return out
@@ -128,7 +135,9 @@ def amplify_dp_poisson(eps, delta, q):
     check_range("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
     dt = jnp.result_type(float)
     eps, delta, q = (jnp.asarray(v, dt) for v in (eps, delta, q))
-    return jnp.log1p(q * jnp.expm1(eps)), q * delta
+    bad = invalid(eps, lambda e: e >= 0) | invalid(delta, lambda d: (d >= 0) & (d <= 1)) \
+        | invalid(q, lambda x: (x > 0) & (x <= 1))
+    return nan_if(bad, jnp.log1p(q * jnp.expm1(eps))), nan_if(bad, q * delta)
 
 
 def kov_composition(eps, delta, n, delta_tilde):
@@ -169,4 +178,6 @@ def kov_composition(eps, delta, n, delta_tilde):
     t3 = lead + eps * jnp.sqrt(2.0 * n * -jnp.log(dsafe))
     eps_tot = jnp.where(pos, jnp.minimum(n * eps, jnp.minimum(t2, t3)), n * eps)
     delta_tot = -jnp.expm1(n * jnp.log1p(-delta) + jnp.log1p(-dtl))
-    return eps_tot, delta_tot
+    bad = invalid(eps, lambda e: e >= 0) | invalid(delta, lambda d: (d >= 0) & (d < 1)) \
+        | invalid(n, lambda k: k >= 1) | invalid(dtl, lambda d: (d >= 0) & (d < 1))
+    return nan_if(bad, eps_tot), nan_if(bad, delta_tot)

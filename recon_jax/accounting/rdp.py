@@ -37,7 +37,7 @@ import numpy as np
 from jax.scipy.special import log_ndtr, logsumexp
 from scipy import special as sps
 
-from recon_jax.accounting._checks import check_range, concrete_or_none, pad_batch, static_orders
+from recon_jax.accounting._checks import check_range, concrete_or_none, invalid, nan_if, pad_batch, static_orders
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -212,7 +212,9 @@ def rdp_gaussian(sigma, orders) -> jax.Array:
     check_range("orders", orders, lambda a: a > 1, "> 1")
     sigma = jnp.asarray(sigma, jnp.result_type(float))
     orders = jnp.asarray(orders, sigma.dtype)
-    return orders / (2.0 * sigma[..., *([None] * orders.ndim)] ** 2)
+    expand = (...,) + (None,) * orders.ndim
+    out = orders / (2.0 * sigma[expand] ** 2)
+    return nan_if(invalid(sigma, lambda s: s > 0)[expand] | invalid(orders, lambda a: a > 1), out)
 
 
 def rdp_subsampled_gaussian(q, sigma, orders, *, extra_pairs: int = _FRAC_EXTRA_PAIRS) -> jax.Array:
@@ -254,7 +256,9 @@ def rdp_subsampled_gaussian(q, sigma, orders, *, extra_pairs: int = _FRAC_EXTRA_
         return rdp_gaussian(sigma, orders_np)
     (qf, sf), n = pad_batch(q, sigma)
     out = _rdp_subsampled_gaussian_flat(qf, sf, tuple(flat_orders.tolist()), extra_pairs)[:n]
-    return out.reshape(batch + orders_np.shape)
+    out = out.reshape(batch + orders_np.shape)
+    bad = invalid(q, lambda x: (x > 0) & (x <= 1)) | invalid(sigma, lambda x: x > 0)
+    return nan_if(bad[(...,) + (None,) * orders_np.ndim], out)
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
@@ -330,7 +334,7 @@ def rdp_poisson_subsampled(rdp_at_integer_orders, q, orders) -> jax.Array:
       Array ``[..., len(orders)]`` (``...`` broadcast with ``q``'s shape).
 
     Raises:
-      ValueError: if q is outside (0, 1], L < 2, or an order is outside (1, L].
+      ValueError: if q is outside (0, 1], a base RDP value is negative, L < 2, or an order is outside (1, L].
 
     >>> import numpy as np
     >>> base = np.arange(2, 9) / 2.0  # Gaussian with sigma = 1 at orders 2..8
@@ -339,6 +343,7 @@ def rdp_poisson_subsampled(rdp_at_integer_orders, q, orders) -> jax.Array:
     [1.0, 4.0]
     """
     check_range("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
+    check_range("rdp_at_integer_orders", rdp_at_integer_orders, lambda r: r >= 0, ">= 0 (inf allowed)")
     tau = jnp.asarray(rdp_at_integer_orders, jnp.result_type(float))
     if tau.ndim < 1 or tau.shape[-1] < 1:
         raise ValueError("rdp_at_integer_orders must have a last axis for orders 2..L (L >= 2)")
@@ -364,7 +369,9 @@ def rdp_poisson_subsampled(rdp_at_integer_orders, q, orders) -> jax.Array:
     k = jnp.logaddexp(t0, logsumexp(t, axis=-1))
     sub = jnp.maximum(k, 0.0) / (int_orders - 1.0)
     sub = jnp.where(q[..., 0] >= 1.0, tau, jnp.minimum(sub, tau))
-    return interpolate_rdp(int_orders, sub, orders)
+    out = interpolate_rdp(int_orders, sub, orders)
+    bad = invalid(q[..., 0, 0], lambda x: (x > 0) & (x <= 1)) | jnp.any(invalid(tau, lambda r: r >= 0), axis=-1)
+    return nan_if(bad[..., None], out)
 
 
 def compose_rdp(rdp, count) -> jax.Array:
@@ -379,12 +386,16 @@ def compose_rdp(rdp, count) -> jax.Array:
       ``count * rdp``.
 
     Raises:
-      ValueError: if ``count`` is negative.
+      ValueError: if ``count`` or an RDP value is negative (NaN under ``jit``).
 
     >>> import numpy as np
     >>> np.asarray(compose_rdp(np.array([0.5, 1.0]), 3)).tolist()
     [1.5, 3.0]
     """
     check_range("count", count, lambda c: c >= 0, ">= 0")
+    check_range("rdp", rdp, lambda r: r >= 0, ">= 0 (inf allowed)")
     rdp = jnp.asarray(rdp, jnp.result_type(float))
-    return jnp.asarray(count, rdp.dtype)[..., None] * rdp
+    count = jnp.asarray(count, rdp.dtype)
+    out = jnp.where(count[..., None] == 0, 0.0, count[..., None] * rdp)  # 0 compositions: 0, even for inf
+    bad = invalid(count, lambda c: c >= 0) | jnp.any(invalid(rdp, lambda r: r >= 0), axis=-1)  # whole curve
+    return nan_if(bad[..., None], out)

@@ -373,6 +373,19 @@ def informed_attack(splits: InformedSplits, models: ModelSets, key: jax.Array, *
 
     Several settings can share ``models`` (Table II: default, logits, layer subset, fewer shadow models).
     Raises ``FloatingPointError`` when the reconstructor's loss or reconstructions are not finite.
+
+    >>> import jax
+    >>> from recon_jax import data, models, training
+    >>> x, y = data.load_dataset("synthetic", "train", num_examples=60, shape=(4, 4, 1), seed=0)
+    >>> sp = data.pool_splits(x, y, fixed_size=8, num_shadow=40, num_targets=4)
+    >>> fns = models.from_flax(models.MLP(features=(4, 10)))
+    >>> p0 = training.initial_params(fns, jax.random.key(0), sp.fixed_images)
+    >>> ms = train_model_sets(fns, training.full_batch_gd(epochs=2), sp, jax.random.key(1), init_params=p0,
+    ...                       probe_size=4, progress=False)
+    >>> spec, orc = ReconstructorSpec(hidden=(8,), epochs=1, batch_size=8), oracle_for(sp)
+    >>> [informed_attack(sp, ms, jax.random.key(2), oracle=orc, features=f, reconstructor=spec,
+    ...                  progress=False).feature_dim for f in ("params", "logits", ("Dense_1",))]
+    [118, 40, 50]
     """
     t0 = time.time()
     n_models = models.shadow.count

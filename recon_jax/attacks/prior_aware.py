@@ -272,7 +272,8 @@ def prior_aware_game(model_fns: ModelFns, init_params, fixed_set, candidates, ta
       include_target: optional ``[N]`` 0/1, whether the target is trained on (default all 1); with 0 the run is
         on D- alone (the "without canary" world of :func:`recon_jax.attacks.audit.empirical_epsilon`).
       loss_fn: per-example loss ``(logits, labels) -> [B]``.
-      chunk_size: trials per compiled call (bounds memory at ``S x chunk_size`` trajectories).
+      chunk_size: trials per compiled call (bounds memory at ``S x chunk_size`` trajectories); calls with the
+        same shapes, ``min(chunk_size, N)``, ``optimizer`` and ``loss_fn`` objects reuse one compilation.
 
     Returns:
       A :class:`GameResult`.
@@ -314,7 +315,7 @@ def prior_aware_game(model_fns: ModelFns, init_params, fixed_set, candidates, ta
     if not (isinstance(chunk_size, int) and chunk_size >= 1):
         raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
     if include_target is None:
-        include = jnp.ones((n_trials,), fx.dtype if jnp.issubdtype(fx.dtype, jnp.floating) else jnp.float32)
+        include = jnp.ones((n_trials,), jnp.float32)
     else:
         include = jnp.asarray(include_target, jnp.float32)
         if include.shape != (n_trials,):
@@ -324,11 +325,15 @@ def prior_aware_game(model_fns: ModelFns, init_params, fixed_set, candidates, ta
                           bool(sample_rate < 1))
     level_keys = jnp.stack([jax.random.fold_in(key, s) for s in range(sigmas.shape[0])])
     out = []
+    chunk_size = min(chunk_size, n_trials)
     for start in range(0, n_trials, chunk_size):
-        idx = np.arange(start, min(start + chunk_size, n_trials))
+        real = np.arange(start, min(start + chunk_size, n_trials))
+        # Every call has chunk_size trials (the last chunk padded by repeating its last trial, dropped below), so
+        # one compilation serves every chunk and every call with the same shapes.
+        idx = np.concatenate([real, np.full(chunk_size - real.size, real[-1])])
         keys = jax.vmap(lambda lk: jax.vmap(lambda i: jax.random.fold_in(lk, i))(jnp.asarray(idx)))(level_keys)
         out.append(game(init_params, fx, fy, cx[idx], cy[idx], target_index[idx], include[idx], sigmas,
-                        jnp.asarray(sample_rate, sigmas.dtype), keys))
+                        jnp.asarray(sample_rate, sigmas.dtype), keys)[:, : real.size])
     scores = jnp.concatenate(out, axis=1)
     guess = jnp.argmax(scores, axis=-1)
     return GameResult(scores, guess, guess == target_index[None, :])

@@ -31,6 +31,7 @@ import functools
 import hashlib
 import json
 import os
+import time
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -192,6 +193,7 @@ class ReconstructorFit:
       best_epoch: the epoch (1-based) with the lowest validation MSE (None without an evaluation set).
       stopped_early: whether early stopping ended the run before ``epochs``.
       resumed_from: epochs restored from a checkpoint (0 for a fresh run).
+      epoch_seconds: wall time of each epoch trained in this call (the first includes compilation).
     """
 
     model: Any
@@ -204,6 +206,7 @@ class ReconstructorFit:
     best_epoch: int | None = None
     stopped_early: bool = False
     resumed_from: int = 0
+    epoch_seconds: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
 
 def _check_int(name, v, lo=1):
@@ -473,9 +476,11 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
         return patience is not None and len(eval_mse) - best_epoch >= patience
 
     bar = tqdm(range(resumed_from, epochs), desc="reconstructor", unit="epoch", disable=not progress)
+    seconds = []
     for e in bar:
         if should_stop():
             break
+        t_epoch = time.perf_counter()
         perm = np.asarray(_permutation(jax.random.fold_in(key, e + 2), f.shape[0]))[: n_steps * bs]
         epoch_losses = []
         for s0 in range(0, n_steps, block_steps):
@@ -483,9 +488,10 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
             shape = (-1, bs)
             xs = _gather(f, idx, dtype).reshape(*shape, f.shape[1])
             ts = _gather(t, idx, dtype).reshape(*shape, *t.shape[1:])
-            state, block_losses = steps_fn(state, xs, ts, scaler)
-            epoch_losses.append(np.asarray(block_losses, np.float64))
-        losses.append(float(np.mean(np.concatenate(epoch_losses))))
+            state, block_losses = steps_fn(state, xs, ts, scaler)  # async: the next gather overlaps it
+            epoch_losses.append(block_losses)
+        losses.append(float(np.mean(np.concatenate([np.asarray(x, np.float64) for x in epoch_losses]))))
+        seconds.append(time.perf_counter() - t_epoch)
         post = {"loss": f"{losses[-1]:.4f}"}
         if eval_set is not None:
             out = _predict_jit(model, state[0], scaler, ef, min(256, ef.shape[0]))
@@ -502,7 +508,7 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
     return ReconstructorFit(model=model, params=params, standardizer=scaler, losses=np.asarray(losses),
                             eval_mse=np.asarray(eval_mse), disc_params=state[2], epochs_run=len(losses),
                             best_epoch=best_epoch if eval_set is not None else None, stopped_early=stopped,
-                            resumed_from=resumed_from)
+                            resumed_from=resumed_from, epoch_seconds=np.asarray(seconds))
 
 
 def fine_tune_reconstructor(fit: ReconstructorFit, features, targets, key: jax.Array, *, epochs: int = 20,

@@ -213,11 +213,12 @@ def psnr_upper_bound(
     """
     _check_common(sigma, clip_norm, steps, validate)
     v.check_positive("data_range", data_range, validate)
-    sigma, clip_norm, data_range, steps = v.as_float(sigma, clip_norm, data_range, steps)
-    ok = (sigma > 0) & (clip_norm > 0) & (steps >= 1) & (data_range > 0)
+    ok = (v.valid(sigma, v.POSITIVE) & v.valid(clip_norm, v.POSITIVE) & v.valid(steps, v.at_least(1))
+          & v.valid(data_range, v.POSITIVE))
+    dtype = v.as_float(sigma, clip_norm, data_range, steps)[0].dtype
 
-    def log10(a):
-        return jnp.log(jnp.where(ok, a, 1.0)) / _LOG10
+    def log10(a):  # logs taken in float64 for concrete input: sigma = 1e-300 is 0 in float32, its log is not
+        return jnp.where(ok, v.log_positive(a, dtype), 0.0) / _LOG10
 
     out = 20.0 * log10(data_range) + 10.0 * log10(steps) - 20.0 * log10(clip_norm) - 20.0 * log10(sigma)
     return v.nan_if(~ok, out)
@@ -510,7 +511,7 @@ def rero_mse(
     ok = (eta > 0) & (sigma > 0) & (clip_norm > 0) & (dim >= 1) & (steps >= 1)
     noise = _noise_var(sigma, clip_norm, jnp.where(ok, steps, 1.0))
     x = 0.5 * dim * jnp.where(ok, eta, 1.0) / jnp.where(ok, noise, 1.0)
-    out = _gammainc_half(jnp.where(ok, dim, 1.0), x)
+    out = _gammainc_half(jnp.where(dim >= 1, dim, 1.0), x)  # dim keeps its own shape (a scalar stays one)
     return v.nan_if(~ok, out)
 
 
@@ -565,7 +566,7 @@ def rero_psnr(
         - 2.0 * jnp.log(jnp.where(ok, clip_norm, 1.0))
         - 2.0 * jnp.log(jnp.where(ok, sigma, 1.0))
     )
-    out = _gammainc_half(jnp.where(ok, dim, 1.0), jnp.exp(log_x))
+    out = _gammainc_half(jnp.where(dim >= 1, dim, 1.0), jnp.exp(log_x))
     return v.nan_if(~ok, out)
 
 

@@ -63,7 +63,8 @@ def baseline_kappa_uniform_ball(eta: ArrayLike, dim: ArrayLike, *, validate: boo
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
 
     Returns:
-      kappa in (0, 1].
+      kappa in (0, 1] (at least the dtype's smallest normal number: where ``eta^d`` underflows, that
+      conservative upper bound is returned instead of 0).
 
     Raises:
       ValueError: ``eta <= 0`` or ``dim < 1``.
@@ -74,9 +75,11 @@ def baseline_kappa_uniform_ball(eta: ArrayLike, dim: ArrayLike, *, validate: boo
     """
     v.check_positive("eta", eta, validate)
     v.check_at_least("dim", dim, 1, validate)
+    ok = v.valid(eta, v.POSITIVE) & v.valid(dim, v.at_least(1))
+    log_eta = v.log_positive(eta, v.as_float(eta).dtype)
     eta, dim = v.as_float(eta, dim)
-    out = jnp.exp(dim * jnp.log(jnp.minimum(eta, 1.0)))
-    return v.nan_if((eta <= 0) | (dim < 1) | jnp.isnan(eta) | jnp.isnan(dim), out)
+    out = v.floor_tiny(jnp.exp(dim * jnp.minimum(log_eta, 0.0)))  # 0.5^200 underflows float32: smallest normal
+    return v.nan_if(~ok, out)
 
 
 def baseline_kappa_gaussian(eta: ArrayLike, sigma: ArrayLike, dim: ArrayLike, *, validate: bool = True) -> jax.Array:
@@ -152,6 +155,16 @@ def baseline_kappa_gaussian_tail_bound(
     out = jnp.where(log_t >= 0, 1.0, jnp.exp(jnp.minimum(exponent, 0.0)))
     del t
     return v.nan_if(~ok, out)
+
+
+def _log1m(kappa, dtype):
+    """``log(1 - kappa)`` in ``dtype``, in float64 on the host for concrete ``kappa`` (1 - 1e-9 is 1 in float32);
+    entries outside (0, 1) give ``log(1/2)``: mask them with ``nan_if``."""
+    host = v.concrete_or_none(kappa)
+    if host is not None:
+        return jnp.asarray(np.log1p(-np.where((host > 0) & (host < 1), host, 0.5)), dtype)
+    k = jnp.asarray(kappa, dtype)
+    return jnp.log1p(-jnp.where((k > 0) & (k < 1), k, 0.5))
 
 
 def _dp_gamma(log_kappa, log1m_kappa, eps):
@@ -259,10 +272,13 @@ def rero_from_dp(kappa: ArrayLike, eps: ArrayLike, *, validate: bool = True) -> 
     """
     v.check_open_unit("kappa", kappa, validate)
     v.check_nonnegative("eps", eps, validate)
+    ok = v.valid(kappa, v.OPEN_UNIT) & v.valid(eps, v.NONNEGATIVE)  # judged before the float32 cast
+    log_kappa = v.log_positive(kappa, v.as_float(kappa, eps)[0].dtype)  # float64 log: kappa = 1e-40 is 0 in float32
+    log1m_kappa = _log1m(kappa, log_kappa.dtype)  # likewise: 1 - 1e-9 is 1 in float32
     kappa, eps = v.as_float(kappa, eps)
-    ok = (kappa > 0) & (kappa < 1) & (eps >= 0)
-    k = jnp.where(ok, kappa, 0.5)
-    out = _dp_gamma(jnp.log(k), jnp.log1p(-k), eps)
+    half = jnp.log(jnp.asarray(0.5, log_kappa.dtype))
+    out = v.floor_tiny(_dp_gamma(jnp.where(ok, log_kappa, half), jnp.where(ok, log1m_kappa, half),
+                                 jnp.where(ok, eps, 0.0)))
     return v.nan_if(~ok, out)
 
 
@@ -294,12 +310,13 @@ def rero_from_approx_dp(kappa: ArrayLike, eps: ArrayLike, delta: ArrayLike, *, v
     v.check_open_unit("kappa", kappa, validate)
     v.check_nonnegative("eps", eps, validate)
     v.check("delta", delta, lambda d: (d >= 0) & (d <= 1), "in [0, 1]", validate)
+    ok = v.valid(kappa, v.OPEN_UNIT) & v.valid(eps, v.NONNEGATIVE) & v.valid(delta, v.UNIT)
+    log_kappa = v.log_positive(kappa, v.as_float(kappa, eps, delta)[0].dtype)
     kappa, eps, delta = v.as_float(kappa, eps, delta)
-    ok = (kappa > 0) & (kappa < 1) & (eps >= 0) & (delta >= 0) & (delta <= 1)
+    log_first = jnp.minimum(jnp.where(ok, log_kappa, 0.0) + eps, 0.0)
     k = jnp.where(ok, kappa, 0.5)
-    log_first = jnp.minimum(jnp.log(k) + eps, 0.0)
     second = 1.0 - jnp.exp(-eps) * jnp.maximum(1.0 - delta - k, 0.0)
-    out = jnp.minimum(jnp.minimum(jnp.exp(log_first) + delta, 1.0), second)
+    out = v.floor_tiny(jnp.minimum(jnp.minimum(jnp.exp(log_first) + delta, 1.0), second))
     return v.nan_if(~ok, out)
 
 
@@ -345,16 +362,20 @@ def rero_from_rdp(kappa: ArrayLike, eps: ArrayLike, order: ArrayLike, *, method:
     v.check_open_unit("kappa", kappa, validate)
     v.check_nonnegative("eps", eps, validate)
     _check_order(order, validate)
+    ok = v.valid(kappa, v.OPEN_UNIT) & v.valid(eps, v.NONNEGATIVE) & v.valid(order, v.greater_than(1))
+    log_kappa = v.log_positive(kappa, v.as_float(kappa, eps, order)[0].dtype)
+    kappa_in = kappa
     kappa, eps, order = v.as_float(kappa, eps, order)
-    ok = (kappa > 0) & (kappa < 1) & (eps >= 0) & (order > 1)
-    k = jnp.where(ok, kappa, 0.5)
-    safe_order = jnp.where(ok, order, 2.0)
+    safe_order = jnp.where(ok & (order > 1), order, 2.0)  # order 1 + 1e-12 rounds to 1 in float32: trivial bound
     safe_eps = jnp.where(ok, eps, 0.0)
+    half = jnp.log(jnp.asarray(0.5, log_kappa.dtype))
+    lk = jnp.where(ok, log_kappa, half)
     if method == "balle":
-        log_gamma = (1.0 - 1.0 / safe_order) * (jnp.log(k) + safe_eps)
-        out = jnp.exp(jnp.minimum(log_gamma, 0.0))
+        out = jnp.exp(jnp.minimum((1.0 - 1.0 / safe_order) * (lk + safe_eps), 0.0))
     else:
-        out = jnp.maximum(_rdp_gamma(jnp.log(k), jnp.log1p(-k), safe_order, safe_eps), k)  # gamma >= kappa
+        l1k = jnp.where(ok, _log1m(kappa_in, log_kappa.dtype), half)
+        out = jnp.maximum(_rdp_gamma(lk, l1k, safe_order, safe_eps), jnp.exp(lk))  # gamma >= kappa
+    out = v.floor_tiny(jnp.where(order > 1, out, 1.0))
     return v.nan_if(~ok, out)
 
 
@@ -547,8 +568,9 @@ def rero_gdp(kappa: ArrayLike, mu: ArrayLike, *, validate: bool = True) -> jax.A
     """
     v.check_open_unit("kappa", kappa, validate)
     v.check_nonnegative("mu", mu, validate)
+    ok = v.valid(kappa, v.OPEN_UNIT) & v.valid(mu, v.NONNEGATIVE)  # judged before the float32 cast
     kappa, mu = v.as_float(kappa, mu)
-    ok = (kappa > 0) & (kappa < 1) & (mu >= 0)
+    kappa = jnp.maximum(kappa, jnp.finfo(kappa.dtype).tiny)  # raising kappa (1e-40 flushes to 0) is conservative
     out = jsp.ndtr(jsp.ndtri(jnp.where(ok, kappa, 0.5)) + jnp.where(ok, mu, 0.0))
-    out = jnp.where(mu == jnp.inf, 1.0, out)
+    out = v.floor_tiny(jnp.where(mu == jnp.inf, 1.0, out))
     return v.nan_if(~ok, out)

@@ -71,6 +71,8 @@ def load_dataset(name: str = "mnist", split: str = "train", **kwargs) -> tuple[n
     if name.startswith("tfds:"):
         return load_tfds(name.split(":", 1)[1], split, **kwargs)
     if name == "folder":
+        if "path" not in kwargs:
+            raise ValueError("load_dataset('folder') needs path=<directory of images>")
         return load_image_folder(split=split, **kwargs)
     return synthetic_blobs(split=split, **kwargs)
 
@@ -171,10 +173,15 @@ def load_image_folder(
     _check_split(split, ("train", "test", "all"))
     if channels not in (1, 3):
         raise ValueError(f"channels must be 1 or 3, got {channels}")
-    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-    if len(size) != 2 or min(size) < 1:
-        raise ValueError(f"image_size must be a positive int or (H, W), got {image_size!r}")
-    if not os.path.isdir(path):
+    size = (image_size,) * 2 if isinstance(image_size, (int, np.integer)) else image_size
+    if not (isinstance(size, (tuple, list)) and len(size) == 2
+            and all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1 for n in size)):
+        raise ValueError(f"image_size must be a positive int or a pair (H, W) of positive ints, got {image_size!r}")
+    size = (int(size[0]), int(size[1]))
+    if max_examples is not None and (isinstance(max_examples, bool) or not isinstance(max_examples, (int, np.integer))
+                                     or max_examples < 1):
+        raise ValueError(f"max_examples must be None or an integer >= 1, got {max_examples!r}")
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
         raise ValueError(f"path must be an existing directory of images, got {path!r}")
     root = os.path.join(path, split) if os.path.isdir(os.path.join(path, split)) else path
     files: list[tuple[str, int]] = []
@@ -197,9 +204,12 @@ def load_image_folder(
     mode = "L" if channels == 1 else "RGB"
     out = np.empty((len(files), size[0], size[1], channels), np.float32)
     for i, (fpath, _) in enumerate(files):
-        with Image.open(fpath) as im:
-            im = im.convert(mode).resize((size[1], size[0]), Image.BILINEAR)
-            arr = np.asarray(im, dtype=np.float32) / 255.0
+        try:
+            with Image.open(fpath) as im:
+                im = im.convert(mode).resize((size[1], size[0]), Image.BILINEAR)
+                arr = np.asarray(im, dtype=np.float32) / 255.0
+        except (OSError, ValueError, SyntaxError) as e:  # PIL: UnidentifiedImageError (an OSError), truncated data
+            raise ValueError(f"cannot read image {fpath!r}: {e}") from e
         out[i] = arr.reshape(size[0], size[1], channels)
     return out, np.asarray([lab for _, lab in files], dtype=np.int32)
 

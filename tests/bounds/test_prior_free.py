@@ -103,6 +103,18 @@ def test_rero_mse_matches_scipy_chi2(x64):
                 np.testing.assert_allclose(float(rero_psnr(p, sigma, c, n, 2.0, t)), ref, rtol=1e-9, atol=1e-300)
 
 
+def test_rero_bounds_finite_at_extremes(x64):
+    # N/2 >= 5000 with a tiny argument: the incomplete gamma underflows to exactly 0 (it used to give NaN).
+    from recon_jax.bounds import baseline_kappa_gaussian
+
+    assert float(baseline_kappa_gaussian(1e-3, 1e8, 1e4)) == 0.0
+    assert float(rero_mse(1e-25, 1.0, 1.0, 1e4)) == 0.0
+    assert float(rero_psnr(250.0, 1.0, 1.0, 1e4)) == 0.0
+    f = jax.jit(lambda e, d: rero_mse(e, 1.0, 1.0, d))
+    out = np.asarray(f(jnp.array([1e-25, 1.0, 1e25]), jnp.array([1e4, 1e4, 1e4])))
+    np.testing.assert_allclose(out, [0.0, sc.gammainc(5e3, 5e3), 1.0], rtol=1e-12)
+
+
 def test_rero_mse_is_a_bound_monte_carlo(x64):
     # Empirical P[MSE <= eta] of the actual reconstruction beta X + xi never exceeds the bound (Prop. 5/6).
     rng = np.random.default_rng(1)

@@ -1,0 +1,242 @@
+"""Input validation shared by :mod:`recon_jax.bounds`, :mod:`recon_jax.accounting`, :mod:`recon_jax.special`
+and :mod:`recon_jax.metrics` (private helpers: import them, do not re-export them).
+
+The convention of every public numerical function:
+
+- When an argument is *concrete* (a Python number, a NumPy array, or a JAX array outside any trace) and
+  validation is on (the default), an invalid value raises ``ValueError`` naming the argument and the allowed
+  range (:func:`check`).
+- Under ``jax.jit`` / ``jax.vmap`` / ``jax.grad`` the values are unknown when the function is traced, so no
+  exception can be raised: the result is NaN wherever an argument is invalid (:func:`invalid` builds the mask
+  from the same predicate, :func:`nan_if` applies it). NaN inputs are invalid (every comparison with NaN is
+  False), so they never turn into a plausible number.
+
+Example:
+  >>> import jax, jax.numpy as jnp
+  >>> def half_inverse(sigma):
+  ...     check("sigma", sigma, POSITIVE)
+  ...     return nan_if(invalid(sigma, POSITIVE), 0.5 / jnp.asarray(sigma))
+  >>> half_inverse(-1.0)
+  Traceback (most recent call last):
+  ...
+  ValueError: sigma must be > 0; got -1.0
+  >>> bool(jnp.isnan(jax.jit(half_inverse)(-1.0)))
+  True
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "Range",
+    "POSITIVE",
+    "NONNEGATIVE",
+    "OPEN_UNIT",
+    "UNIT",
+    "HALF_OPEN_UNIT",
+    "UNIT_HALF_OPEN",
+    "at_least",
+    "greater_than",
+    "is_concrete",
+    "concrete_or_none",
+    "check",
+    "check_range",
+    "check_positive",
+    "check_nonnegative",
+    "check_open_unit",
+    "check_at_least",
+    "check_integer",
+    "invalid",
+    "valid",
+    "log_positive",
+    "floor_tiny",
+    "nan_if",
+    "as_float",
+    "static_orders",
+]
+
+
+class Range(NamedTuple):
+    """A predicate over arrays (NumPy or JAX; NaN must fail it) and its wording in error messages."""
+
+    predicate: Callable
+    allowed: str
+
+
+POSITIVE = Range(lambda v: v > 0, "> 0")
+NONNEGATIVE = Range(lambda v: v >= 0, ">= 0")
+OPEN_UNIT = Range(lambda v: (v > 0) & (v < 1), "in the open interval (0, 1)")
+UNIT = Range(lambda v: (v >= 0) & (v <= 1), "in [0, 1]")
+HALF_OPEN_UNIT = Range(lambda v: (v > 0) & (v <= 1), "in (0, 1]")
+UNIT_HALF_OPEN = Range(lambda v: (v >= 0) & (v < 1), "in [0, 1)")
+
+
+def at_least(lower: float) -> Range:
+    """``value >= lower``."""
+    return Range(lambda v: v >= lower, f">= {lower:g}")
+
+
+def greater_than(lower: float) -> Range:
+    """``value > lower``."""
+    return Range(lambda v: v > lower, f"> {lower:g}")
+
+
+def is_concrete(value) -> bool:
+    """True when ``value`` holds known numbers (not a tracer inside jit/vmap/grad)."""
+    if isinstance(value, jax.core.Tracer):
+        return False
+    try:
+        np.asarray(value)
+    except (TypeError, jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return False
+    return True
+
+
+def concrete_or_none(x) -> np.ndarray | None:
+    """``x`` as a float64 NumPy array if it is concrete, ``None`` if it is a tracer."""
+    if not is_concrete(x):
+        return None
+    try:
+        return np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+
+
+def _describe(arr: np.ndarray, bad: np.ndarray) -> str:
+    if arr.ndim == 0:
+        return repr(arr.item())
+    first = arr[bad].ravel()[:3].tolist()
+    return f"{int(bad.sum())} invalid value(s), e.g. {first}"
+
+
+def check(name: str, value, rng: Range | Callable, allowed: str | None = None, validate: bool = True):
+    """Raises ``ValueError("<name> must be <allowed>; got ...")`` if ``value`` is concrete and out of range.
+
+    ``rng`` is a :class:`Range`, or a predicate with ``allowed`` its wording. NaN always fails. Tracers pass
+    unchecked (pair with :func:`invalid` + :func:`nan_if`). A value that is not numeric at all raises
+    ``ValueError`` naming the argument too. Returns ``value`` unchanged.
+    """
+    predicate, allowed = (rng.predicate, rng.allowed) if isinstance(rng, Range) else (rng, allowed)
+    if not validate or not is_concrete(value):
+        return value
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name} must be a number or array of numbers {allowed}; got {value!r}") from e
+    with np.errstate(invalid="ignore"):
+        ok = np.asarray(predicate(arr), dtype=bool)
+    ok = np.broadcast_to(ok, arr.shape)
+    if not ok.all():
+        raise ValueError(f"{name} must be {allowed}; got {_describe(arr, ~ok)}")
+    return value
+
+
+def check_range(name: str, x, ok: Callable, allowed: str) -> None:
+    """:func:`check` with a bare predicate (the accounting modules' spelling)."""
+    check(name, x, ok, allowed)
+
+
+def check_positive(name: str, value, validate: bool = True):
+    """``value > 0``."""
+    return check(name, value, POSITIVE, validate=validate)
+
+
+def check_nonnegative(name: str, value, validate: bool = True):
+    """``value >= 0``."""
+    return check(name, value, NONNEGATIVE, validate=validate)
+
+
+def check_open_unit(name: str, value, validate: bool = True):
+    """``0 < value < 1``."""
+    return check(name, value, OPEN_UNIT, validate=validate)
+
+
+def check_at_least(name: str, value, lower: float, validate: bool = True):
+    """``value >= lower``."""
+    return check(name, value, at_least(lower), validate=validate)
+
+
+def check_integer(name: str, value, lower: int | None = None) -> int:
+    """A Python ``int`` (bools refused) ``>= lower``: for static sizes and counts such as iterations."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer{'' if lower is None else f' >= {lower}'}; got {value!r}")
+    if lower is not None and value < lower:
+        raise ValueError(f"{name} must be an integer >= {lower}; got {value!r}")
+    return int(value)
+
+
+def invalid(value, rng: Range | Callable) -> jax.Array:
+    """Boolean mask of the entries of ``value`` outside ``rng`` (NaN included); traceable.
+
+    A concrete ``value`` is judged in float64 on the host, before any cast to float32 (where e.g. ``1e-40``
+    flushes to 0 and ``1 - 1e-9`` rounds to 1, which would turn valid input into NaN).
+    """
+    predicate = rng.predicate if isinstance(rng, Range) else rng
+    host = concrete_or_none(value)
+    if host is not None:
+        with np.errstate(invalid="ignore"):
+            return jnp.asarray(np.logical_not(np.asarray(predicate(host), dtype=bool)))
+    return jnp.logical_not(predicate(jnp.asarray(value)))
+
+
+def valid(value, rng: Range | Callable) -> jax.Array:
+    """``~invalid(value, rng)``."""
+    return jnp.logical_not(invalid(value, rng))
+
+
+def log_positive(value, dtype) -> jax.Array:
+    """``log(value)`` in ``dtype``, taken in float64 on the host when ``value`` is concrete.
+
+    For positive inputs that float32 cannot hold (``1e-300``, ``1e300``) whose logarithm it can; traced inputs
+    use ``jnp.log``. Non-positive entries give ``log(1) = 0``: mask them with :func:`nan_if`.
+    """
+    host = concrete_or_none(value)
+    if host is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return jnp.asarray(np.log(np.where(host > 0, host, 1.0)), dtype)
+    value = jnp.asarray(value, dtype)
+    return jnp.log(jnp.where(value > 0, value, 1.0))
+
+
+def floor_tiny(out: jax.Array) -> jax.Array:
+    """``max(out, smallest normal float)``: keeps an upper bound on a probability in (0, 1] when it underflows.
+
+    Raising an upper bound is conservative; the result is the exact value whenever that is representable.
+    """
+    return jnp.maximum(out, jnp.finfo(out.dtype).tiny)
+
+
+def nan_if(bad: jax.Array, out: jax.Array) -> jax.Array:
+    """``out`` with NaN wherever ``bad`` is True (broadcast). The traced-input counterpart of :func:`check`."""
+    return jnp.where(bad, jnp.nan, out)
+
+
+def as_float(*values):
+    """Converts array-likes to JAX arrays of one common floating dtype (float64 under x64, else float32)."""
+    arrays = [jnp.asarray(v) for v in values]
+    dtype = jnp.result_type(*arrays, float)
+    if not jnp.issubdtype(dtype, jnp.floating):  # pragma: no cover - result_type with float is always floating
+        dtype = jnp.result_type(float)
+    out = tuple(a.astype(dtype) for a in arrays)
+    return out if len(out) > 1 else out[0]
+
+
+def static_orders(orders, name: str = "orders") -> np.ndarray:
+    """Validates concrete RDP orders (> 1, finite) and returns them as a float64 array of shape [n] or []."""
+    arr = concrete_or_none(orders)
+    if arr is None:
+        raise ValueError(
+            f"{name} must be concrete (a Python/NumPy array, not a traced value): the RDP orders fix the "
+            "static shape of the series; jit over the mechanism parameters instead"
+        )
+    if arr.ndim > 1:
+        raise ValueError(f"{name} must be a scalar or a 1-D array; got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or not np.all(arr > 1.0):
+        bad = np.ravel(arr)[np.ravel(~(arr > 1.0) | ~np.isfinite(arr))]
+        raise ValueError(f"{name} must be finite and > 1; got {bad[:4].tolist()}")
+    return arr

@@ -1,0 +1,69 @@
+"""Valid inputs at float32's extremes give finite values in the documented range (reliability issue, item 4:
+they were validated in float64, then cast to float32, where they under/overflowed to NaN or 0).
+
+References: SciPy/NumPy in float64. Where float32 cannot hold the true value, the bound must stay a valid
+upper bound (>= the float64 value) in the stated range."""
+
+import jax
+import numpy as np
+import pytest
+from scipy import special as sps
+
+from recon_jax import bounds
+
+TINY32 = np.finfo(np.float32).tiny
+
+
+def _f32(x):
+    x = np.asarray(x)
+    assert x.dtype == np.float32  # these tests are about float32 (no x64 fixture)
+    return float(x)
+
+
+def test_rero_gdp_tiny_kappa_is_a_finite_upper_bound():
+    got = _f32(bounds.rero_gdp(1e-40, 1.0))
+    true = sps.ndtr(sps.ndtri(1e-40) + 1.0)  # 4e-35
+    assert np.isfinite(got) and true <= got <= 1e-31  # kappa raised to float32's smallest normal: conservative
+
+
+def test_rero_from_dp_kappa_near_one():
+    assert _f32(bounds.rero_from_dp(1 - 1e-9, 0.0)) == 1.0  # 1 - 1e-9 rounds to 1 in float32
+
+
+@pytest.mark.parametrize("kappa,eps", [(1e-40, 20.0), (1e-300, 660.0)])
+def test_rero_from_dp_tiny_kappa_in_log_space(kappa, eps):
+    true = np.exp(np.log(kappa) + eps)
+    np.testing.assert_allclose(_f32(bounds.rero_from_dp(kappa, eps)), true, rtol=1e-4)  # float32: |log kappa| ~ 690 carries ~4e-5 abs. error
+
+
+def test_rero_from_rdp_order_near_one():
+    got = _f32(bounds.rero_from_rdp(0.01, 1.0, 1 + 1e-12))
+    true = np.exp((1 - 1 / (1 + 1e-12)) * (np.log(0.01) + 1.0))  # 1 - 3.6e-12
+    assert got == np.float32(true) == 1.0
+
+
+def test_rero_from_rdp_tiny_kappa():
+    # Balle et al. Thm 2 in closed form: (kappa e^eps)^(1 - 1/alpha).
+    np.testing.assert_allclose(_f32(bounds.rero_from_rdp(1e-40, 1.0, 2.0, method="balle")), np.sqrt(1e-40 * np.e),
+                               rtol=1e-5)
+    # The optimal conversion (the default; its accuracy is tested against riskcal in test_rero.py) is tighter, and
+    # float32 gives the float64 value: float32 rounding of the logs only.
+    with jax.enable_x64(True):
+        exact = float(bounds.rero_from_rdp(1e-40, 1.0, 2.0))
+    assert exact < np.sqrt(1e-40 * np.e)
+    np.testing.assert_allclose(_f32(bounds.rero_from_rdp(1e-40, 1.0, 2.0)), exact, rtol=1e-5)
+
+
+def test_psnr_upper_bound_tiny_sigma_is_finite():
+    np.testing.assert_allclose(_f32(bounds.psnr_upper_bound(1e-300, 1.0)), -20 * np.log10(1e-300), rtol=1e-6)
+
+
+def test_baseline_kappa_uniform_ball_underflow_stays_positive_and_feeds_rero():
+    kappa = bounds.baseline_kappa_uniform_ball(0.5, 200)
+    assert _f32(kappa) == TINY32 >= 0.5**200  # the smallest normal float32: an upper bound on 0.5^200
+    gamma = _f32(bounds.rero_gdp(kappa, 1.0))  # was refused: kappa = 0 is outside (0, 1)
+    assert sps.ndtr(sps.ndtri(0.5**200) + 1.0) <= gamma < 1e-30
+
+
+def test_baseline_kappa_uniform_ball_float64_exact(x64):
+    np.testing.assert_allclose(float(bounds.baseline_kappa_uniform_ball(0.5, 200)), 0.5**200, rtol=1e-12)
