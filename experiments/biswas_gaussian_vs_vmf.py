@@ -326,7 +326,8 @@ def run(config, workdir: str) -> dict:
                          num_restarts=1, num_steps=config.dlg_steps,
                          clip_norm=config.clip_norm if clip else None)
                 row["dlg_mse"], row["dlg_ssim"] = _matched_metrics(np.asarray(xb), np.asarray(dl.reconstruction))
-            require_finite({k_: v for k_, v in row.items() if isinstance(v, float)}, f"{short}: attack metrics ({name})")
+            require_finite({k_: v for k_, v in row.items() if isinstance(v, float)},
+                           f"{short}: attack metrics ({name})")
             cache.put(item, row)
             att_rows.append(row)
         results["datasets"][short] = {"nonprivate_accuracy": nonprivate_acc, "accuracy": acc_rows,
@@ -461,7 +462,8 @@ def _report(config, results) -> str:
             L.append(f"| {r['setting']} | {r['batch_size']} | {r['accuracy']:.4f} |")
         L += ["", "### IG reconstruction (Tables II / VI analogue): mean over attacked batches", "",
               "MSE is reported on [0, 1] pixels and on normalised pixels (/ 0.3081^2, the space of the paper's MSE).",
-              "", "| setting | B | MSE | MSE (normalised) | SSIM |" + (" DLG MSE | DLG SSIM |" if config.include_dlg else ""),
+              "", "| setting | B | MSE | MSE (normalised) | SSIM |"
+              + (" DLG MSE | DLG SSIM |" if config.include_dlg else ""),
               "|---|---|---|---|---|" + ("---|---|" if config.include_dlg else "")]
         for name in dict.fromkeys(r["setting"] for r in d["attacks"]):
             for b in config.attack_batch_sizes:

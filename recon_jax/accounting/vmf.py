@@ -241,7 +241,8 @@ def _pld_grid(args, value_discretization_interval):
     out = np.empty(b[0].shape, np.float64)
     for idx in np.ndindex(out.shape):
         k, p, qq, n, d = (float(x[idx]) for x in b)
-        out[idx] = vmf_pld_epsilon(k, p, qq, int(round(n)), d, value_discretization_interval=value_discretization_interval)
+        out[idx] = vmf_pld_epsilon(k, p, qq, int(round(n)), d,
+                                   value_discretization_interval=value_discretization_interval)
     return out
 
 

@@ -23,8 +23,8 @@ By default (``connect_dots=True``) the hockey-stick divergences at the grid poin
 plus all mass the cells do not cover (tails more than ``width`` curvature-widths from the modes, quadrature
 deficit), and turned into a PMF by the pessimistic connect-the-dots construction of Doroshenko et al. (2022);
 with ``connect_dots=False`` each cell's mass goes to the grid point at or above the largest loss in the cell
-("privacy buckets") and the uncovered mass to an infinite loss, which is looser by up to one grid step per step. Composition over steps and
-conversion to epsilon are ``dp_accounting``'s (``PrivacyLossDistribution.self_compose``, pessimistic tail
+("privacy buckets") and the uncovered mass to an infinite loss, which is looser by up to one grid step per step.
+Composition over steps and conversion to epsilon are ``dp_accounting``'s (``PrivacyLossDistribution.self_compose``, pessimistic tail
 truncation). Host-side NumPy; not jittable.
 """
 

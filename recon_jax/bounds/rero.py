@@ -295,7 +295,7 @@ def rero_from_dp(kappa: ArrayLike, eps: ArrayLike, *, validate: bool = True) -> 
 
 
 def rero_from_approx_dp(kappa: ArrayLike, eps: ArrayLike, delta: ArrayLike, *, validate: bool = True) -> jax.Array:
-    """ReRo bound for an (eps, delta)-DP mechanism: ``gamma = min(1, kappa e^eps + delta, 1 - e^{-eps} (1 - delta - kappa))``.
+    """ReRo bound for (eps, delta)-DP: ``gamma = min(1, kappa e^eps + delta, 1 - e^{-eps} (1 - delta - kappa))``.
 
     ``1 - f(kappa)`` for the (eps, delta)-DP trade-off curve ``f(a) = max(0, 1 - delta - e^eps a,
     e^{-eps} (1 - delta - a))`` (Dong, Roth and Su 2022, Eq. 5). The first branch is Balle et al.'s argument for
