@@ -185,10 +185,13 @@ def _make_trial(model_fns: ModelFns, optimizer, clip_norm: float, steps: int, us
                 poisson: bool):
     def trial(params0, fixed_x, fixed_y, cand_x, cand_y, target_index, include, sigma, sample_rate, key):
         flat0, unravel = ravel_pytree(params0)
+        dtype = flat0.dtype  # everything in the parameters' dtype (also when float64 is enabled globally)
         n = fixed_x.shape[0]
-        denom = jnp.where(poisson, sample_rate * (n + 1), n + 1).astype(flat0.dtype)  # public normaliser
-        noise_std = sigma * clip_norm
-        q = jnp.asarray(sample_rate, flat0.dtype)
+        sample_rate = jnp.asarray(sample_rate, dtype)
+        include = jnp.asarray(include, dtype)
+        denom = jnp.where(poisson, sample_rate * (n + 1), n + 1).astype(dtype)  # public normaliser
+        noise_std = jnp.asarray(sigma, dtype) * jnp.asarray(clip_norm, dtype)
+        q = sample_rate
 
         def step(carry, t):
             params, opt_state, scores = carry

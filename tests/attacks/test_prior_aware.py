@@ -144,3 +144,13 @@ def test_invalid_arguments(kwargs, match):
         prior_aware.prior_aware_game(LINEAR, {"w": jnp.zeros(4)}, (jnp.zeros((2, 4)), jnp.zeros(2, jnp.int32)),
                                      (cx, cy), jnp.full(2, 3, jnp.int32), noise_multipliers=[1.0], clip_norm=1.0,
                                      steps=1, optimizer=optax.sgd(0.1), key=jax.random.key(0))
+
+
+def test_float32_params_under_global_x64(x64):
+    """With float64 enabled globally, a float32 model still runs (noise levels are cast to the params' dtype)."""
+    cx = jnp.broadcast_to(jnp.eye(3, dtype=jnp.float32), (4, 3, 3))
+    res = prior_aware.prior_aware_game(
+        LINEAR, {"w": jnp.zeros((3,), jnp.float32)}, (jnp.ones((2, 3), jnp.float32), jnp.zeros(2, jnp.int32)),
+        (cx, jnp.zeros((4, 3), jnp.int32)), jnp.zeros(4, jnp.int32), noise_multipliers=[0.01, 1.0], clip_norm=1.0,
+        steps=2, optimizer=optax.sgd(0.1, momentum=0.9), key=jax.random.key(0), loss_fn=_identity_loss)
+    assert res.scores.dtype == jnp.float32 and bool(jnp.all(res.success[0]))
