@@ -233,7 +233,8 @@ def expected_ncc(
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
 
     Returns:
-      The expected NCC, in [0, 1).
+      The expected NCC, in [0, 1] (below 1 in exact arithmetic; it rounds to 1 when the noise is negligible
+      at the dtype's precision, e.g. sigma C = 1e-3 in float32).
 
     Raises:
       ValueError: an argument is outside its range.
