@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 WORKDIR ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: demo test install bench clean-venv
+.PHONY: demo test install bench results wheel clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,24 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests recon_jax $(PYTEST_ARGS)
 
+# Regenerates one committed result: make results EXP=balle_mnist [VARIANT=default]. The run (with its caches and
+# stores) lives in runs/results/EXP/VARIANT and resumes there; report, metrics, config and figures are copied to
+# results/EXP/VARIANT once it has finished. RUNS=DIR puts the run elsewhere (e.g. a disk that outlives the checkout,
+# so a multi-hour run resumes in a later session).
+EXP ?=
+VARIANT ?= default
+RUNS ?= runs/results
+results: $(STAMP)
+	@test -n "$(EXP)" || { echo "usage: make results EXP=<experiment> [VARIANT=default]"; exit 2; }
+	$(PY) -m experiments.$(EXP) --config=experiments/configs/$(EXP).py:$(VARIANT) --workdir=$(RUNS)/$(EXP)/$(VARIANT)
+	$(PY) -c "from experiments.common import publish; print(publish('$(RUNS)/$(EXP)/$(VARIANT)', 'results/$(EXP)/$(VARIANT)'))"
+
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
+
+# The library wheel (dist/), e.g. to install in a notebook elsewhere.
+wheel: $(STAMP)
+	$(PY) -m pip wheel --quiet --no-deps -w dist .
 
 clean-venv:
 	rm -rf $(VENV)

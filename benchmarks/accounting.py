@@ -10,7 +10,17 @@ one RdpAccountant per noise multiplier in a Python loop. Two comparisons:
 
 Each BENCH line reports seconds per grid (ours, baseline) and the speed ratio.
 
-    python -m benchmarks.accounting [--num_sigmas 1000]
+* ``vmf_pld_vs_rdp``: the VMF mechanism at Biswas et al.'s setting (p = 13,700, q = 128/60000, delta = 1/60000)
+  composed over the steps of 3 epochs, for a few kappas: accounting time of the pessimistic PLD route
+  (``vmf_epsilon(..., approach="pld")``, ours) against approach 2 (jitted RDP route, baseline). The PLD is the
+  slower one (ratio < 1); the line also prints how much smaller its epsilons are.
+
+* ``tradeoff_vs_riskcal``: the trade-off curve ``f(alpha)`` of DP-SGD (``pld_tradeoff``) against riskcal's
+  ``get_beta_for_dpsgd`` at the same PLD discretisation and the same alphas; both build the same "connect the dots"
+  PLD with dp_accounting, ours then reads the supremum straight off the discretised privacy profile. Ours must
+  never be above riskcal's (it is a lower bound on the true curve) and is reported with the largest gap.
+
+    python -m benchmarks.accounting [--num_sigmas 1000] [--vmf_kappas 100,200,300]
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ from benchmarks.common import bench_line
 
 jax.config.update("jax_enable_x64", True)
 
-from recon_jax.accounting import dpsgd_epsilon  # noqa: E402  (after enabling x64)
+from recon_jax.accounting import dpsgd_epsilon, vmf_epsilon  # noqa: E402  (after enabling x64)
 
 
 def dp_accounting_epsilons(sigmas, q, steps, delta, orders):
@@ -60,14 +70,72 @@ def _compare(name, sigmas, args, orders):
     return out
 
 
-def main(argv=None) -> dict:
+def _vmf_pld_vs_rdp(args) -> dict:
+    kappas = np.asarray([float(k) for k in args.vmf_kappas.split(",")], np.float64)
+    q, delta, dim = 128 / 60000, 1 / 60000, 13700
+    steps = int(np.ceil(3 / q))
+
+    def rdp():
+        return np.asarray(jax.block_until_ready(vmf_epsilon(kappas, dim, q, steps, delta, approach=2)))
+
+    rdp()  # compile
+    t_rdp = min(_timed(rdp) for _ in range(args.repeats))
+    e_rdp = rdp()
+    # The PLD route caches one-step PLDs per kappa, so only its first call is timed (construction + composition).
+    t0 = time.perf_counter()
+    e_pld = np.asarray(vmf_epsilon(kappas, dim, q, steps, delta, approach="pld",
+                                   value_discretization_interval=args.vmf_discretization))
+    t_pld = time.perf_counter() - t0
+    print(f"[vmf_pld_vs_rdp] p={dim}, q=128/60000, {steps} steps, delta=1/60000, PLD grid "
+          f"{args.vmf_discretization:g}; approach 2 {t_rdp * 1e3:.1f} ms (jitted, best of {args.repeats}), "
+          f"PLD {t_pld:.2f} s")
+    for k, a, b in zip(kappas, e_rdp, e_pld):
+        print(f"  kappa={k:g}: eps approach 2 {a:.4g}, PLD {b:.4g} (approach 2 / PLD = {a / b:.3g})")
+    bench_line("vmf_pld_vs_rdp", t_pld, t_rdp, "s", ratio=t_rdp / t_pld)
+    return {"pld_s": t_pld, "rdp_s": t_rdp, "eps_rdp": e_rdp.tolist(), "eps_pld": e_pld.tolist()}
+
+
+def tradeoff_vs_riskcal(sigma, q, steps, grid, repeats) -> dict:
+    import warnings
+
+    from recon_jax.accounting import pld_tradeoff
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from riskcal.dpsgd import get_beta_for_dpsgd
+    alphas = np.concatenate([np.geomspace(1e-6, 1e-2, 30, endpoint=False), np.linspace(1e-2, 1.0, 101)])
+    t_ours = t_ref = float("inf")
+    for _ in range(repeats):  # interleaved, best of each
+        t0 = time.perf_counter()
+        ours = pld_tradeoff(sigma, q, steps, alphas, value_discretization_interval=grid)
+        t_ours = min(t_ours, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        ref = np.asarray(get_beta_for_dpsgd(sigma, q, steps, alphas, grid_step=grid))
+        t_ref = min(t_ref, time.perf_counter() - t0)
+    out = {"ours_s": t_ours, "baseline_s": t_ref, "max_ours_above": float(np.max(ours - ref)),
+           "max_gap": float(np.max(ref - ours)), "monotone": bool(np.all(np.diff(ours) <= 0))}
+    print(f"[tradeoff] sigma={sigma}, q={q:.5g}, steps={steps}, grid={grid:g}, {alphas.size} alphas: ours {t_ours:.3f} s, "
+          f"riskcal {t_ref:.3f} s; max (ours - riskcal) {out['max_ours_above']:.2e} (must be <= 0), "
+          f"max (riskcal - ours) {out['max_gap']:.2e}, ours non-increasing: {out['monotone']}")
+    bench_line("tradeoff_vs_riskcal", t_ours, t_ref, "s", ratio=t_ref / t_ours)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num_sigmas", type=int, default=1000)
     parser.add_argument("--q", type=float, default=256 / 60000)
     parser.add_argument("--steps", type=int, default=10000)
     parser.add_argument("--delta", type=float, default=1e-5)
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args(argv)
+    parser.add_argument("--vmf_kappas", default="100,200,300")
+    parser.add_argument("--vmf_discretization", type=float, default=1e-4)
+    parser.add_argument("--skip_dpsgd", action="store_true", help="run only the VMF comparison")
+    parser.add_argument("--tradeoff_sigma", type=float, default=1.0)
+    parser.add_argument("--tradeoff_grid", type=float, default=1e-3, help="PLD discretisation of both sides")
+    args = parser.parse_args([] if argv is None else argv)
+    if args.skip_dpsgd:
+        return {"vmf": _vmf_pld_vs_rdp(args)}
 
     from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS
 
@@ -84,7 +152,8 @@ def main(argv=None) -> dict:
     # so ours may only be smaller.
     res_full = _compare("accounting_vs_dp_accounting_full_grid", sigmas, args, full)
     print(f"full grid: ours never above dp_accounting (to 1e-9): {res_full['max_rel_ours_above'] <= 1e-9}")
-    return {"integer_orders": res_int, "full_grid": res_full}
+    res_tradeoff = tradeoff_vs_riskcal(args.tradeoff_sigma, args.q, args.steps, args.tradeoff_grid, args.repeats)
+    return {"integer_orders": res_int, "full_grid": res_full, "tradeoff": res_tradeoff, "vmf": _vmf_pld_vs_rdp(args)}
 
 
 def _timed(fn) -> float:
@@ -94,4 +163,4 @@ def _timed(fn) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    main(__import__("sys").argv[1:])

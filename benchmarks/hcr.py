@@ -122,7 +122,7 @@ def _run_mode(label, bench_name, args, params, x_test, model, x64, atol, btol, i
     bench_line(bench_name, ex_ours, ex_base, "examples/s", ratio=ex_ours / ex_base)
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=64)
     parser.add_argument("--restarts", type=int, default=2)
@@ -131,7 +131,8 @@ def main(argv=None) -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--params", type=str, default="")
     parser.add_argument("--modes", type=str, default="converged,paper_tol")
-    args = parser.parse_args(argv)
+    parser.add_argument("--train-examples", type=int, default=0, help="train on the first N images; 0 = all")
+    args = parser.parse_args([] if argv is None else argv)
 
     model = tygert.MNISTFeatureNet()
     x_test, _ = data.load_dataset("mnist", "test")
@@ -141,6 +142,8 @@ def main(argv=None) -> None:
             params = pickle.load(fh)
     else:
         x_train, y_train = data.load_dataset("mnist", "train")
+        if args.train_examples:
+            x_train, y_train = x_train[: args.train_examples], y_train[: args.train_examples]
         t0 = time.perf_counter()
         params = tygert.train_classifier(
             model, tygert.normalize_mnist(x_train), y_train, jax.random.key(0), epochs=args.epochs
@@ -161,4 +164,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(__import__("sys").argv[1:])

@@ -12,6 +12,8 @@ Both are timed after a warm-up call (compilation excluded), best of 3. The BENCH
 
 from __future__ import annotations
 
+import argparse
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -40,25 +42,30 @@ def _setup():
     return apply, params, g, labels
 
 
-def main():
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--restarts", type=int, default=NUM_RESTARTS)
+    p.add_argument("--steps", type=int, default=NUM_STEPS)
+    args = p.parse_args([] if argv is None else argv)
+    restarts = args.restarts
     apply, params, g, labels = _setup()
-    kw = dict(labels=labels, num_steps=NUM_STEPS, tv_weight=1e-4)
+    kw = dict(labels=labels, num_steps=args.steps, tv_weight=1e-4)
 
     def vmapped():
-        return inverting_gradients(jax.random.key(2), apply, params, g, (16, 16, 1), num_restarts=NUM_RESTARTS,
+        return inverting_gradients(jax.random.key(2), apply, params, g, (16, 16, 1), num_restarts=restarts,
                                    **kw).all_reconstructions
 
     def sequential():
         outs = [inverting_gradients(jax.random.fold_in(jax.random.key(2), k), apply, params, g, (16, 16, 1),
-                                    num_restarts=1, **kw).reconstruction for k in range(NUM_RESTARTS)]
+                                    num_restarts=1, **kw).reconstruction for k in range(restarts)]
         return jnp.stack(outs)
 
     t_ours = time_call(vmapped, repeats=3, warmup=1)
     t_base = time_call(sequential, repeats=3, warmup=1)
-    print(f"IG K={NUM_RESTARTS} restarts x {NUM_STEPS} steps: vmapped {t_ours:.3f} s, sequential {t_base:.3f} s "
+    print(f"IG K={restarts} restarts x {args.steps} steps: vmapped {t_ours:.3f} s, sequential {t_base:.3f} s "
           f"(devices: {jax.devices()}; shared CPU, timings noisy)")
     bench_line("ig_restarts_vmap_vs_sequential", t_ours, t_base, "s", ratio=t_base / t_ours)
 
 
 if __name__ == "__main__":
-    main()
+    main(__import__("sys").argv[1:])

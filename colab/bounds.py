@@ -20,7 +20,9 @@
 # `RECON_JAX_SMOKE=1` picks a coarse grid.
 
 # %%
-# !pip install recon_jax  # on Colab: install the package first
+# Install first. From a checkout of the repository: `make install` (or `pip install -e '.[dev]'`). Elsewhere
+# (e.g. Colab): build the wheel with `make wheel` in a checkout, upload dist/recon_jax-0.1.0-py3-none-any.whl
+# and install it from a cell: `!pip install -q recon_jax-0.1.0-py3-none-any.whl`.
 import os
 
 import jax
@@ -75,8 +77,8 @@ kappa_prior = jnp.clip(kappa_prior, 1e-300, 1 - 1e-16)
 orders = jnp.geomspace(1.01, 256.0, 100)
 rho = steps / (2 * sigma**2)
 routes = {
-    "RDP curve (Thm. 2)": bounds.rero_from_rdp_curve(kappa_prior, orders, orders * rho[:, None]),
-    "zCDP (Cor. 4)": bounds.rero_from_zcdp(kappa_prior, rho),
+    "RDP curve (optimal conversion)": bounds.rero_from_rdp_curve(kappa_prior, orders, orders * rho[:, None]),
+    "zCDP (optimal conversion)": bounds.rero_from_zcdp(kappa_prior, rho),
     "GDP (Hayes/Kaissis)": bounds.rero_gdp(kappa_prior, jnp.sqrt(steps) / sigma),
 }
 print(f"baseline kappa = {float(kappa_prior):.3e}")

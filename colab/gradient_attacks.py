@@ -22,7 +22,9 @@
 #    noise and with VMF noise.
 
 # %%
-# !pip install -q recon_jax  # on Colab
+# Install first. From a checkout of the repository: `make install` (or `pip install -e '.[dev]'`). Elsewhere
+# (e.g. Colab): build the wheel with `make wheel` in a checkout, upload dist/recon_jax-0.1.0-py3-none-any.whl
+# and install it from a cell: `!pip install -q recon_jax-0.1.0-py3-none-any.whl`.
 import os
 
 import jax

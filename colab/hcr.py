@@ -19,7 +19,9 @@
 # LSQR, vmapped over examples and restarts). `RECON_JAX_SMOKE=1` picks tiny sizes.
 
 # %%
-# !pip install recon_jax  # on Colab: install the package first
+# Install first. From a checkout of the repository: `make install` (or `pip install -e '.[dev]'`). Elsewhere
+# (e.g. Colab): build the wheel with `make wheel` in a checkout, upload dist/recon_jax-0.1.0-py3-none-any.whl
+# and install it from a cell: `!pip install -q recon_jax-0.1.0-py3-none-any.whl`.
 import os
 
 import jax

@@ -19,19 +19,21 @@
 # network* from (shadow parameters -> image), and applies it to the released model. Success means the
 # reconstruction is closer (in MSE) to the target than the nearest image the adversary already had (the NN
 # oracle). The same adversary also wins the informed membership game when it knows the initialisation.
-# `RECON_JAX_SMOKE=1` picks tiny sizes (CI); the full-size study is `python -m experiments.balle_mnist`.
+# `RECON_JAX_SMOKE=1` picks tiny sizes (CI); the full study (Table II) is `python -m experiments.balle_mnist`.
+# Everything below runs the library pipeline `recon_jax.attacks.informed`, the same code as the experiments.
 
 # %%
-# !pip install -q recon_jax  # on Colab
+# Install first. From a checkout of the repository: `make install` (or `pip install -e '.[dev]'`). Elsewhere
+# (e.g. Colab): build the wheel with `make wheel` in a checkout, upload dist/recon_jax-0.1.0-py3-none-any.whl
+# and install it from a cell: `!pip install -q recon_jax-0.1.0-py3-none-any.whl`.
 import os
 
 import jax
 import matplotlib.pyplot as plt
 import numpy as np
 
-from recon_jax import data, models, shadow, training
-from recon_jax.attacks import mia, oracle, reconn
-from recon_jax.models.reconstructors import reconstructor_mlp
+from recon_jax import data, models, training
+from recon_jax.attacks import informed, mia
 
 SMOKE = bool(os.environ.get("RECON_JAX_SMOKE"))
 fixed_size = 1000  # @param {type:"integer"}
@@ -43,53 +45,64 @@ if SMOKE:
     fixed_size, num_shadow, num_targets, epochs, recon_epochs = 50, 96, 6, 5, 2
 
 # %% [markdown]
-# ## 1. Splits, released model, shadow models
+# ## 1. Splits: MNIST train + test, evaluation targets apart, everything else in the adversary's pool
+#
+# The paper's layout (Sec. V-A): 1,000 evaluation targets; the other 69,000 records are what the adversary
+# knows. The fixed set D- and the shadow targets come from that pool; the NN oracle searches all of it.
 
 # %%
-images, labels = data.load_dataset("mnist", "train")
-sp = data.informed_splits(images, labels, fixed_size, num_shadow, num_targets, key_or_seed=0)
+images, labels = data.load_dataset("mnist", "train+test")
+sp = data.pool_splits(images, labels, fixed_size=fixed_size, num_shadow=num_shadow, num_targets=num_targets,
+                      key_or_seed=0)
+len(sp.fixed_images), len(sp.shadow_images), len(sp.target_images), len(sp.pool_images)
+
+# %% [markdown]
+# ## 2. The pipeline: shadow and released models, reconstructor, NN oracle, metrics
+#
+# One released model per target and one shadow model per shadow target, each trained on D- plus its own point
+# from the known initialisation; a reconstructor MLP learns shadow parameters -> image (the last 10% of the
+# shadow models are held out for its validation MSE); success per target = reconstruction closer than the
+# target's nearest pool record.
+
+# %%
 fns = models.from_flax(models.balle_mnist_mlp())  # 784-10-10 ELU, 7,960 parameters
 alg = training.full_batch_gd(learning_rate=0.2, momentum=0.9, epochs=epochs)
 key = jax.random.key(0)
 p0 = training.initial_params(fns, jax.random.fold_in(key, 0), sp.fixed_images)  # known to the adversary
-fixed = (sp.fixed_images, sp.fixed_labels)
-shadows = shadow.generate_shadow_models(fns, alg, fixed, (sp.shadow_images, sp.shadow_labels),
-                                        jax.random.fold_in(key, 1), init_params=p0)
-released = shadow.generate_shadow_models(fns, alg, fixed, (sp.target_images, sp.target_labels),
-                                         jax.random.fold_in(key, 2), init_params=p0)
-shadows.params.shape, released.params.shape
-
-# %% [markdown]
-# ## 2. Reconstructor network on standardised shadow parameters
+spec = informed.ReconstructorSpec(hidden=(64, 64) if SMOKE else (1000, 1000), epochs=recon_epochs,
+                                  batch_size=32 if SMOKE else 128, validation_size=num_shadow // 10)
+model_sets = informed.train_model_sets(fns, alg, sp, key, init_params=p0, probe_size=20 if SMOKE else 200)
+orc = informed.oracle_for(sp)  # nearest pool record of every target
+result = informed.informed_attack(sp, model_sets, jax.random.fold_in(key, 3), oracle=orc, reconstructor=spec)
+print(f"mean MSE {result.mean_mse:.4f} | NN oracle {result.mean_oracle_mse:.4f} | "
+      f"success rate {float(result.success.mean()):.2f} | Table II success: {result.row_success}")
 
 # %%
-fit = reconn.train_reconstructor(reconstructor_mlp((28, 28, 1), (64, 64) if SMOKE else (1000, 1000)),
-                                 shadows.params, sp.shadow_images, jax.random.fold_in(key, 3),
-                                 epochs=recon_epochs, batch_size=32 if SMOKE else 128)
-recon = np.asarray(reconn.reconstruct(fit, released.params))
-
-# %% [markdown]
-# ## 3. Compare with the nearest-neighbour oracle over D- and the shadow pool
-
-# %%
-pool = np.concatenate([sp.fixed_images, sp.shadow_images])
-orc = oracle.nn_oracle(sp.target_images, pool)
-m = oracle.reconstruction_metrics(sp.target_images, recon, orc.nn_mse)
-print(f"mean MSE {float(m['mse'].mean()):.4f} | NN oracle {float(orc.nn_mse.mean()):.4f} | "
-      f"success rate {float(m['success'].mean()):.2f}")
 n = min(6, num_targets)
 fig, axes = plt.subplots(3, n, figsize=(1.3 * n, 4.2))
 for j in range(n):
-    for i, img in enumerate((sp.target_images[j], recon[j], pool[int(orc.nn_index[j])])):
+    for i, img in enumerate((sp.target_images[j], result.reconstructions[j], sp.pool_images[int(orc.nn_index[j])])):
         axes[i, j].imshow(img[..., 0], cmap="gray", vmin=0, vmax=1)
         axes[i, j].axis("off")
 axes[0, 0].set_title("target | RecoNN | NN oracle", loc="left", fontsize=8)
 plt.show()
 
 # %% [markdown]
+# ## 3. Black-box access: the same models, probe logits as features (Sec. VI-C)
+#
+# The models above also recorded their logits on probe images; only the reconstructor is retrained.
+# (`informed.run_informed_pipeline` does sections 2 and 3's steps for one setting in one call.)
+
+# %%
+logits = informed.informed_attack(sp, model_sets, jax.random.fold_in(key, 4), oracle=orc, features="logits",
+                                  reconstructor=spec, name="logits")
+print(f"logits: mean MSE {logits.mean_mse:.4f}, success rate {float(logits.success.mean()):.2f}")
+
+# %% [markdown]
 # ## 4. Informed membership inference: known vs random initialisation (Fig. 11)
 
 # %%
+fixed = (sp.fixed_images, sp.fixed_labels)
 cand = (sp.target_images[0], sp.target_labels[0])
 k = 8 if SMOKE else 100
 for name, a, init in (("known init", alg, p0), ("random init", training.full_batch_gd(

@@ -26,7 +26,7 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from experiments.common import prepare_workdir, write_run_info
+from experiments.common import prepare_workdir, run_app, write_run_info
 from recon_jax.io import atomic_write_json, atomic_write_text
 
 _FLAGS: dict = {}
@@ -486,4 +486,4 @@ def main(argv):
 if __name__ == "__main__":
     _define_flags()
     flags.mark_flags_as_required(["config", "workdir"])
-    app.run(main)
+    run_app(main)

@@ -16,7 +16,7 @@ from ml_collections import config_flags
 import jax
 import numpy as np
 
-from experiments.common import experiment_flags, prepare_workdir, write_run_info
+from experiments.common import experiment_flags, prepare_workdir, run_app, write_run_info
 from recon_jax import accounting
 from recon_jax.io import atomic_write_json, atomic_write_text
 from recon_jax.report import markdown_table
@@ -170,4 +170,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_app(main)

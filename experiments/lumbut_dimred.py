@@ -11,23 +11,37 @@ in resumable chunk stores (``shadows/``): re-running the same command resumes.
 Shadow splits: a random subset of the images is split into public train / validation / test points; the known
 members D- are drawn from the remaining images (one draw per (|D-|, repeat), shared by all methods). The test
 points play the victim's targets: their embeddings ``M(D- u {x})`` use the same seed policy as the shadows.
+
+SRP runs at every density in ``srp_densities``: ``"paper"`` (1/d, the paper's eq. 2; label ``srp``) and
+``"auto"`` (1/sqrt(d), scikit-learn's default, which the authors' published code would get from
+``SparseRandomProjection()``; label ``srp_auto``). Which density produced the paper's numbers is not stated: the
+text gives eq. 2, and the published code calls scikit-learn estimators with their defaults (it ships only the
+Isomap case). At 1/d about one of the two columns of R is all zero on average on 784-pixel data, so the
+embedding is often degenerate; the report gives the share of all-zero embedding columns.
+
+t-SNE: ``tsne_init="random"`` (default) makes every fresh-seed run draw its own random initialisation, as the
+paper describes t-SNE ("initialized with random states"); with scikit-learn's default ``"pca"`` init the only
+randomness is a randomised SVD, which is effectively deterministic at small |D-|, so "fresh" seeds would not be
+random there.
+
+Data: ``dataset="mnist"`` (embedded), ``"synthetic"``, or ``"folder"``: a directory of PNG/JPEG images
+(``folder_path``, resized to ``folder_image_size`` = 28 or 64, grayscale), e.g. the NIH Chest X-ray images at
+64 x 64 with the paper's Table 5 decoder.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
 
 import jax
 import numpy as np
-from absl import app, flags
-from ml_collections import config_flags
 
-from experiments.common import experiment_flags, config_to_dict, prepare_workdir, write_run_info
+from experiments.common import (claim, config_to_dict, experiment_flags, finish_run, keyed_dir, require_finite,
+                                run_app, start_run)
 from recon_jax.attacks import dimred
-from recon_jax.io import atomic_save_npz, atomic_write_json, atomic_write_text
+from recon_jax.io import atomic_save_npz, atomic_write_json
 
 _CONFIG, _WORKDIR = experiment_flags("experiments/configs/lumbut_dimred.py", "runs/lumbut_dimred")
 
@@ -40,10 +54,27 @@ PAPER_TABLE4 = {
 }
 
 
-def _method_opts(config, method):
-    if method == "srp":
-        d = config.srp_density
+def _srp_label(density) -> str:
+    return "srp" if density == "paper" else f"srp_{density}"
+
+
+def _expand(config, methods) -> list[str]:
+    """Method labels: ``srp`` is run once per entry of ``srp_densities`` (``srp`` = 1/d, ``srp_auto`` = 1/sqrt(d))."""
+    out = []
+    for m in methods:
+        out += [_srp_label(d) for d in config.srp_densities] if m == "srp" else [m]
+    return out
+
+
+def _base(label: str) -> str:
+    return "srp" if label.startswith("srp") else label
+
+
+def _method_opts(config, label):
+    if label.startswith("srp"):
+        d = next(d for d in config.srp_densities if _srp_label(d) == label)
         return {"density": d if isinstance(d, str) else float(d)}
+    method = label
     if method == "mds":
         return {"n_init": int(config.mds_n_init)}
     if method == "tsne":
@@ -58,15 +89,20 @@ def _load_images(config, n_needed):
         images, _ = load_dataset("mnist", "train")
     elif config.dataset == "synthetic":
         images, _ = load_dataset("synthetic", "train", num_examples=n_needed, shape=(28, 28, 1), seed=config.seed)
+    elif config.dataset == "folder":
+        if config.folder_image_size not in (28, 64):
+            raise ValueError(f"folder_image_size must be 28 or 64 (the paper's decoders), got {config.folder_image_size}")
+        images, _ = load_dataset("folder", "all", path=config.folder_path, image_size=config.folder_image_size,
+                                 channels=1, labels=None, max_examples=config.folder_max_examples or None)
     else:
-        raise ValueError(f"dataset must be 'mnist' or 'synthetic', got {config.dataset!r}")
+        raise ValueError(f"dataset must be 'mnist', 'synthetic' or 'folder', got {config.dataset!r}")
     return np.asarray(images, np.float32)
 
 
 def _grid(config):
     """Grid points in priority order (so an interrupted run has a complete picture early)."""
     pts = []
-    fast, slow = list(config.fast_methods), list(config.slow_methods)
+    fast, slow = _expand(config, config.fast_methods), _expand(config, config.slow_methods)
     for rep in range(max(config.repeats, config.slow_repeats)):
         # Table-4 size first, then the others.
         for size in sorted(config.sizes, key=lambda s: (s != config.table4_size, s)):
@@ -76,23 +112,22 @@ def _grid(config):
             for size in config.slow_sizes:
                 pts += [(m, "fresh", size, rep) for m in slow]
         for size in config.seed_sizes:
-            for m in config.seed_methods:
+            for m in _expand(config, config.seed_methods):
                 reps = config.repeats if m in fast else config.slow_repeats
                 if rep < reps and m in fast + slow:
                     pts.append((m, "known", size, rep))
     return pts
 
 
-def _hash(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
+_EXECUTION_FIELDS = ("progress", "n_jobs", "chunk_size", "time_budget_s")
 
 
 def run(config, workdir: str) -> dict:
     """Runs the experiment and writes report.md, metrics.json, config.json and figures to ``workdir``."""
     t0 = time.time()
-    workdir = prepare_workdir(workdir)
-    write_run_info(workdir, config, seed=config.seed)
-    fast, slow = list(config.fast_methods), list(config.slow_methods)
+    run_info = start_run(workdir, config, seed=config.seed)
+    workdir = run_info.workdir
+    fast, slow = _expand(config, config.fast_methods), _expand(config, config.slow_methods)
     n_pub = config.n_train + config.n_val + config.n_test
     max_size = max(list(config.sizes) + list(config.slow_sizes) + list(config.seed_sizes) + [config.noise_size])
     images = _load_images(config, n_pub + max_size + 100)
@@ -107,8 +142,10 @@ def run(config, workdir: str) -> dict:
     pool = perm[n_pub:]
     base_key = jax.random.key(config.seed)
     cfg = config_to_dict(config)
-    run_hash = _hash({k: v for k, v in cfg.items() if k not in ("progress", "n_jobs", "chunk_size", "time_budget_s")})
-    points_dir = os.path.join(workdir, "points")
+    # Every grid point and shadow store lives under a directory keyed by the config (execution-only fields
+    # aside), so a run with another config never finds, and never reports, old results.
+    cache = keyed_dir(workdir, "cache", {k: v for k, v in cfg.items() if k not in _EXECUTION_FIELDS})
+    points_dir = os.path.join(cache, "points")
     os.makedirs(points_dir, exist_ok=True)
     mean_image = images[tr_idx].mean(axis=0)
 
@@ -124,10 +161,8 @@ def run(config, workdir: str) -> dict:
         path = os.path.join(points_dir, f"{tag}.json")
         if os.path.exists(path):
             with open(path) as f:
-                rec = json.load(f)
-            if rec.get("run_hash") == run_hash:
-                results.append(rec)
-                continue
+                results.append(json.load(f))
+            continue
         if config.time_budget_s > 0 and time.time() - t0 > config.time_budget_s:
             skipped += 1  # out of time: report what is done (the report says PARTIAL)
             continue
@@ -139,7 +174,8 @@ def run(config, workdir: str) -> dict:
             else (config.n_train, config.n_val, config.n_test)
         )
         known = known_set(size, rep)
-        key = jax.random.fold_in(jax.random.fold_in(base_key, dimred.METHODS.index(method)), 1000 * size + rep)
+        base = _base(method)
+        key = jax.random.fold_in(jax.random.fold_in(base_key, dimred.METHODS.index(base)), 1000 * size + rep)
         common = dict(
             seed_policy=policy,
             target_row=config.target_row,
@@ -149,17 +185,22 @@ def run(config, workdir: str) -> dict:
             n_jobs=config.n_jobs,
             progress=config.progress,
         )
-        sdir = os.path.join(workdir, "shadows", tag)
+        sdir = os.path.join(cache, "shadows", tag)
         emb = {}
         for name, idx, off in (("train", tr_idx[:ntr], 0), ("val", va_idx[:nva], ntr), ("test", te_idx[:nte], ntr + nva)):
             emb[name] = dimred.shadow_embeddings(
-                method, known, flat[idx], key, index_offset=off, store_dir=os.path.join(sdir, name), **common
+                base, known, flat[idx], key, index_offset=off, store_dir=os.path.join(sdir, name), **common
             )
+            require_finite(emb[name], f"{method} shadow embeddings ({name})", "embedding solver diverged?")
         y = {"train": images[tr_idx[:ntr]], "val": images[va_idx[:nva]], "test": images[te_idx[:nte]]}
-        kinds = ["split"] + (["mlp"] if size == config.table4_size and policy == "fresh" else [])
-        rec = {"run_hash": run_hash, "method": method, "policy": policy, "size": size, "rep": rep,
+        t4 = config.slow_table4_size if is_slow else config.table4_size
+        kinds = [k for k in config.nets if k == "split" or (size == t4 and policy == "fresh")]
+        cols = np.asarray(emb["test"]).reshape(nte, size + 1, 2)
+        rec = {"method": method, "policy": policy, "size": size, "rep": rep,
                "n_train": ntr, "n_val": nva, "n_test": nte,
-               "mean_image_mse": float(np.mean((y["test"] - mean_image) ** 2))}
+               "mean_image_mse": float(np.mean((y["test"] - mean_image) ** 2)),
+               # share of embedding columns that are identically zero over the n points (degenerate SRP at 1/d)
+               "zero_column_share": float(np.mean(np.all(cols == 0.0, axis=1)))}
         recon_arrays = {}
         attacks = {}
         for kind in kinds:
@@ -169,6 +210,7 @@ def run(config, workdir: str) -> dict:
                 batch_size=config.batch_size, max_epochs=config.max_epochs, patience=config.patience,
                 l1_weight=config.l1_weight, progress=config.progress,
             )
+            require_finite(atk.fit.val_loss, f"{kind} network validation loss ({tag})", "learning rate too large?")
             rec_img = np.asarray(dimred.reconstruct(atk, emb["test"]))
             rec[f"{kind}_mse"] = float(np.mean(dimred.per_example_mse(rec_img, y["test"])))
             rec[f"{kind}_best_epoch"] = int(atk.fit.best_epoch)
@@ -176,12 +218,12 @@ def run(config, workdir: str) -> dict:
             recon_arrays[kind] = rec_img[: max(1, config.n_grid_images)]
             attacks[kind] = atk
         # Noise defence (Sec. 6): split network trained on clean shadows, victim data noised before embedding.
-        if size == config.noise_size and policy == "fresh" and rep == 0:
+        if size == config.noise_size and policy == "fresh" and rep == 0 and "split" in attacks:
             nn_test = min(nte, config.slow_noise_n_test if is_slow else config.noise_n_test)
             noise = {}
             for sigma in config.noise_sigmas:
                 noisy = dimred.shadow_embeddings(
-                    method, known, flat[te_idx[:nn_test]], key, index_offset=ntr + nva, noise_sigma=float(sigma),
+                    base, known, flat[te_idx[:nn_test]], key, index_offset=ntr + nva, noise_sigma=float(sigma),
                     noise_key=jax.random.fold_in(key, 77), store_dir=os.path.join(sdir, f"noise_{sigma:g}"), **common,
                 )
                 atk = attacks["split"]
@@ -199,14 +241,14 @@ def run(config, workdir: str) -> dict:
                 f"{k}={rec[k]:.4f}" for k in rec if k.endswith("_mse")) + f" ({rec['seconds']:.0f}s)", flush=True)
 
     metrics = _aggregate(results, config)
+    require_finite([s["mean"] for s in metrics["summary"]], "test MSE", "a network diverged?")
     metrics["seconds_total"] = time.time() - t0
     metrics["grid_points"] = len(results)
     metrics["grid_points_total"] = len(grid)
     metrics["grid_points_skipped"] = skipped
-    _figures(results, metrics, config, workdir)
-    atomic_write_json(os.path.join(workdir, "metrics.json"), metrics)
-    atomic_write_text(os.path.join(workdir, "report.md"), _report(metrics, config))
-    return metrics
+    metrics["cache_dir"] = os.path.basename(cache)
+    _figures(results, metrics, config, workdir, points_dir)
+    return finish_run(run_info, metrics, _report(metrics, config), _claims(metrics, config))
 
 
 def _aggregate(results, config):
@@ -220,8 +262,12 @@ def _aggregate(results, config):
         summary.append({"method": m, "policy": p, "size": s, "net": k, "mean": float(np.mean(v)),
                         "std": float(np.std(v)), "repeats": len(v)})
     noise = {r["method"]: r["noise"] for r in results if "noise" in r}
-    mean_img = float(np.mean([r["mean_image_mse"] for r in results])) if results else float("nan")
-    return {"summary": summary, "noise": noise, "mean_image_mse": mean_img, "paper_table4": PAPER_TABLE4}
+    mean_img = float(np.mean([r["mean_image_mse"] for r in results])) if results else None
+    zero_cols = {}
+    for r in results:
+        zero_cols.setdefault(r["method"], []).append(r.get("zero_column_share", 0.0))
+    return {"summary": summary, "noise": noise, "mean_image_mse": mean_img, "paper_table4": PAPER_TABLE4,
+            "zero_column_share": {m: float(np.mean(v)) for m, v in zero_cols.items()}}
 
 
 def _lookup(metrics, method, policy, size, net):
@@ -235,8 +281,16 @@ def _fmt(s):
     return "—" if s is None else f"{s['mean']:.4f} ± {s['std']:.4f} (r={s['repeats']})"
 
 
+def _paper(net, label):
+    return PAPER_TABLE4[net][_base(label)]
+
+
+def _t4(config, method):
+    return config.slow_table4_size if method in _expand(config, config.slow_methods) else config.table4_size
+
+
 def _report(metrics, config):
-    methods = list(config.fast_methods) + list(config.slow_methods)
+    methods = _expand(config, config.fast_methods) + _expand(config, config.slow_methods)
     lines = [f"# Lumbut & Ponnoprat: reconstruction from DR embeddings ({config.variant})", ""]
     lines += [f"Dataset: {config.dataset}; shadow splits {config.n_train}/{config.n_val}/{config.n_test} "
               f"({', '.join(config.fast_methods)}) and {config.slow_n_train}/{config.slow_n_val}/{config.slow_n_test} "
@@ -248,28 +302,33 @@ def _report(metrics, config):
     if metrics["grid_points_skipped"]:
         lines += [f"**PARTIAL RUN**: the time budget ran out; {metrics['grid_points']} of "
                   f"{metrics['grid_points_total']} grid points were computed (— marks missing cells).", ""]
-    lines += [f"Method options: SRP density {config.srp_density!r} ('paper' = 1/d, eq. 2); MDS metric SMACOF, "
-              f"random init, n_init={config.mds_n_init}; Isomap 5 neighbours (dense eigensolver); t-SNE "
-              f"init={config.tsne_init!r} (scikit-learn default; with 'pca' the only randomness left is the "
-              f"randomised SVD of the init), perplexity min(30, (n-1)/3); UMAP n_neighbors min(15, n-1). "
-              f"Target in row {config.target_row}. Noise is added to every row of the dataset before embedding.", ""]
-    lines += [f"Trivial baseline (predict the mean training image): MSE {metrics['mean_image_mse']:.4f}.", ""]
+    zc = metrics["zero_column_share"]
+    lines += [f"Method options: SRP at densities {list(config.srp_densities)} ('paper' = 1/d as in eq. 2, label "
+              "`srp`; 'auto' = 1/sqrt(d), scikit-learn's default, label `srp_auto`; the paper does not say which its "
+              "numbers used); share of all-zero embedding columns: "
+              + ", ".join(f"{m} {100 * zc[m]:.1f}%" for m in zc if m.startswith("srp"))
+              + f". MDS metric SMACOF, random init, n_init={config.mds_n_init}; Isomap 5 neighbours (dense "
+              f"eigensolver); t-SNE init={config.tsne_init!r} ('random': every fresh seed draws its own "
+              "initialisation; scikit-learn's default 'pca' is effectively deterministic at small |D-|), perplexity "
+              f"min(30, (n-1)/3); UMAP n_neighbors min(15, n-1). Target in row {config.target_row}. Noise is added "
+              "to every row of the dataset before embedding.", ""]
+    base = metrics["mean_image_mse"]
+    lines += [f"Trivial baseline (predict the mean training image): MSE {base:.4f}." if base is not None else "", ""]
     sizes = sorted(set(list(config.sizes) + list(config.slow_sizes)))
     lines += ["## Figure 2 analogue: test MSE vs |D-| (split network, fresh seeds)", "",
               "| method | " + " | ".join(f"|D-|={s}" for s in sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
     for m in methods:
         lines.append(f"| {m} | " + " | ".join(_fmt(_lookup(metrics, m, "fresh", s, "split")) for s in sizes) + " |")
-    t4 = config.table4_size
-    lines += ["", f"## Table 4 analogue: split encoder vs Balle et al. MLP at |D-| = {t4}", "",
-              "| method | ours: split | ours: MLP | paper: split | paper: MLP |", "|---|---|---|---|---|"]
+    lines += ["", "## Table 4 analogue: split encoder vs Balle et al. MLP (paper: |D-| = 199)", "",
+              "| method | |D-| | ours: split | ours: MLP | paper: split | paper: MLP |", "|---|---|---|---|---|---|"]
     for m in methods:
-        ps, pm = PAPER_TABLE4["split"][m], PAPER_TABLE4["mlp"][m]
-        lines.append(f"| {m} | {_fmt(_lookup(metrics, m, 'fresh', t4, 'split'))} | "
+        ps, pm, t4 = _paper("split", m), _paper("mlp", m), _t4(config, m)
+        lines.append(f"| {m} | {t4} | {_fmt(_lookup(metrics, m, 'fresh', t4, 'split'))} | "
                      f"{_fmt(_lookup(metrics, m, 'fresh', t4, 'mlp'))} | {ps[0]:.3f} ± {ps[1]:.3f} | "
                      f"{pm[0]:.3f} ± {pm[1]:.3f} |")
     lines += ["", "## Known vs fresh seeds (randomised methods)", "",
               "| method | |D-| | known seed | fresh seed |", "|---|---|---|---|"]
-    for m in config.seed_methods:
+    for m in _expand(config, config.seed_methods):
         for s in config.seed_sizes:
             lines.append(f"| {m} | {s} | {_fmt(_lookup(metrics, m, 'known', s, 'split'))} | "
                          f"{_fmt(_lookup(metrics, m, 'fresh', s, 'split'))} |")
@@ -295,7 +354,7 @@ def _findings(metrics, config) -> list[str]:
     fresh seeds). The fast and slow methods may use different shadow-split sizes (see the first paragraph);
     the comparison says so when they do.
     """
-    methods = list(config.fast_methods) + list(config.slow_methods)
+    methods = _expand(config, config.fast_methods) + _expand(config, config.slow_methods)
     common = [s for s in sorted(set(config.sizes) | set(config.slow_sizes))
               if all(_lookup(metrics, m, "fresh", s, "split") for m in methods)]
     out = []
@@ -315,24 +374,27 @@ def _findings(metrics, config) -> list[str]:
         out.append(f"- PCA most vulnerable: {verdict(order[0] == 'pca')}." if "pca" in mse else
                    "- PCA most vulnerable: not testable (PCA not run).")
         det = [m for m in ("pca", "isomap") if m in mse]
-        rnd = [m for m in ("srp", "mds", "tsne", "umap") if m in mse]
+        rnd = [m for m in mse if _base(m) in ("srp", "mds", "tsne", "umap")]
         if det and rnd:
             ok = max(mse[m] for m in det) < min(mse[m] for m in rnd)
             out.append(f"- Deterministic methods ({', '.join(det)}) easier than randomised ones ({', '.join(rnd)}) "
                        f"under fresh seeds: {verdict(ok)}.")
-        if "srp" in mse:
-            out.append(f"- SRP least vulnerable: {verdict(order[-1] == 'srp')}"
-                       + ("" if order[-1] == "srp" else f" (least vulnerable here: {order[-1]})") + ".")
+        for srp in [m for m in mse if m.startswith("srp")]:
+            others = [m for m in order if not m.startswith("srp") or m == srp]
+            out.append(f"- SRP least vulnerable ({srp}, against the non-SRP methods): {verdict(others[-1] == srp)}"
+                       + ("" if others[-1] == srp else f" (least vulnerable here: {others[-1]})") + ".")
     else:
         out.append("- Method ranking: not testable (no |D-| common to all methods in this grid).")
-    t4 = config.table4_size
     for m in ("pca", "isomap"):
+        t4 = _t4(config, m)
         sp, ml = _lookup(metrics, m, "fresh", t4, "split"), _lookup(metrics, m, "fresh", t4, "mlp")
         if sp and ml:
             out.append(f"- Split encoder beats the MLP baseline on {m} at |D-| = {t4}: {verdict(sp['mean'] < ml['mean'])} "
                        f"({sp['mean']:.4f} vs {ml['mean']:.4f}; paper {PAPER_TABLE4['split'][m][0]:.3f} vs "
                        f"{PAPER_TABLE4['mlp'][m][0]:.3f}).")
     base = metrics["mean_image_mse"]
+    if base is None:
+        return out
     worse = [m for m in methods if (_lookup(metrics, m, "fresh", common[-1], "split") or {}).get("mean", 0) > base] \
         if common else []
     if worse:
@@ -341,13 +403,38 @@ def _findings(metrics, config) -> list[str]:
     return out
 
 
-def _figures(results, metrics, config, workdir):
+def _claims(metrics, config) -> list[dict]:
+    """The paper's headline findings as checks over this run's metrics (split network, fresh seeds)."""
+    methods = _expand(config, config.fast_methods) + _expand(config, config.slow_methods)
+    common = [s for s in sorted(set(config.sizes) | set(config.slow_sizes))
+              if all(_lookup(metrics, m, "fresh", s, "split") for m in methods)]
+    claims = []
+    if common and "pca" in methods and len(methods) > 1:
+        size = common[-1]
+        mse = {m: _lookup(metrics, m, "fresh", size, "split")["mean"] for m in methods}
+        best = min(mse, key=mse.get)
+        claims.append(claim(f"Lumbut & Ponnoprat Sec. 5: PCA is the most vulnerable method (lowest MSE, |D-| = {size})",
+                            best == "pca", ", ".join(f"{m} {v:.4f}" for m, v in sorted(mse.items(), key=lambda t: t[1]))))
+    pairs = []
+    for m in ("pca", "isomap"):
+        t4 = _t4(config, m)
+        sp, ml = _lookup(metrics, m, "fresh", t4, "split"), _lookup(metrics, m, "fresh", t4, "mlp")
+        if sp and ml:
+            pairs.append((m, t4, sp["mean"], ml["mean"]))
+    if pairs:
+        claims.append(claim("Lumbut & Ponnoprat Table 4: the split network beats the Balle et al. MLP on PCA and Isomap",
+                            all(sp < ml for _, _, sp, ml in pairs),
+                            "; ".join(f"{m} at |D-| = {t}: split {sp:.4f} vs MLP {ml:.4f}" for m, t, sp, ml in pairs)))
+    return claims
+
+
+def _figures(results, metrics, config, workdir, points_dir):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    methods = list(config.fast_methods) + list(config.slow_methods)
+    methods = _expand(config, config.fast_methods) + _expand(config, config.slow_methods)
     fig, ax = plt.subplots(figsize=(6, 4))
     for m in methods:
         pts = sorted((s["size"], s["mean"], s["std"]) for s in metrics["summary"]
@@ -373,11 +460,12 @@ def _figures(results, metrics, config, workdir):
         for j in range(len(sizes) + 1):
             axes[i, j].axis("off")
         for j, s in enumerate(sizes):
-            p = os.path.join(workdir, "points", f"{m}_fresh_n{s}_r0_recon.npz")
+            p = os.path.join(points_dir, f"{m}_fresh_n{s}_r0_recon.npz")
             if os.path.exists(p):
                 with np.load(p) as f:
                     axes[i, 0].imshow(f["truth"][0, ..., 0], cmap="gray", vmin=0, vmax=1)
-                    axes[i, j + 1].imshow(f["split"][0, ..., 0], cmap="gray", vmin=0, vmax=1)
+                    net = "split" if "split" in f else "mlp"
+                    axes[i, j + 1].imshow(f[net][0, ..., 0], cmap="gray", vmin=0, vmax=1)
             if i == 0:
                 axes[i, j + 1].set_title(f"|D-|={s}", fontsize=7)
         axes[i, 0].set_title(m, fontsize=7, loc="left")
@@ -400,7 +488,7 @@ def _figures(results, metrics, config, workdir):
 
     fig, ax = plt.subplots(figsize=(6, 4))
     labels, known, fresh = [], [], []
-    for m in config.seed_methods:
+    for m in _expand(config, config.seed_methods):
         for s in config.seed_sizes:
             k, f = _lookup(metrics, m, "known", s, "split"), _lookup(metrics, m, "fresh", s, "split")
             if k and f:
@@ -427,4 +515,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_app(main)

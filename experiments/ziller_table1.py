@@ -16,9 +16,8 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from experiments.common import experiment_flags, prepare_workdir, write_run_info
+from experiments.common import claim, experiment_flags, finish_run, run_app, start_run
 from recon_jax import bounds
-from recon_jax.io import atomic_write_json, atomic_write_text
 
 _CONFIG, _WORKDIR = experiment_flags("experiments/configs/ziller_table1.py", "/tmp/ziller_table1")
 
@@ -146,8 +145,9 @@ def _markdown(rows, matches, routes) -> str:
     lines += ["", "# ReRo bound of the Gaussian mechanism by route", ""]
     lines.append(
         "gamma upper bounds (smaller is tighter). Pure eps-DP (Balle Cor. 3) is trivial (gamma = 1) for the Gaussian "
-        "mechanism; (eps,delta)-DP uses gamma <= kappa e^eps + delta minimised over its exact privacy profile; "
-        "RDP curve = Balle Thm. 2 minimised over the orders; zCDP = Balle Cor. 4; GDP = Hayes/Kaissis."
+        "mechanism; (eps,delta)-DP uses both branches of the (eps,delta)-DP trade-off curve minimised over its exact "
+        "privacy profile; RDP curve and zCDP = the optimal RDP-to-trade-off conversion (tighter than Balle Thm. 2 and "
+        "Cor. 4), minimised over the orders; GDP = Hayes/Kaissis."
     )
     lines.append("")
     lines.append("| sigma | kappa | (eps,delta)-DP | RDP curve | zCDP | GDP | tightest |")
@@ -161,14 +161,20 @@ def _markdown(rows, matches, routes) -> str:
 
 
 def run(config, workdir: str) -> dict:
-    workdir = prepare_workdir(workdir)
-    write_run_info(workdir, config, seed=None)
+    run_info = start_run(workdir, config, seed=None)
+    workdir = run_info.workdir
     with jax.enable_x64(True):
         rows, matches = table1()
     routes = route_table(config)
     fig = plot(config, workdir)
     text = _markdown(rows, matches, routes)
-    atomic_write_text(os.path.join(workdir, "report.md"), text)
+    gdp_tightest = sum(r["tightest"] == "GDP" for r in routes)
+    claims = [
+        claim("Ziller et al. Table 1: every cell equals the paper's printed value", matches == 4 * len(rows),
+              f"{matches} of {4 * len(rows)} cells"),
+        claim("Hayes et al. / Kaissis et al.: the GDP (f-DP) route is the tightest ReRo bound of the Gaussian mechanism",
+              gdp_tightest == len(routes), f"GDP tightest in {gdp_tightest} of {len(routes)} (sigma, kappa) settings"),
+    ]
     metrics = dict(
         table1_cells=4 * len(rows),
         table1_matches=matches,
@@ -177,7 +183,7 @@ def run(config, workdir: str) -> dict:
         routes=routes,
         figure=os.path.basename(fig),
     )
-    atomic_write_json(os.path.join(workdir, "metrics.json"), metrics)
+    metrics = finish_run(run_info, metrics, text, claims)
     print(text)
     return metrics
 
@@ -188,4 +194,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_app(main)

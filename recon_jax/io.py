@@ -6,15 +6,24 @@ name, so a reader sees either the old complete file or the new complete file, ne
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import math
 import os
 import tempfile
 from typing import Any
 
 import numpy as np
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_save_npz"]
+__all__ = [
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "atomic_write_json",
+    "atomic_save_npz",
+    "stable_hash",
+    "strict_json",
+]
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -58,6 +67,52 @@ def atomic_save_npz(path: str | os.PathLike, **arrays: Any) -> None:
     buf = io.BytesIO()
     np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
     atomic_write_bytes(path, buf.getvalue())
+
+
+def stable_hash(obj: Any) -> str:
+    """SHA-256 hex digest of ``obj`` as canonical JSON (sorted keys, no whitespace): the key of caches and stores.
+
+    Arrays and NumPy scalars are hashed by value; anything else JSON cannot encode is hashed by ``str``.
+
+    >>> stable_hash({"b": 1, "a": [1.5, "x"]}) == stable_hash({"a": [1.5, "x"], "b": 1})
+    True
+    >>> stable_hash({"a": 1}) == stable_hash({"a": 2})
+    False
+    """
+    def default(o: Any) -> Any:
+        try:
+            return _json_default(o)
+        except TypeError:
+            return str(o)
+
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=default)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def strict_json(obj: Any, path: str = "") -> Any:
+    """Returns ``obj`` with every float made standard-JSON safe: +-inf become the strings ``"inf"``/``"-inf"``.
+
+    Raises:
+      ValueError: if any value is NaN, naming its key path (a NaN is a failed computation, never a result).
+
+    >>> strict_json({"a": [1.0, float("inf")]})
+    {'a': [1.0, 'inf']}
+    """
+    if isinstance(obj, dict):
+        return {k: strict_json(v, f"{path}.{k}" if path else str(k)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v, f"{path}[{i}]") for i, v in enumerate(obj)]
+    if isinstance(obj, np.ndarray) or (hasattr(obj, "__array__") and not isinstance(obj, (str, bytes))):
+        arr = np.asarray(obj)
+        return strict_json(arr.tolist() if arr.ndim else arr.item(), path)
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            raise ValueError(f"NaN at {path or 'top level'}: a NaN is a failed computation and is not written as a result")
+        if math.isinf(obj):
+            return "inf" if obj > 0 else "-inf"
+    return obj
 
 
 def _json_default(obj: Any) -> Any:

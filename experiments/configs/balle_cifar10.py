@@ -1,8 +1,16 @@
 """Config for experiments.balle_cifar10: Balle et al. (2022) RecoNN attack on CIFAR-10 (Table II, VI-IX).
 
-Variants: ``smoke`` (synthetic 32x32x3 blobs, logits features, CI), ``default`` (TFDS CIFAR-10 if prepared,
-reduced sizes, conv-layer features; CPU hours, really meant for an accelerator), ``paper`` (Table V/VI/VII
-sizes: fixed set 5,000, 44,000 shadow models, all 55K parameters into the Table VII decoder, PatchGAN loss).
+Data layout: train + test (CIFAR-10: 60,000 records), evaluation targets apart, every other record in the
+adversary's pool (the NN oracle's search set); fixed set and shadow targets from the pool.
+
+Variants and the sizes they really use:
+
+- ``smoke``: 84 synthetic 32x32x3 blobs (CI): fixed set 16, 48 shadow models (8 held out for validation), 4
+  targets, released CNN trained 2 epochs, logits features on 8 probes, decoder + PatchGAN for 2 epochs.
+- ``default``: TFDS CIFAR-10 if prepared: fixed set 5,000, 5,000 shadow models (500 held out), 200 targets,
+  59,800-record pool, convolution-layer features, decoder for 30 epochs (CPU hours; meant for an accelerator).
+- ``paper``: fixed set 5,000, 44,000 shadow models (1,000 held out), 1,000 targets, 59,000-record pool (Fig.
+  3b), all 55K parameters into the Table VII decoder, PatchGAN loss, 100 epochs (accelerator).
 """
 
 import ml_collections
@@ -34,6 +42,7 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.recon_epochs = 30
     c.recon_batch_size = 128
     c.recon_learning_rate = 1e-3
+    c.recon_validation_size = 500  # the last shadow models, held out for the validation MSE
     c.use_discriminator = False
     c.adversarial_weight = 0.01
     c.discriminator_learning_rate = 1e-5
@@ -51,13 +60,15 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.features = "logits"
         c.recon_epochs = 2
         c.recon_batch_size = 16
+        c.recon_validation_size = 8
         c.use_discriminator = True
         c.grid_columns = 6
     elif variant == "paper":
         c.fixed_size = 5000
-        c.num_shadow = 44000  # 50K train split: 5K fixed + 44K shadow + 1K targets (test split for accuracy)
+        c.num_shadow = 44000
         c.num_targets = 1000
-        c.eval_size = 0
+        c.eval_size = 1000
+        c.recon_validation_size = 1000
         c.chunk_size = 512
         c.features = "params"
         c.recon_epochs = 100

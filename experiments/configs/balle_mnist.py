@@ -1,25 +1,50 @@
-"""Config for experiments.balle_mnist: Balle et al. (2022) RecoNN attack on the embedded MNIST (Table II, Fig. 3,
-5c, 9, 11).
+"""Config for experiments.balle_mnist: Balle et al. (2022) RecoNN attack on MNIST (Table II MNIST column, Table IV,
+Figs 3, 5c, 7, 9, 11).
 
-Variants: ``smoke`` (CI, tiny sizes), ``default`` (CPU: fixed set 1,000, 10,000 shadow models, 1,000 targets;
-secondary settings on smaller shadow sets), ``paper`` (Table V sizes: fixed set 10,000, 59,000 shadow
-models, reconstructor trained 100 epochs; for an accelerator).
+Data layout (every variant): MNIST train + test (70,000 records); evaluation targets apart, every other record in
+the adversary's pool (69,000 with 1,000 targets), which the NN oracle searches; fixed set and shadow targets
+drawn from the pool (:func:`recon_jax.data.pool_splits`).
+
+Variants and the sizes they really use:
+
+- ``smoke``: CI; fixed set 50, 600 shadow models (30 held out for validation), 16 targets, released models
+  trained 10 epochs, reconstructor (256,) for 15 epochs; rows default and 150 shadow models only (a slow test
+  runs every row at these sizes with ``settings`` overridden; secondary rows: 100 shadow models, 8 targets).
+- ``default``: CPU minutes; fixed set 1,000, 10,000 shadow models, 1,000 targets, reconstructor 2 x 1,000 for
+  at most 30 epochs; secondary rows (random init, ReLU, width 100 / layer subset, DP-GD at eps 10 and 1000) on
+  2,000 shadow models and 200 targets each.
+- ``table2``: the Table II MNIST column in one run at fixed set 1,000 (the Table II "1K" row, 0.0094): the
+  default set (default, logits, fewer shadow models) at 59,000 shadow models and 1,000 targets; every other row
+  (width 100 and its second layer, 250 epochs, ReLU, random init, minibatch with known and unknown batch order,
+  DP-GD at eps 1, 10, 100, 1000) on 10,000 shadow models and 1,000 targets, a stated reduction for this CPU.
+  Reconstructor 2 x 1,000, at most 100 epochs, early stopping (patience 10) on 1,000 held-out shadow models.
+- ``paper``: the paper-scale default row: fixed set 1,000, 59,000 shadow models (58,000 train + 1,000
+  validation for early stopping), 1,000 targets, 69,000-record oracle pool, reconstructor 2 x 1,000 for at most
+  100 epochs; Fig. 5c curve at 100, 1,000, 8,000 and 20,000 shadow models (at most a tenth held out); rows
+  default and logits.
+
+``table2`` and ``paper`` share their default shadow set and reconstructor checkpoints when run in the same
+workdir (both are keyed by what determines them).
 """
 
 import ml_collections
 
+VARIANTS = ("smoke", "default", "table2", "paper")
+
 
 def get_config(variant: str = "default") -> ml_collections.ConfigDict:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose one of {VARIANTS}")
     c = ml_collections.ConfigDict()
     c.variant = variant
     c.seed = 0
-    c.dataset = "mnist"
+    c.dataset = "mnist"  # loaded as train + test (70,000 records)
 
-    # Data splits (Sec. V-A a). The probe set for black-box features is the first `probe_size` shadow targets.
+    # Data layout (Sec. V-A a, Table V). Probe set for black-box features: the first `probe_size` shadow targets.
     c.fixed_size = 1000
     c.num_shadow = 10000
     c.num_targets = 1000
-    c.eval_size = 1000  # held-out images for the released models' test accuracy
+    c.eval_size = 1000  # pool records outside the fixed set, for the released models' test accuracy
     c.probe_size = 200
 
     # Released / shadow model training (Table V).
@@ -30,68 +55,92 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.epochs = 100
     c.chunk_size = 256
 
-    # Reconstructor (Table V: 2 x 1000 ReLU, sigmoid, MAE+MSE, RMSProp 1e-3, batch 128, 100 epochs).
+    # Reconstructor (Table V: 2 x 1000 ReLU, sigmoid, MAE+MSE, RMSProp 1e-3, batch 128, 100 epochs). The last
+    # `recon_validation_size` shadow models of each row are held out for the validation MSE; with
+    # `recon_patience` set, training stops once it has not improved for that many epochs.
     c.recon_hidden = (1000, 1000)
     c.recon_epochs = 30
     c.recon_batch_size = 128
     c.recon_learning_rate = 1e-3
+    c.recon_validation_size = 500
+    c.recon_patience = 5
 
-    # Table II rows. "default", "logits", "layer_subset" and "fewer_shadow" reuse the default shadow set;
-    # "random_init", "relu" and "dp" train new shadow and released models with `secondary_*` sizes.
-    c.settings = ("default", "random_init", "relu", "logits", "layer_subset", "fewer_shadow", "dp")
-    c.layer_subset = ("Dense_1",)  # App. F: the second layer only (110 of 7,960 parameters)
+    # Table II rows. "default", "logits" and "fewer_shadow" share the default shadow set ("num_shadow" models);
+    # "width100" and "layer_subset" share one set of width-`wide_hidden` released models; every other row
+    # trains its own. Rows other than the default set's use `secondary_num_shadow` / `secondary_num_targets`.
+    c.settings = ("default", "logits", "layer_subset", "width100", "random_init", "relu", "fewer_shadow", "dp")
+    c.wide_hidden = 100  # Table IV: width 100
+    c.layer_subset = ("Dense_1",)  # Table IV "100*": the second layer of the width-100 model (1,010 inputs)
+    c.long_epochs = 250  # Table II "Epochs" row
+    c.minibatch_size = 100  # Fig. 7: minibatch SGD with the batch order known / unknown to the adversary
+    c.minibatch_learning_rate = 0.2
+    c.minibatch_momentum = 0.0
     c.fewer_shadow_counts = (1000, 3000)
     c.secondary_num_shadow = 2000
     c.secondary_num_targets = 200
 
-    # DP-GD (Sec. VI-D): clip 1, Gaussian noise calibrated to (eps, delta) over `epochs` full-batch steps.
+    # DP-GD (Sec. VI-D, Fig. 9): clip 1, Gaussian noise calibrated to (eps, delta) over `epochs` full-batch steps;
+    # every eps trains its own models with independent noise draws.
     c.dp_eps = (10.0, 1000.0)
     c.dp_delta = 1e-5
     c.dp_clip_norm = 1.0
 
-    # Classifier-KL metric (Sec. V-B c): a LeNet trained on the MNIST test split; 0 epochs disables it.
+    # Classifier-KL metric (Sec. V-B c): a LeNet trained on pool records outside the fixed set; 0 disables it.
     c.kl_classifier_epochs = 2
+    c.kl_classifier_size = 10000
     # Informed MIA (App. A, Fig. 11): models per phase (shadow / released) for known vs random initialisation,
     # for each candidate (the first evaluation targets) and each fixed-set size; 0 disables it.
     c.mia_num_models = 100
     c.mia_num_candidates = 3
-    c.mia_fixed_sizes = (1000, 10000)  # D- = the first n of fixed set + shadow pool; the paper's is 10,000
+    c.mia_fixed_sizes = (1000, 10000)  # D- = the first n pool records; the paper's is 10,000
     c.grid_columns = 10
 
     if variant == "smoke":
-        c.fixed_size = 100
-        c.num_shadow = 300
-        c.num_targets = 20
+        c.fixed_size = 50
+        c.num_shadow = 600
+        c.num_targets = 16
         c.eval_size = 100
         c.probe_size = 20
         c.epochs = 10
         c.chunk_size = 128
-        c.recon_hidden = (64, 64)
-        c.recon_epochs = 3
+        c.recon_hidden = (256,)
+        c.recon_epochs = 15
         c.recon_batch_size = 32
-        c.fewer_shadow_counts = (100,)
+        c.recon_validation_size = 30
+        c.recon_patience = None
+        c.settings = ("default", "fewer_shadow")
+        c.wide_hidden = 20
+        c.long_epochs = 20
+        c.minibatch_size = 10
+        c.fewer_shadow_counts = (150,)
         c.secondary_num_shadow = 100
-        c.secondary_num_targets = 10
+        c.secondary_num_targets = 8
         c.dp_eps = (10.0,)
         c.kl_classifier_epochs = 0
-        c.mia_num_models = 8
+        c.mia_num_models = 0
         c.mia_num_candidates = 1
-        c.mia_fixed_sizes = (100,)
+        c.mia_fixed_sizes = (50,)
         c.grid_columns = 6
-    elif variant == "paper":
-        c.fixed_size = 10000
-        c.num_shadow = 48000  # the embedded train split has 60K: 10K + 48K + 1K + 1K (paper: 59K of 70K)
-        c.num_targets = 1000
+    elif variant == "table2":
+        c.num_shadow = 59000
         c.recon_epochs = 100
+        c.recon_validation_size = 1000
+        c.recon_patience = 10
         c.chunk_size = 1024
-        c.fewer_shadow_counts = (100, 1000, 8000, 20000)
-        c.secondary_num_shadow = 48000
+        c.settings = ("default", "logits", "layer_subset", "width100", "epochs250", "relu", "random_init",
+                      "minibatch_known", "minibatch_unknown", "fewer_shadow", "dp")
+        c.fewer_shadow_counts = (1000, 8000)
+        c.secondary_num_shadow = 10000
         c.secondary_num_targets = 1000
-        c.dp_eps = (1.0, 10.0, 100.0, 1000.0, 10000.0)
-        c.kl_classifier_epochs = 5
-        c.mia_num_models = 1000
-        c.mia_num_candidates = 10
-        c.mia_fixed_sizes = (10000,)
-    elif variant != "default":
-        raise ValueError(f"unknown variant {variant!r}; choose smoke, default or paper")
+        c.dp_eps = (1.0, 10.0, 100.0, 1000.0)
+        c.mia_num_models = 0
+    elif variant == "paper":
+        c.num_shadow = 59000
+        c.recon_epochs = 100
+        c.recon_validation_size = 1000
+        c.recon_patience = 10
+        c.chunk_size = 1024
+        c.settings = ("default", "logits", "fewer_shadow")
+        c.fewer_shadow_counts = (100, 1000, 8000, 20000)
+        c.mia_num_models = 0
     return c

@@ -1,10 +1,14 @@
 """Config for experiments.lumbut_dimred (Lumbut & Ponnoprat: reconstruction from DR embeddings of MNIST).
 
 Variants:
-  smoke   -- seconds (CI): synthetic images, tiny splits, |D-| = 9, PCA / SRP / t-SNE, width-2 decoder, 2 epochs.
+  ci      -- under a minute: embedded MNIST, PCA only, |D-| = 9, 1280 / 128 / 128 shadows, the MLP attack (no
+             conv-transpose compilation); the default-suite quality test (attack beats the mean image).
+  smoke   -- a few CPU-minutes: synthetic images, tiny splits, |D-| = 9, PCA / SRP (both densities) / t-SNE,
+             width-2 decoder, 2 epochs; exercises every part of the pipeline.
   default -- sized for < 45 min on the 2-core CPU: PCA / SRP / Isomap at |D-| in {9, 99, 199} x 2 repeats;
              MDS / t-SNE / UMAP at |D-| = 99, 1 repeat; all on the same 2000 / 250 / 250 shadow splits (half the
-             paper's); split vs MLP (Table 4) at 199 for PCA, SRP and Isomap; known vs fresh seeds for
+             paper's); SRP at densities 1/d and 1/sqrt(d); split vs MLP (Table 4) at 199 for PCA, SRP and Isomap
+             and at 99 for MDS, t-SNE and UMAP; known vs fresh seeds for
              SRP / t-SNE / UMAP at 99; noise defence at 99. Decoder width 8 (paper 64), Adam lr 1e-3 (paper
              1e-5), at most 25 epochs (paper 500). (With 600 / 100 / 100 splits for MDS / t-SNE / UMAP the run
              took 12.6 min on 2026-11-22.)
@@ -23,7 +27,10 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.variant = variant
     c.seed = 0
-    c.dataset = "mnist"  # "mnist" (embedded) or "synthetic"
+    c.dataset = "mnist"  # "mnist" (embedded), "synthetic" or "folder" (a directory of PNG/JPEG images)
+    c.folder_path = ""  # dataset="folder": e.g. the NIH Chest X-ray images (all PNGs in one directory)
+    c.folder_image_size = 64  # 28 (Table 3 decoder) or 64 (Table 5 decoder, the paper's X-ray size)
+    c.folder_max_examples = 0  # 0 = every image in the folder
     c.data_scale = 255.0  # embed 8-bit pixel values like the reference code; sigma is on this scale
     # Methods with full-size shadow sets ("fast") and reduced ones ("slow": scikit-learn / umap optimisers).
     c.fast_methods = ("pca", "srp", "isomap")
@@ -34,7 +41,9 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.slow_repeats = 1
     c.n_train, c.n_val, c.n_test = 2000, 250, 250
     c.slow_n_train, c.slow_n_val, c.slow_n_test = 2000, 250, 250  # same as the fast methods: comparable MSEs
-    c.table4_size = 199  # split encoder vs Balle MLP at this |D-| (paper Table 4)
+    c.table4_size = 199  # split encoder vs Balle MLP at this |D-| (paper Table 4) for the fast methods
+    c.slow_table4_size = 99  # ... and at this |D-| for the slow methods (one of slow_sizes)
+    c.nets = ("split", "mlp")  # "split" = the paper's network everywhere; "mlp" only at the Table 4 sizes
     c.seed_methods = ("srp", "tsne", "umap")  # also run with seed_policy="known"
     c.seed_sizes = (99,)
     c.noise_size = 99  # paper Fig. 6 uses |D-| = 99
@@ -43,9 +52,9 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.slow_noise_n_test = 50
     c.target_row = 0
     # Method options.
-    c.srp_density = "paper"  # "paper" (1/d, eq. 2), "auto" (1/sqrt(d)) or a float
+    c.srp_densities = ("paper", "auto")  # "paper" (1/d, eq. 2; label srp), "auto" (1/sqrt(d); label srp_auto)
     c.mds_n_init = 1  # scikit-learn 1.4 default (paper era) was 4
-    c.tsne_init = "pca"  # scikit-learn default
+    c.tsne_init = "random"  # random init per fresh seed, as the paper describes t-SNE (scikit-learn default: "pca")
     # Reconstruction network and training.
     c.width = 8  # paper: 64
     c.learning_rate = 1e-3  # paper: 1e-5
@@ -58,7 +67,7 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.chunk_size = 100
     c.progress = True
     c.n_grid_images = 1
-    c.time_budget_s = 0.0  # > 0: stop starting new grid points after this many seconds (report says PARTIAL)  # test images shown in the reconstruction grid (Fig. 3 analogue)
+    c.time_budget_s = 0.0  # > 0: stop starting new grid points after this many seconds (report says PARTIAL)
 
     if variant == "smoke":
         c.dataset = "synthetic"
@@ -71,6 +80,7 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.n_train, c.n_val, c.n_test = 32, 8, 8
         c.slow_n_train, c.slow_n_val, c.slow_n_test = 32, 8, 8  # equal shapes: networks compile once
         c.table4_size = 9
+        c.slow_table4_size = 9
         c.seed_methods = ("srp",)
         c.seed_sizes = (9,)
         c.noise_size = 9
@@ -82,6 +92,23 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.batch_size = 16
         c.n_jobs = 1
         c.chunk_size = 16
+        c.progress = False
+    elif variant == "ci":
+        c.fast_methods = ("pca",)
+        c.slow_methods = ()
+        c.sizes = (9,)
+        c.slow_sizes = ()
+        c.repeats = 1
+        c.n_train, c.n_val, c.n_test = 1280, 128, 128
+        c.table4_size = 9
+        c.nets = ("mlp",)
+        c.seed_methods = ()
+        c.seed_sizes = ()
+        c.noise_size = 9
+        c.max_epochs = 25
+        c.batch_size = 64
+        c.n_jobs = 1
+        c.chunk_size = 512
         c.progress = False
     elif variant == "paper":
         c.fast_methods = ALL_METHODS
@@ -100,5 +127,5 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.n_jobs = 8
         c.chunk_size = 250
     elif variant != "default":
-        raise ValueError(f"variant must be 'smoke', 'default' or 'paper', got {variant!r}")
+        raise ValueError(f"variant must be 'ci', 'smoke', 'default' or 'paper', got {variant!r}")
     return c

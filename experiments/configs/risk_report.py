@@ -1,7 +1,8 @@
 """Config for experiments.risk_report: "how well could someone reconstruct a training record of my model?"
 
 Variants: ``smoke`` (seconds, CI), ``default`` (``make demo``: under 20 minutes on a 2-core CPU), ``paper``
-(Balle et al. Table V sizes; accelerator). Override any field: ``--config.noise_multipliers='(1.0, 4.0)'``.
+(fixed set 1,000, 10,000 shadow and 1,000 released models, 100 reconstructor epochs; not Table V's 59,000 shadow
+models; accelerator). Override any field: ``--config.noise_multipliers='(1.0, 4.0)'``.
 """
 
 import ml_collections
@@ -36,6 +37,17 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.clip_norm = 1.0
     c.delta = 1e-5
     c.kappas = (1e-3, 1e-2, 1e-1)  # priors for the ReRo bounds table
+    # "Every update released": the prior-aware attack of Hayes et al. (2023) on the accounted mechanism, with a
+    # uniform prior of k random records (kappa = 1/k), and the white-box canary game for the empirical epsilon.
+    c.prior_sizes = (2, 10, 100)
+    c.prior_aware_trials = 200  # runs of the game per DP setting (the prior sizes share them)
+    c.audit_runs = 200  # runs per world (with / without the canary) per DP setting; half choose the threshold
+    c.confidence = 0.95  # Clopper-Pearson intervals and the empirical-epsilon lower bound
+    # Calibration: the smallest sigma keeping any attacker's success <= calibration_rero at prior
+    # calibration_kappa, and the test accuracy of calibration_models released models trained at it.
+    c.calibration_rero = 0.05
+    c.calibration_kappa = 0.01
+    c.calibration_models = 8
     # Adversary's reconstructor network (Balle et al.: MLP 2x1000, MAE+MSE, RMSProp).
     c.reconstructor_epochs = 30
     c.reconstructor_batch_size = 128
@@ -48,6 +60,9 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.eval_size = 200
         c.epochs = 5
         c.noise_multipliers = (2.0,)
+        c.prior_aware_trials = 32  # = chunk_size and 2 x audit_runs: the game and the audit share one compilation
+        c.audit_runs = 16
+        c.calibration_models = 2
         c.reconstructor_epochs = 2
         c.reconstructor_batch_size = 32
         c.chunk_size = 32
@@ -60,6 +75,8 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.noise_multipliers = (0.3, 0.5, 1.0, 2.0, 4.0)
         c.reconstructor_epochs = 100
         c.chunk_size = 512
+        c.prior_aware_trials = 1000
+        c.audit_runs = 2000
     elif variant != "default":
         raise ValueError(f"unknown variant {variant!r}; choose smoke, default or paper")
     c.lock()

@@ -8,10 +8,15 @@ Modules:
   and Kairouz et al. composition for (eps, delta)-DP.
 - :mod:`recon_jax.accounting.dpsgd`: DP-SGD epsilon (ours or dp_accounting's PLD), sigma calibration, the PLD
   trade-off curve and the Hayes et al. 2023 ReRo bound.
+- :mod:`recon_jax.accounting.calibration`: the smallest noise multiplier for a ReRo target
+  (:func:`calibrate_sigma_for_rero`).
 - :mod:`recon_jax.accounting.vmf`: von Mises-Fisher RDP (Biswas et al. Props 1-2), their two accounting
   approaches, kappa calibration.
+- :mod:`recon_jax.accounting.vmf_pld`: the pessimistic privacy loss distribution of the Poisson-subsampled VMF
+  mechanism (``vmf_epsilon(..., approach="pld")``), composed with ``dp_accounting``.
 """
 
+from recon_jax.accounting.calibration import calibrate_sigma_for_rero
 from recon_jax.accounting.conversions import amplify_dp_poisson, delta_from_rdp, eps_from_rdp, kov_composition
 from recon_jax.accounting.dpsgd import calibrate_sigma, dpsgd_epsilon, pld_tradeoff, rero_dpsgd_tradeoff
 from recon_jax.accounting.rdp import (
@@ -23,6 +28,7 @@ from recon_jax.accounting.rdp import (
     rdp_subsampled_gaussian,
 )
 from recon_jax.accounting.vmf import calibrate_vmf_kappa, rdp_vmf, rdp_vmf_multi, vmf_epsilon
+from recon_jax.accounting.vmf_pld import vmf_pld, vmf_pld_epsilon
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -41,6 +47,9 @@ __all__ = [
     "calibrate_sigma",
     "pld_tradeoff",
     "rero_dpsgd_tradeoff",
+    "calibrate_sigma_for_rero",
     "vmf_epsilon",
     "calibrate_vmf_kappa",
+    "vmf_pld",
+    "vmf_pld_epsilon",
 ]

@@ -16,6 +16,7 @@ privacy-loss-distribution accountant (tightest epsilon; host-side NumPy, not jit
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -133,25 +134,57 @@ def _calibrate_sigma_jit(eps, q, steps, delta, orders_key, iters):
     return jnp.where(feasible, jnp.exp(hi), jnp.inf)
 
 
-def calibrate_sigma(eps, q, steps, delta, orders=None, *, iters: int = 60) -> jax.Array:
-    """Smallest noise multiplier whose DP-SGD epsilon (``"rdp"`` accountant) is at most ``eps``.
+def _calibrate_sigma_pld(eps, q, steps, delta, sigma_rdp, step, rtol):
+    """Host bisection on log(sigma) against dp_accounting's PLD epsilon, bracketed below the RDP sigma."""
+    def ok(s):
+        return _pld_accountant(s, q, steps, step).get_epsilon(delta) <= eps
 
-    Bisects ``iters`` times in log-sigma over the bracket [1e-4, 1e6] (epsilon decreases with sigma); vectorised
-    over all broadcast targets. The returned sigma satisfies ``dpsgd_epsilon(sigma, ...) <= eps`` (the upper end
-    of the final bracket, plus a 1e-9 (float64) or 1e-5 (float32) relative margin against rounding); ``inf`` if
-    even sigma = 1e6 does not reach the target.
+    hi = float(sigma_rdp)
+    if not np.isfinite(hi):
+        return float("inf")
+    while not ok(hi):  # the PLD epsilon is below the RDP one in practice; this keeps the bracket sound regardless
+        hi *= 2.0
+        if hi > 1e6:
+            return float("inf")
+    lo = hi / 2.0
+    while ok(lo):
+        lo, hi = lo / 2.0, lo
+        if lo < 1e-4:
+            return hi
+    while hi / lo > 1.0 + rtol:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def calibrate_sigma(eps, q, steps, delta, orders=None, *, iters: int = 60, accountant: str = "rdp",
+                    value_discretization_interval: float = 1e-4, rtol: float = 1e-4) -> jax.Array:
+    """Smallest noise multiplier whose DP-SGD epsilon (``"rdp"`` or ``"pld"`` accountant) is at most ``eps``.
+
+    ``"rdp"``: bisects ``iters`` times in log-sigma over the bracket [1e-4, 1e6] (epsilon decreases with sigma);
+    jitted and vectorised over all broadcast targets. The returned sigma satisfies ``dpsgd_epsilon(sigma, ...) <=
+    eps`` (the upper end of the final bracket, plus a 1e-9 (float64) or 1e-5 (float32) relative margin against
+    rounding); ``inf`` if even sigma = 1e6 does not reach the target.
+
+    ``"pld"``: the same target with ``dp_accounting``'s PLD epsilon (:func:`dpsgd_epsilon` with
+    ``accountant="pld"``), host-side: the bracket starts at the RDP sigma (an upper bound in practice; widened if
+    not), and is bisected in log-sigma until its ends are within a factor ``1 + rtol``; the upper end is
+    returned, so its PLD epsilon is <= ``eps``.
 
     Args:
       eps: target epsilon(s) > 0.
       q: sampling probability in (0, 1]; steps: number of steps >= 1; delta: in (0, 1). All broadcast.
       orders: static RDP orders (default :data:`DEFAULT_ORDERS`).
-      iters: bisection iterations.
+      iters: bisection iterations (``"rdp"``).
+      accountant: ``"rdp"`` or ``"pld"``.
+      value_discretization_interval: PLD discretisation (``"pld"``).
+      rtol: relative width of the final sigma bracket (``"pld"``).
 
     Returns:
       sigma of shape ``broadcast(eps, q, steps, delta)``.
 
     Raises:
-      ValueError: for out-of-range inputs.
+      ValueError: for out-of-range inputs or an unknown accountant.
 
     >>> import numpy as np
     >>> orders = [1.5, 2.0, 4.0, 8.0, 16.0, 32.0]
@@ -161,31 +194,86 @@ def calibrate_sigma(eps, q, steps, delta, orders=None, *, iters: int = 60) -> ja
     """
     check_range("eps", eps, lambda e: e > 0, "> 0")
     _check_dpsgd(1.0, q, steps, delta)
+    if accountant not in ("rdp", "pld"):
+        raise ValueError(f"accountant must be 'rdp' or 'pld'; got {accountant!r}")
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
         raise ValueError(f"iters must be an integer >= 1; got {iters!r}")
     orders_np = DEFAULT_ORDERS if orders is None else np.atleast_1d(static_orders(orders))
     dt = jnp.result_type(float)
     args = jnp.broadcast_arrays(*(jnp.asarray(v, dt) for v in (eps, q, steps, delta)))
     flat, n = pad_batch(*args)
-    out = _calibrate_sigma_jit(*flat, tuple(float(o) for o in orders_np), iters)[:n].reshape(args[0].shape)
-    return nan_if(invalid(args[0], lambda e: e > 0) | _bad_dpsgd(1.0, *args[1:]), out)
+    out = _calibrate_sigma_jit(*flat, tuple(float(o) for o in orders_np), iters)
+    out = out[:n].reshape(args[0].shape)
+    if accountant == "rdp":
+        return nan_if(invalid(args[0], lambda e: e > 0) | _bad_dpsgd(1.0, *args[1:]), out)
+    vals = [concrete_or_none(v) for v in (eps, q, steps, delta)]
+    if any(v is None for v in vals):
+        raise ValueError("accountant='pld' runs on the host: eps, q, steps and delta must be concrete")
+    b = np.broadcast_arrays(*vals, np.asarray(out, np.float64))
+    res = np.empty(b[0].shape, np.float64)
+    for idx in np.ndindex(res.shape):
+        e, qq, t, d, s0 = (float(x[idx]) for x in b)
+        res[idx] = _calibrate_sigma_pld(e, qq, int(round(t)), d, s0, value_discretization_interval, rtol)
+    return jnp.asarray(res, dt)
+
+
+def _dense_pmf(pmf) -> tuple[np.ndarray, np.ndarray, float]:
+    """(losses, probabilities, infinity mass) of one direction of a ``dp_accounting`` PLD, as dense arrays.
+
+    Reads the dense PMF's fields (``dp_accounting`` has no public accessor for them; riskcal reads the same ones).
+    """
+    dense = pmf.to_dense_pmf()
+    probs = np.maximum(np.asarray(dense._probs, np.float64), 0.0)  # FFT rounding can leave -1e-19
+    losses = (dense._lower_loss + np.arange(probs.size)) * dense._discretization
+    return losses, probs, float(dense._infinity_mass)
+
+
+def _profile_at_losses(losses, probs, inf_mass, eps) -> np.ndarray:
+    """delta(eps) = inf_mass + sum_{l_i > eps} p_i (1 - e^{eps - l_i}) at sorted ``eps``, by reverse cumulative sums."""
+    tail_p = np.concatenate([np.cumsum(probs[::-1])[::-1], [0.0]])
+    shift = losses.max()  # e^{-(l - shift)} <= e^{l_max - l_min}: no overflow for any discretised PLD
+    tail_q = np.concatenate([np.cumsum((probs * np.exp(shift - losses))[::-1])[::-1], [0.0]])
+    first_above = np.searchsorted(losses, eps, side="right")
+    delta = inf_mass + tail_p[first_above] - np.exp(eps - shift) * tail_q[first_above]
+    return np.clip(delta, inf_mass, 1.0)
+
+
+def _upper_envelope(xs: np.ndarray, ys: np.ndarray, alphas: np.ndarray) -> np.ndarray:
+    """max_k (ys[k] - alpha xs[k]) for points sorted by increasing xs with ys concave in xs (vertices of the hull).
+
+    The maximiser moves monotonically with alpha, so it is found by a binary search on the chord slopes; the two
+    neighbours are also tried, so rounding that breaks concavity by 1 ulp cannot lose the maximum.
+    """
+    slopes = np.diff(ys) / np.diff(xs)  # decreasing along k for a concave sequence
+    k = np.searchsorted(-slopes, -alphas, side="left")  # first chord with slope <= alpha
+    best = np.full(alphas.shape, -np.inf)
+    for off in (-1, 0, 1):
+        kk = np.clip(k + off, 0, xs.size - 1)
+        best = np.maximum(best, ys[kk] - alphas * xs[kk])
+    return best
 
 
 def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretization_interval: float = 1e-3,
                  eps_grid=None) -> np.ndarray:
     r"""Trade-off curve ``f(alpha)`` of subsampled DP-SGD from ``dp_accounting``'s PLD (host-side).
 
-    The PLD gives the privacy profile ``delta(eps)`` (max over add and remove adjacency, pessimistic
-    discretisation). A mechanism that is (eps, delta(eps))-DP for every eps has trade-off function at least
-    ``f(alpha) = sup_eps max(0, 1 - delta(eps) - e^eps alpha, e^{-eps} (1 - delta(eps) - alpha))``
-    (Dong, Roth and Su 2022, Prop. 2.12 applied to the whole profile), computed on ``eps_grid``. This is a
-    lower bound on the true trade-off, so bounds built from it are sound.
+    The PLD (pessimistic "connect the dots" discretisation of Doroshenko et al. 2022, composed over ``steps``)
+    gives the privacy profile ``delta(eps)`` (max over add and remove adjacency), an upper bound on the true one
+    at every ``eps``. A mechanism that is (eps, delta(eps))-DP for every eps has trade-off function at least
+    ``f(alpha) = sup_{eps >= 0} max(0, 1 - delta(eps) - e^eps alpha, e^{-eps} (1 - delta(eps) - alpha))``
+    (Dong, Roth and Su 2022, Prop. 2.12 applied to the whole profile). Between two consecutive loss values of
+    the discretised PLD ``delta(eps) = A - e^eps B``, so both terms are monotone in eps there: the supremum over
+    all eps >= 0 is attained at the loss values themselves. They are all evaluated at once (cumulative sums), and
+    the supremum is taken on the concave hull of the points ``(e^eps, 1 - delta)`` (and ``(e^-eps, e^-eps (1 -
+    delta))``) by a binary search per alpha. The result is a lower bound on the true trade-off (bounds built from
+    it are sound), non-increasing in alpha, and stable at fine discretisations.
 
     Args:
       sigma: noise multiplier > 0; q: sampling probability in (0, 1]; steps: number of steps >= 1.
       alphas: type-I errors in [0, 1] (any shape).
       value_discretization_interval: PLD discretisation (smaller = tighter, slower).
-      eps_grid: epsilons at which the profile is evaluated (default: 2,000 points in [0, 60]).
+      eps_grid: if given, the supremum is taken over these epsilons only (>= 0) instead of every loss value
+        (looser; for comparisons with a fixed grid).
 
     Returns:
       NumPy array ``f(alphas)`` in [0, 1 - alpha].
@@ -196,26 +284,39 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
     >>> import numpy as np
     >>> from scipy.stats import norm
     >>> f = pld_tradeoff(1.0, 1.0, 1, [0.1])  # q = 1, one step: 1-GDP, f(a) = Phi(Phi^-1(1 - a) - 1)
-    >>> bool(abs(f[0] - norm.cdf(norm.ppf(0.9) - 1.0)) < 0.01)
+    >>> bool(norm.cdf(norm.ppf(0.9) - 1.0) - 1e-3 < f[0] <= norm.cdf(norm.ppf(0.9) - 1.0))
     True
     """
     _check_dpsgd(sigma, q, steps, 0.5)
     check_range("alphas", alphas, lambda a: (a >= 0) & (a <= 1), "in [0, 1]")
+    check_range("value_discretization_interval", value_discretization_interval, lambda v: v > 0, "> 0")
     alphas = np.asarray(alphas, np.float64)
-    if eps_grid is None:
-        eps_grid = np.concatenate([np.linspace(0.0, 10.0, 1500), np.linspace(10.0, 60.0, 501)[1:]])
-    eps_grid = np.asarray(eps_grid, np.float64)
     from dp_accounting.pld import privacy_loss_distribution as pld_lib  # host-side bridge; imported lazily
 
     pld = pld_lib.from_gaussian_mechanism(standard_deviation=float(sigma), sampling_prob=float(q),
-                                          value_discretization_interval=value_discretization_interval)
+                                          value_discretization_interval=value_discretization_interval,
+                                          use_connect_dots=True)
     pld = pld.self_compose(int(steps))
-    deltas = np.asarray(pld.get_delta_for_epsilon(eps_grid), np.float64)
-    a = alphas[..., None]
-    f1 = 1.0 - deltas - np.exp(eps_grid) * a
-    f2 = np.exp(-eps_grid) * (1.0 - deltas - a)
-    f = np.max(np.maximum(f1, f2), axis=-1)
-    return np.clip(f, 0.0, 1.0 - alphas)
+    directions = [_dense_pmf(pld._pmf_remove)]
+    if not pld._symmetric:
+        directions.append(_dense_pmf(pld._pmf_add))
+    if eps_grid is None:
+        top = max(float(d[0].max()) for d in directions)
+        eps = np.arange(0.0, top + 1.5 * value_discretization_interval, value_discretization_interval)
+    else:
+        check_range("eps_grid", eps_grid, lambda e: e >= 0, ">= 0")
+        eps = np.unique(np.asarray(eps_grid, np.float64))
+    deltas = np.max([_profile_at_losses(*d, eps) for d in directions], axis=0)
+    flat = alphas.ravel()
+    one_minus = 1.0 - deltas
+    f1 = _upper_envelope(np.exp(eps), one_minus, flat)  # sup 1 - delta - e^eps alpha
+    u = np.exp(-eps)[::-1]  # increasing
+    f2 = _upper_envelope(u, (u * one_minus[::-1]), flat)  # sup e^-eps (1 - delta - alpha)
+    f = np.clip(np.maximum(f1, f2), 0.0, 1.0 - flat)
+    # Non-increasing in alpha by construction up to rounding; make it exact (lowering a lower bound stays sound).
+    order = np.argsort(flat, kind="stable")
+    f[order] = np.minimum.accumulate(f[order])
+    return f.reshape(alphas.shape)
 
 
 def rero_dpsgd_tradeoff(kappa, sigma: float, q: float, steps: int, **kwargs) -> np.ndarray:

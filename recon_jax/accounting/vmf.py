@@ -21,19 +21,26 @@ base eps above that root.
 
 Approach 2 (Sec. III-A2): Zhu-Wang subsampled RDP at integer orders, interpolation (convexity of the
 cumulant), multiplication by N, Canonne et al. conversion.
+
+``approach="pld"`` (not in the paper): the privacy loss distribution of the Poisson-subsampled VMF mechanism for
+the worst-case (antipodal) pair, discretised pessimistically and composed ``compositions`` times with
+``dp_accounting`` (:mod:`recon_jax.accounting.vmf_pld`). An upper bound like the other two, and much tighter over
+many steps; host-side.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax.accounting._checks import check_range, pad_batch
+from recon_jax.accounting._checks import check_range, concrete_or_none, pad_batch
 from recon_jax.accounting.conversions import delta_from_rdp, eps_from_rdp, kov_composition
 from recon_jax.accounting.rdp import rdp_poisson_subsampled
+from recon_jax.accounting.vmf_pld import vmf_pld_epsilon
 
 __all__ = ["rdp_vmf", "rdp_vmf_multi", "vmf_epsilon", "calibrate_vmf_kappa"]
 
@@ -221,15 +228,26 @@ def _vmf_epsilon_flat(kappa, dim, q, n, delta, approach, interpolation="cumulant
 
 
 def _normalise_approach(approach):
-    if approach in ("best", 1, 2):
+    if approach in ("best", 1, 2, "pld"):
         return approach
     if approach in ("1", "2"):
         return int(approach)
-    raise ValueError(f"approach must be 'best', 1 or 2; got {approach!r}")
+    raise ValueError(f"approach must be 'best', 1, 2 or 'pld'; got {approach!r}")
 
 
-def vmf_epsilon(kappa, dim, q, compositions, delta, approach="best", *, interpolation: str = "cumulant") -> jax.Array:
-    """Epsilon of DP-SGD with VMF noise by Biswas et al.'s approach 1, approach 2, or the better of both.
+def _pld_grid(args, value_discretization_interval):
+    """vmf_pld_epsilon over broadcast host arrays (kappa, dim, q, compositions, delta)."""
+    b = np.broadcast_arrays(*(np.asarray(a, np.float64) for a in args))
+    out = np.empty(b[0].shape, np.float64)
+    for idx in np.ndindex(out.shape):
+        k, p, qq, n, d = (float(x[idx]) for x in b)
+        out[idx] = vmf_pld_epsilon(k, p, qq, int(round(n)), d, value_discretization_interval=value_discretization_interval)
+    return out
+
+
+def vmf_epsilon(kappa, dim, q, compositions, delta, approach="best", *, interpolation: str = "cumulant",
+                value_discretization_interval: float = 1e-4) -> jax.Array:
+    """Epsilon of DP-SGD with VMF noise: Biswas et al.'s approach 1, approach 2, the better of both, or the PLD.
 
     See the module docstring for the two approaches and for what ``compositions`` counts (the paper's
     tables use the number of *epochs*, 3; a DP-SGD guarantee needs the number of *steps*).
@@ -240,11 +258,14 @@ def vmf_epsilon(kappa, dim, q, compositions, delta, approach="best", *, interpol
       q: sampling probability in (0, 1].
       compositions: number of composed subsampled releases N >= 1.
       delta: target delta in (0, 1). All five broadcast.
-      approach: ``"best"`` (min of both), ``1`` or ``2``.
+      approach: ``"best"`` (min of approaches 1 and 2), ``1``, ``2``, or ``"pld"`` (the pessimistic privacy loss
+        distribution composed ``compositions`` times; tight up to the discretisation, host-side, needs concrete
+        inputs and an integer ``compositions``).
       interpolation: how approach 2 fills in fractional orders. ``"cumulant"`` (default, sound): the chord of
         the convex cumulant K(alpha) = (alpha - 1) tau_alpha (Wang et al. 2019, Cor. 10). ``"paper"``: Biswas
         et al.'s linear interpolation of tau itself (with tau^s_1 = q KL), which Cor. 10 does not justify; it
         reproduces their Table IV cells at kappa = 150 and 300 and is offered only for that purpose.
+      value_discretization_interval: privacy-loss grid spacing for ``approach="pld"`` (smaller = tighter, slower).
 
     Returns:
       epsilon, shape ``broadcast(kappa, dim, q, compositions, delta)``, always computed and returned in float64
@@ -266,6 +287,12 @@ def vmf_epsilon(kappa, dim, q, compositions, delta, approach="best", *, interpol
     approach = _normalise_approach(approach)
     if interpolation not in ("cumulant", "paper"):
         raise ValueError(f"interpolation must be 'cumulant' or 'paper'; got {interpolation!r}")
+    if approach == "pld":
+        vals = [concrete_or_none(v) for v in (kappa, dim, q, compositions, delta)]
+        if any(v is None for v in vals):
+            raise ValueError("approach='pld' runs on the host: kappa, dim, q, compositions and delta must be concrete")
+        with jax.enable_x64(True):
+            return jnp.asarray(_pld_grid(vals, value_discretization_interval), jnp.float64)
     with jax.enable_x64(True):  # tau is a small difference of log-Bessel values ~1e4: float32 is not enough
         args = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.float64) for v in (kappa, dim, q, compositions, delta)))
         shape = args[0].shape
@@ -295,16 +322,44 @@ def _calibrate_kappa_flat(eps, dim, q, n, delta, approach, iters):
     return jax.vmap(one)(eps, dim, q, n, delta)
 
 
-def calibrate_vmf_kappa(eps, dim, q, compositions, delta, approach="best", *, iters: int = 60) -> jax.Array:
+def _calibrate_kappa_pld(eps, dim, q, n, delta, step, rtol):
+    """Host bisection on log(kappa) for approach="pld", started from the RDP-calibrated kappa (a lower bound)."""
+    def eps_at(k):
+        return vmf_pld_epsilon(k, dim, q, n, delta, value_discretization_interval=step)
+
+    with jax.enable_x64(True):
+        lo = float(_calibrate_kappa_flat(*pad_batch(*(jnp.asarray([v], jnp.float64) for v in (eps, dim, q, n, delta)))[0],
+                                         "best", 60)[0])
+    if not np.isfinite(lo):
+        lo = 1e-3
+    while eps_at(lo) > eps:  # the PLD bound is tighter than the RDP ones in practice; this keeps the bracket sound
+        lo /= 2.0
+        if lo < 1e-6:
+            return float("nan")
+    hi = 2.0 * lo
+    while eps_at(hi) <= eps:
+        lo, hi = hi, 2.0 * hi
+    while hi / lo > 1.0 + rtol:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if eps_at(mid) <= eps else (lo, mid)
+    return lo
+
+
+def calibrate_vmf_kappa(eps, dim, q, compositions, delta, approach="best", *, iters: int = 60,
+                        value_discretization_interval: float = 1e-4, rtol: float = 1e-3) -> jax.Array:
     """Largest kappa whose VMF epsilon (:func:`vmf_epsilon`) is at most ``eps``, by bisection on log(kappa).
 
     Epsilon increases with kappa (Biswas et al. Thm 1 (i)); the search brackets kappa in [1e-3, 1e7] and the
-    returned kappa is the lower end of the final bracket, so its epsilon is <= the target.
+    returned kappa is the lower end of the final bracket, so its epsilon is <= the target. With
+    ``approach="pld"`` the bracket starts at the kappa calibrated with ``"best"``, is widened by doubling, and is
+    bisected on the host until its ends are within a factor ``1 + rtol``.
 
     Args:
       eps: target epsilon(s) > 0.
       dim, q, compositions, delta, approach: as in :func:`vmf_epsilon` (all broadcast).
-      iters: bisection iterations.
+      iters: bisection iterations (approaches 1, 2, ``"best"``).
+      value_discretization_interval: privacy-loss grid spacing for ``approach="pld"``.
+      rtol: relative width of the final kappa bracket for ``approach="pld"``.
 
     Returns:
       kappa (float64), shape ``broadcast(eps, dim, q, compositions, delta)`` (NaN if even kappa = 1e-3
@@ -324,6 +379,17 @@ def calibrate_vmf_kappa(eps, dim, q, compositions, delta, approach="best", *, it
     check_range("compositions", compositions, lambda c: c >= 1, ">= 1")
     check_range("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")
     approach = _normalise_approach(approach)
+    if approach == "pld":
+        vals = [concrete_or_none(v) for v in (eps, dim, q, compositions, delta)]
+        if any(v is None for v in vals):
+            raise ValueError("approach='pld' runs on the host: eps, dim, q, compositions and delta must be concrete")
+        b = np.broadcast_arrays(*vals)
+        out = np.empty(b[0].shape, np.float64)
+        for idx in np.ndindex(out.shape):
+            e, p, qq, n, d = (float(x[idx]) for x in b)
+            out[idx] = _calibrate_kappa_pld(e, p, qq, int(round(n)), d, value_discretization_interval, rtol)
+        with jax.enable_x64(True):
+            return jnp.asarray(out, jnp.float64)
     with jax.enable_x64(True):  # see vmf_epsilon
         args = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.float64) for v in (eps, dim, q, compositions, delta)))
         shape = args[0].shape

@@ -2,12 +2,16 @@
 
 - :mod:`~recon_jax.attacks.glm`: closed-form inversion of GLMs (Balle et al. Thm 1, Thm 8).
 - :mod:`~recon_jax.attacks.reconn`: reconstructor networks trained on shadow models (Balle et al.).
+- :mod:`~recon_jax.attacks.informed`: the informed-adversary pipeline (splits -> shadow and released models ->
+  reconstructor -> NN oracle -> metrics and success) shared by the experiments and notebooks.
 - :mod:`~recon_jax.attacks.oracle`: the nearest-neighbour oracle baseline.
 - :mod:`~recon_jax.attacks.mia`: informed membership inference (Balle et al. Alg. 2).
 - :mod:`~recon_jax.attacks.gradient`: linear-layer attack (Ziller et al.), Inverting Gradients, DLG.
 - :mod:`~recon_jax.attacks.dimred`: attacks on dimensionality-reduction embeddings (Lumbut & Ponnoprat).
+- :mod:`~recon_jax.attacks.audit`: Clopper-Pearson intervals and the empirical epsilon of a canary game.
+- :mod:`~recon_jax.attacks.prior_aware`: the prior-aware attack on every released DP-(S)GD update (Hayes et al. 2023).
 """
 
-from recon_jax.attacks import dimred, glm, gradient, mia, oracle, reconn
+from recon_jax.attacks import audit, dimred, glm, gradient, informed, mia, oracle, prior_aware, reconn
 
-__all__ = ["glm", "reconn", "oracle", "mia", "gradient", "dimred"]
+__all__ = ["glm", "reconn", "informed", "oracle", "mia", "gradient", "dimred", "prior_aware", "audit"]

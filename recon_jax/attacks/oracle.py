@@ -8,8 +8,9 @@ about the target from the released model. Fig. 3 also shows order statistics of 
 
 Also here: per-target success (``reconstruction MSE < oracle MSE``), the classifier-KL metric (KL divergence
 between a separately trained classifier's predictions on target and reconstruction, Sec. V-B c), a small
-trainer for that classifier, and :func:`empirical_kappa`, the baseline error ``kappa(eta)`` of Sec. VII for the
-empirical prior over a pool (used to place ReRo bounds next to attack results).
+trainer for that classifier, :func:`empirical_kappa`, the baseline error ``kappa(eta)`` of Sec. VII for the
+empirical prior over a pool at given guesses, and :func:`estimate_kappa`, the one estimator every experiment uses
+to place ReRo bounds next to attack results.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "reconstruction_metrics",
     "train_classifier",
     "empirical_kappa",
+    "estimate_kappa",
 ]
 
 
@@ -342,3 +344,52 @@ def empirical_kappa(pool: jax.Array, eta: float | jax.Array, candidates: jax.Arr
 
     counts = jax.lax.map(block_counts, blocks).reshape(-1, e.size)[:n]
     return (jnp.max(counts, axis=0) / p.shape[0]).reshape(eta.shape)
+
+
+def estimate_kappa(pool: jax.Array, eta: float | jax.Array, labels: jax.Array | None = None, *,
+                   max_pool: int | None = 4000, chunk_size: int = 256) -> jax.Array:
+    """The shared estimator of the ReRo baseline ``kappa(eta)`` for the uniform prior on a pool of records.
+
+    ``kappa(eta) = sup_z0 P_{Z ~ pi}[MSE(Z, z0) <= eta]`` (Balle et al. Sec. VII-B) with ``pi`` uniform on the
+    first ``max_pool`` records of ``pool`` (the adversary's records, in the order given; pass them shuffled). The
+    supremum runs over these guesses ``z0``: every record of that prior, the prior's mean and, when ``labels``
+    are given, each class mean (blurry averages are often the best oblivious guesses under MSE). Since the true
+    supremum is over the whole data space, the estimate is a lower estimate of kappa, and a ReRo bound computed
+    at it is approximate (slightly too small) rather than guaranteed. Every experiment that places ReRo bounds
+    beside MSE-thresholded attack success (risk_report, balle_mnist) calls this function, so their kappas agree.
+
+    Args:
+      pool: ``[M, ...]`` records of the prior.
+      eta: MSE threshold(s) >= 0 (scalar or ``[E]``).
+      labels: optional ``[M]`` integer class labels (adds the class means as guesses).
+      max_pool: use only the first ``max_pool`` records (bounds the ``O(M^2)`` cost); ``None`` uses all.
+      chunk_size: guesses per block.
+
+    Returns:
+      ``kappa`` with the shape of ``eta``.
+
+    Raises:
+      ValueError: for mismatched labels, a negative eta, or ``max_pool < 1``.
+
+    >>> import jax.numpy as jnp
+    >>> pool = jnp.array([[0.0], [0.2], [1.0], [1.2]])
+    >>> float(estimate_kappa(pool, 0.011))              # each record covers only itself
+    0.25
+    >>> float(estimate_kappa(pool, 0.011, jnp.array([0, 0, 1, 1])))   # class mean 0.1 covers 0.0 and 0.2
+    0.5
+    >>> float(estimate_kappa(pool, 0.37)), float(empirical_kappa(pool, 0.37))  # the pool mean 0.6 covers all
+    (1.0, 0.5)
+    """
+    if max_pool is not None and not (isinstance(max_pool, int) and max_pool >= 1):
+        raise ValueError(f"max_pool must be None or an integer >= 1, got {max_pool!r}")
+    pool = _flat(pool, "pool")
+    m = pool.shape[0] if max_pool is None else min(pool.shape[0], max_pool)
+    prior = pool[:m]
+    guesses = [prior, prior.mean(axis=0, keepdims=True)]
+    if labels is not None:
+        lab = np.asarray(labels)
+        if lab.shape != (pool.shape[0],):
+            raise ValueError(f"labels must have shape [{pool.shape[0]}], got {lab.shape}")
+        lab = lab[:m]
+        guesses += [prior[lab == c].mean(axis=0, keepdims=True) for c in np.unique(lab)]
+    return empirical_kappa(prior, eta, candidates=jnp.concatenate(guesses), chunk_size=chunk_size)

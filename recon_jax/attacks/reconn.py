@@ -27,6 +27,11 @@ Fine-tuning a trained reconstructor on shadow models of a new fixed set (App. B)
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
+import json
+import os
+import time
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -35,6 +40,7 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
+from recon_jax.io import atomic_save_npz
 from recon_jax.models.flatten import Layout, select
 
 __all__ = [
@@ -183,6 +189,11 @@ class ReconstructorFit:
       losses: ``[epochs]`` mean training loss per epoch.
       eval_mse: ``[epochs]`` mean MSE on the evaluation set after each epoch (empty without one).
       disc_params: the PatchGAN discriminator's variables (None without one).
+      epochs_run: epochs trained (fewer than asked for after early stopping), counting resumed ones.
+      best_epoch: the epoch (1-based) with the lowest validation MSE (None without an evaluation set).
+      stopped_early: whether early stopping ended the run before ``epochs``.
+      resumed_from: epochs restored from a checkpoint (0 for a fresh run).
+      epoch_seconds: wall time of each epoch trained in this call (the first includes compilation).
     """
 
     model: Any
@@ -191,6 +202,11 @@ class ReconstructorFit:
     losses: np.ndarray
     eval_mse: np.ndarray
     disc_params: Any = None
+    epochs_run: int = 0
+    best_epoch: int | None = None
+    stopped_early: bool = False
+    resumed_from: int = 0
+    epoch_seconds: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
 
 def _check_int(name, v, lo=1):
@@ -198,8 +214,10 @@ def _check_int(name, v, lo=1):
         raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
 
 
-def _make_epoch(model, optimizer, mae_weight, mse_weight, discriminator, disc_optimizer, adversarial_weight,
-                perceptual_fn, perceptual_weight, batch_size):
+def _make_steps(model, optimizer, mae_weight, mse_weight, discriminator, disc_optimizer, adversarial_weight,
+                perceptual_fn, perceptual_weight):
+    """A jitted ``(state, x [S, B, F], t [S, B, ...], scaler) -> (state, losses [S])``: S optimiser steps."""
+
     def gen_loss(params, disc_params, x, t):
         out = model.apply(params, x)
         loss = reconstruction_loss(t, out, mae_weight, mse_weight)
@@ -214,15 +232,11 @@ def _make_epoch(model, optimizer, mae_weight, mse_weight, discriminator, disc_op
         return jnp.mean((discriminator.apply(disc_params, real) - 1.0) ** 2) + jnp.mean(
             discriminator.apply(disc_params, fake) ** 2)
 
-    def epoch(state, features, targets, scaler, key):
-        n = features.shape[0]
-        steps = n // batch_size
-        perm = jax.random.permutation(key, n)[: steps * batch_size].reshape(steps, batch_size)
-
-        def step(s, idx):
+    def steps(state, xs, ts, scaler):
+        def step(s, batch):
             params, opt_state, dparams, dopt_state = s
-            x = (features[idx] - scaler.mean) / scaler.scale
-            t = targets[idx]
+            x = (batch[0] - scaler.mean) / scaler.scale
+            t = batch[1]
             (loss, out), g = jax.value_and_grad(gen_loss, has_aux=True)(params, dparams, x, t)
             upd, opt_state = optimizer.update(g, opt_state, params)
             params = optax.apply_updates(params, upd)
@@ -232,10 +246,24 @@ def _make_epoch(model, optimizer, mae_weight, mse_weight, discriminator, disc_op
                 dparams = optax.apply_updates(dparams, dupd)
             return (params, opt_state, dparams, dopt_state), loss
 
-        state, losses = jax.lax.scan(step, state, perm)
-        return state, jnp.mean(losses)
+        return jax.lax.scan(step, state, (xs, ts))
 
-    return jax.jit(epoch)
+    return jax.jit(steps)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _permutation(key, n):
+    return jax.random.permutation(key, n)
+
+
+def _gather(a, idx, dtype):
+    """Rows ``idx`` of a host (NumPy / memory-mapped) or device array, as a device array of ``dtype``.
+
+    Host arrays are read row by row through NumPy fancy indexing, so a memory-mapped store is paged in one
+    chunk at a time and never copied whole."""
+    if isinstance(a, jax.Array):
+        return jnp.take(a, jnp.asarray(idx), axis=0).astype(dtype)
+    return jnp.asarray(np.asarray(a[idx], dtype=dtype))
 
 
 @jax.jit
@@ -258,6 +286,58 @@ def _predict(model, params, scaler, features, batch_size):
 _predict_jit = jax.jit(_predict, static_argnums=(0, 4))
 
 
+def _digest_rows(a, block: int = 4096) -> str:
+    """SHA-256 of an array's dtype, shape and bytes, read in row blocks (no whole copy of a memory map)."""
+    a_host = a if not isinstance(a, jax.Array) else np.asarray(a)
+    h = hashlib.sha256(f"{np.dtype(a_host.dtype).str}{tuple(a_host.shape)}".encode())
+    for start in range(0, a_host.shape[0], block):
+        h.update(np.ascontiguousarray(a_host[start:start + block]).tobytes())
+    return h.hexdigest()
+
+
+def _tree_digest(tree) -> str:
+    leaves = jax.tree_util.tree_leaves(tree)
+    return hashlib.sha256("".join(_digest_rows(np.atleast_1d(np.asarray(x))) for x in leaves).encode()).hexdigest()
+
+
+class _Checkpoint:
+    """Per-epoch training state in ``directory/reconstructor-<hash>.npz``, written atomically.
+
+    The file name is a hash of everything that determines the state after epoch ``e`` (model, optimiser
+    settings, key, data digests, batch size, ...), not of ``epochs`` or ``patience``: a run can be resumed with
+    more epochs, and a different configuration never picks up another's state.
+    """
+
+    def __init__(self, directory: str, key_description: dict):
+        digest = hashlib.sha256(json.dumps(key_description, sort_keys=True, default=str).encode()).hexdigest()
+        self.path = os.path.join(os.fspath(directory), f"reconstructor-{digest[:24]}.npz")
+        self.description = key_description
+
+    def load(self, template_state, template_best):
+        if not os.path.exists(self.path):
+            return None
+        with np.load(self.path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+        state_leaves, state_def = jax.tree_util.tree_flatten(template_state)
+        best_leaves, best_def = jax.tree_util.tree_flatten(template_best)
+        got_state = [data[f"state_{i}"] for i in range(len(state_leaves))]
+        got_best = [data[f"best_{i}"] for i in range(len(best_leaves))]
+        for want, got in zip(state_leaves + best_leaves, got_state + got_best):
+            if np.shape(want) != got.shape:
+                raise ValueError(f"checkpoint {self.path} does not match the model (shape {got.shape} != "
+                                 f"{np.shape(want)}); delete it to start over")
+        return {"state": jax.tree_util.tree_unflatten(state_def, [jnp.asarray(x) for x in got_state]),
+                "best": jax.tree_util.tree_unflatten(best_def, [jnp.asarray(x) for x in got_best]),
+                "losses": list(data["losses"]), "eval_mse": list(data["eval_mse"]),
+                "best_epoch": int(data["best_epoch"])}
+
+    def save(self, state, best, losses, eval_mse, best_epoch):
+        arrays = {f"state_{i}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(state))}
+        arrays.update({f"best_{i}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(best))})
+        atomic_save_npz(self.path, losses=np.asarray(losses, np.float64), eval_mse=np.asarray(eval_mse, np.float64),
+                        best_epoch=np.asarray(best_epoch), **arrays)
+
+
 def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int = 100, batch_size: int = 128,
                         learning_rate: float = 1e-3, optimizer: optax.GradientTransformation | None = None,
                         mae_weight: float = 1.0, mse_weight: float = 1.0, standardizer: Standardizer | None = None,
@@ -265,8 +345,15 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
                         discriminator_learning_rate: float = 1e-5,
                         perceptual_fn: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
                         perceptual_weight: float = 1.0, eval_set: tuple | None = None,
+                        patience: int | None = None, min_delta: float = 0.0, checkpoint_dir: str | None = None,
+                        checkpoint_key: dict | None = None, stream_rows: int | None = None,
                         progress: bool = True) -> ReconstructorFit:
     """Trains a reconstructor network on shadow-model features and their targets (Balle et al. Sec. IV-B).
+
+    Features are streamed: each epoch draws a permutation, then gathers ``stream_rows`` rows at a time from
+    ``features`` (NumPy, a memory-mapped shadow store, or a device array) and runs those minibatches in one
+    jitted ``lax.scan``; only one block is on the device at once and a memory-mapped store is never copied
+    whole. The result does not depend on ``stream_rows``.
 
     Args:
       model: flax module ``phi`` mapping ``[B, F]`` features to ``[B, *target_shape]`` (e.g.
@@ -275,7 +362,7 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
       targets: ``[K, ...]`` their shadow targets.
       key: typed key; ``fold_in(key, 0)`` initialises ``phi`` (and ``fold_in(key, 1)`` the discriminator),
         epoch ``e`` shuffles with ``fold_in(key, e + 2)``.
-      epochs: passes over the shadow set (>= 1).
+      epochs: maximum passes over the shadow set (>= 1).
       batch_size: minibatch size (>= 1; capped at ``K``; the last partial batch of an epoch is dropped).
       learning_rate: RMSProp learning rate when ``optimizer`` is None (Table V: 1e-3).
       optimizer: any optax transformation (overrides ``learning_rate``).
@@ -288,12 +375,22 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
       discriminator_learning_rate: Adam learning rate of the discriminator (paper: 1e-5).
       perceptual_fn: optional ``(targets, outputs) -> [B]`` perceptual distance (e.g. LPIPS from a feature
         network the caller provides), weighted by ``perceptual_weight``.
-      eval_set: optional ``(features [E, F], targets [E, ...])`` of held-out shadows; their MSE is recorded after
-        every epoch (not used for training or for standardisation).
+      eval_set: optional ``(features [E, F], targets [E, ...])`` of held-out shadows; their MSE (the validation
+        loss) is recorded after every epoch (not used for training or for standardisation).
+      patience: early stopping: stop once the validation MSE has not improved by more than ``min_delta`` for
+        ``patience`` epochs, and return the parameters of the best epoch (needs ``eval_set``; None: run all
+        ``epochs`` and return the last parameters).
+      min_delta: smallest decrease of the validation MSE that counts as an improvement (>= 0).
+      checkpoint_dir: save the training state atomically after every epoch in this directory, under a name
+        hashed from everything that determines it; a later call with the same arguments resumes after the last
+        saved epoch (``epochs`` may be larger) and gives the same result as an uninterrupted run.
+      checkpoint_key: JSON-able description of what the hash cannot see; required with ``checkpoint_dir`` when
+        ``optimizer`` or ``perceptual_fn`` is given (functions have no stable hash).
+      stream_rows: rows gathered per block (rounded down to a multiple of the batch size; default 8,192).
       progress: show a tqdm bar over epochs.
 
     Returns:
-      A :class:`ReconstructorFit`.
+      A :class:`ReconstructorFit` (``epochs_run``, ``best_epoch`` and ``stopped_early`` record early stopping).
 
     Raises:
       ValueError: on mismatched shapes or out-of-range hyper-parameters.
@@ -303,8 +400,8 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
     >>> f = jax.random.normal(jax.random.key(1), (64, 5)); t = jax.nn.sigmoid(f[:, :2] @ jnp.ones((2, 4)))
     >>> fit = train_reconstructor(reconstructor_mlp((4,), (32,)), f, t, jax.random.key(0), epochs=40,
     ...                           batch_size=16, progress=False)
-    >>> bool(fit.losses[-1] < fit.losses[0]), reconstruct(fit, f[:3]).shape
-    (True, (3, 4))
+    >>> bool(fit.losses[-1] < fit.losses[0]), reconstruct(fit, f[:3]).shape, fit.epochs_run
+    (True, (3, 4), 40)
     """
     f = _features_2d(features)
     t = targets if isinstance(targets, (np.ndarray, jax.Array)) else np.asarray(targets)
@@ -313,7 +410,8 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
     _check_int("epochs", epochs)
     _check_int("batch_size", batch_size)
     for name, v in (("mae_weight", mae_weight), ("mse_weight", mse_weight),
-                    ("adversarial_weight", adversarial_weight), ("perceptual_weight", perceptual_weight)):
+                    ("adversarial_weight", adversarial_weight), ("perceptual_weight", perceptual_weight),
+                    ("min_delta", min_delta)):
         if not v >= 0:
             raise ValueError(f"{name} must be >= 0, got {v}")
     if optimizer is None and not learning_rate > 0:
@@ -322,41 +420,95 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
         raise ValueError(f"discriminator_learning_rate must be > 0, got {discriminator_learning_rate}")
     if discriminator is not None and t.ndim != 4:
         raise ValueError(f"a discriminator needs image targets [K, H, W, C], got shape {t.shape}")
+    if patience is not None:
+        _check_int("patience", patience)
+        if eval_set is None:
+            raise ValueError("patience (early stopping) needs an eval_set of held-out shadows")
+    if stream_rows is not None:
+        _check_int("stream_rows", stream_rows)
+    if checkpoint_dir is not None and checkpoint_key is None and (optimizer is not None or perceptual_fn is not None):
+        raise ValueError("checkpoint_key is required with checkpoint_dir when optimizer or perceptual_fn is given")
     scaler = fit_standardizer(f) if standardizer is None else standardizer
     if scaler.mean.shape[-1] != f.shape[1]:
         raise ValueError(f"standardizer has {scaler.mean.shape[-1]} columns, features have {f.shape[1]}")
     bs = min(int(batch_size), f.shape[0])
-    fx = jnp.asarray(f, scaler.mean.dtype)
-    tx = jnp.asarray(t, scaler.mean.dtype)
-    params = model.init(jax.random.fold_in(key, 0), fx[:1]) if init_params is None else init_params
+    dtype = scaler.mean.dtype
+    n_steps = f.shape[0] // bs
+    block_steps = max(1, (stream_rows if stream_rows is not None else 8192) // bs)
+    params = model.init(jax.random.fold_in(key, 0), _gather(f, np.arange(1), dtype)) if init_params is None \
+        else init_params
     opt = optax.rmsprop(learning_rate) if optimizer is None else optimizer
     dparams = dopt = dopt_state = None
     if discriminator is not None:
-        dparams = discriminator.init(jax.random.fold_in(key, 1), tx[:1])
+        dparams = discriminator.init(jax.random.fold_in(key, 1), _gather(t, np.arange(1), dtype))
         dopt = optax.adam(discriminator_learning_rate)
         dopt_state = dopt.init(dparams)
-    epoch_fn = _make_epoch(model, opt, float(mae_weight), float(mse_weight), discriminator, dopt,
-                           float(adversarial_weight), perceptual_fn, float(perceptual_weight), bs)
+    steps_fn = _make_steps(model, opt, float(mae_weight), float(mse_weight), discriminator, dopt,
+                           float(adversarial_weight), perceptual_fn, float(perceptual_weight))
     state = (params, opt.init(params), dparams, dopt_state)
+    ef = et = None
     if eval_set is not None:
-        ef = jnp.asarray(_features_2d(eval_set[0], "eval_set features"), fx.dtype)
-        et = jnp.asarray(eval_set[1], fx.dtype)
-        if ef.shape[1] != f.shape[1] or et.shape[1:] != tx.shape[1:] or ef.shape[0] != et.shape[0]:
+        ef = jnp.asarray(_features_2d(eval_set[0], "eval_set features"), dtype)
+        et = jnp.asarray(eval_set[1], dtype)
+        if ef.shape[1] != f.shape[1] or et.shape[1:] != tuple(t.shape[1:]) or ef.shape[0] != et.shape[0]:
             raise ValueError("eval_set must be (features [E, F], targets [E, ...]) matching the training shapes")
-    losses, eval_mse = [], []
-    bar = tqdm(range(epochs), desc="reconstructor", unit="epoch", disable=not progress)
+    losses, eval_mse, best, best_epoch = [], [], state[0], 0
+    ckpt = None
+    if checkpoint_dir is not None:
+        ckpt = _Checkpoint(checkpoint_dir, {
+            "format": "recon_jax.reconn/1", "model": repr(model), "discriminator": repr(discriminator),
+            "learning_rate": None if optimizer is not None else float(learning_rate),
+            "weights": [float(mae_weight), float(mse_weight), float(adversarial_weight), float(perceptual_weight)],
+            "discriminator_learning_rate": float(discriminator_learning_rate), "batch_size": bs,
+            "key": np.asarray(jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+                              else key).tolist(), "features": _digest_rows(f),
+            "targets": _digest_rows(t), "standardizer": _tree_digest(tuple(scaler)),
+            "init_params": None if init_params is None else _tree_digest(init_params),
+            "eval_set": None if eval_set is None else [_digest_rows(ef), _digest_rows(et)],
+            "dtype": str(dtype), "extra": checkpoint_key})
+        saved = ckpt.load(state, best)
+        if saved is not None:
+            state, best = saved["state"], saved["best"]
+            losses, eval_mse, best_epoch = saved["losses"], saved["eval_mse"], saved["best_epoch"]
+    resumed_from = len(losses)
+
+    def should_stop():
+        return patience is not None and len(eval_mse) - best_epoch >= patience
+
+    bar = tqdm(range(resumed_from, epochs), desc="reconstructor", unit="epoch", disable=not progress)
+    seconds = []
     for e in bar:
-        state, loss = epoch_fn(state, fx, tx, scaler, jax.random.fold_in(key, e + 2))
-        losses.append(float(loss))
+        if should_stop():
+            break
+        t_epoch = time.perf_counter()
+        perm = np.asarray(_permutation(jax.random.fold_in(key, e + 2), f.shape[0]))[: n_steps * bs]
+        epoch_losses = []
+        for s0 in range(0, n_steps, block_steps):
+            idx = perm[s0 * bs: min(n_steps, s0 + block_steps) * bs]
+            shape = (-1, bs)
+            xs = _gather(f, idx, dtype).reshape(*shape, f.shape[1])
+            ts = _gather(t, idx, dtype).reshape(*shape, *t.shape[1:])
+            state, block_losses = steps_fn(state, xs, ts, scaler)  # async: the next gather overlaps it
+            epoch_losses.append(block_losses)
+        losses.append(float(np.mean(np.concatenate([np.asarray(x, np.float64) for x in epoch_losses]))))
+        seconds.append(time.perf_counter() - t_epoch)
+        post = {"loss": f"{losses[-1]:.4f}"}
         if eval_set is not None:
             out = _predict_jit(model, state[0], scaler, ef, min(256, ef.shape[0]))
             eval_mse.append(float(_eval_mse(out, et)))
-            bar.set_postfix(loss=f"{losses[-1]:.4f}", eval_mse=f"{eval_mse[-1]:.4f}")
-        else:
-            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+            if len(eval_mse) == 1 or eval_mse[-1] < eval_mse[best_epoch - 1] - min_delta:
+                best, best_epoch = state[0], len(eval_mse)
+            post["eval_mse"] = f"{eval_mse[-1]:.4f}"
+        bar.set_postfix(**post)
+        if ckpt is not None:
+            ckpt.save(state, best, losses, eval_mse, best_epoch)
     bar.close()
-    return ReconstructorFit(model=model, params=state[0], standardizer=scaler, losses=np.asarray(losses),
-                            eval_mse=np.asarray(eval_mse), disc_params=state[2])
+    stopped = should_stop() and len(losses) < epochs
+    params = best if patience is not None else state[0]
+    return ReconstructorFit(model=model, params=params, standardizer=scaler, losses=np.asarray(losses),
+                            eval_mse=np.asarray(eval_mse), disc_params=state[2], epochs_run=len(losses),
+                            best_epoch=best_epoch if eval_set is not None else None, stopped_early=stopped,
+                            resumed_from=resumed_from, epoch_seconds=np.asarray(seconds))
 
 
 def fine_tune_reconstructor(fit: ReconstructorFit, features, targets, key: jax.Array, *, epochs: int = 20,

@@ -8,6 +8,7 @@ from recon_jax._validation import (  # noqa: F401
     check_nonnegative,
     check_open_unit,
     check_positive,
+    concrete_or_none,
     floor_tiny,
     invalid,
     log_positive,

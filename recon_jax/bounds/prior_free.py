@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
+from jax.scipy.special import digamma
 
 from recon_jax.bounds import _validate as v
 from recon_jax.bounds.rero import rero_gdp
@@ -41,6 +43,9 @@ __all__ = [
     "expected_ncc",
     "ncc_upper_bound",
     "ncc_upper_bound_dimension_free",
+    "expected_psnr_exact",
+    "expected_ncc_exact",
+    "expected_ncc_at_clip",
     "rero_mse",
     "rero_psnr",
     "ncc_samples",
@@ -179,9 +184,15 @@ def psnr_upper_bound(
     *,
     validate: bool = True,
 ) -> jax.Array:
-    """Upper bound on the expected PSNR (dB): ``10 log10(range^2 T / (C^2 sigma^2))`` (Prop. 2, Eq. 6).
+    """Ziller et al.'s "upper bound" on the expected PSNR (dB): ``10 log10(range^2 T / (C^2 sigma^2))`` (Prop. 2, Eq. 6).
 
     Computed as a sum of logarithms, so it is finite for every positive input (e.g. sigma = 1e-300).
+
+    Caveat (erratum): this is ``10 log10(range^2 / E[MSE])``, and Jensen's inequality gives
+    ``E[PSNR] = E[-10 log10 MSE] >= -10 log10 E[MSE]``, the other way round from the paper's proof. Without clipping
+    the expected PSNR exceeds this value by exactly ``(10 / ln 10) (ln(N/2) - psi(N/2))`` dB (2.49 dB at N = 2,
+    0.45 at N = 10, 0.0055 at N = 784; see :func:`expected_psnr_exact`), so it is not an upper bound for small N.
+    Kept under the paper's name because Table 1 is computed with it.
 
     Args:
       sigma: noise multiplier, > 0.
@@ -261,6 +272,11 @@ def ncc_upper_bound(sigma: ArrayLike, dim: ArrayLike, steps: ArrayLike = 1, *, v
 
     Uses ``||beta X|| <= C``; equality when ``||X|| > C`` and the data are centred. Independent of C.
 
+    Caveat (erratum): as for :func:`psnr_upper_bound`, the paper's Jensen step does not bound the expectation of the
+    NCC (a ratio) from above; for small N the exact expectation, from the distribution of the definition, is larger
+    (N = 10, sigma = 0.3: 0.749 vs 0.726; see :func:`expected_ncc_at_clip` / :func:`expected_ncc_exact`).
+    For large N the two agree (the expression is the leading term of the exact one with N - 1 in place of N).
+
     Args:
       sigma: noise multiplier, > 0.
       dim: data dimension N, >= 1.
@@ -288,11 +304,166 @@ def ncc_upper_bound(sigma: ArrayLike, dim: ArrayLike, steps: ArrayLike = 1, *, v
 def ncc_upper_bound_dimension_free(sigma: ArrayLike, steps: ArrayLike = 1, *, validate: bool = True) -> jax.Array:
     """Data-independent upper bound on the expected NCC: ``sqrt(1 / (1 + sigma^2 / T))`` (Prop. 3, Eq. 9).
 
+    Caveat: derived with the same Jensen step as :func:`ncc_upper_bound` (see there).
+
     Example:
       >>> round(float(ncc_upper_bound_dimension_free(1.0)), 6)
       0.707107
     """
     return ncc_upper_bound(sigma, 1.0, steps, validate=validate)
+
+
+def expected_psnr_exact(
+    sigma: ArrayLike,
+    clip_norm: ArrayLike,
+    dim: ArrayLike,
+    data_range: ArrayLike = 1.0,
+    steps: ArrayLike = 1,
+    *,
+    validate: bool = True,
+) -> jax.Array:
+    """Exact expected PSNR (dB) of the unclipped prior-free reconstruction (corrects Ziller et al., Prop. 2).
+
+    Without clipping (``C >= ||X||``, so ``beta = 1``) the reconstruction error is ``xi ~ N(0, s^2 I_N)`` with
+    ``s^2 = C^2 sigma^2 / T``, so ``MSE = (s^2 / N) Y`` with ``Y ~ chi^2_N`` and ``E[ln Y] = ln 2 + psi(N/2)``:
+
+        ``E[PSNR] = psnr_upper_bound + (10 / ln 10) (ln(N/2) - psi(N/2))``.
+
+    The correction is positive for every N (``ln x > psi(x)``) and behaves like ``(10 / ln 10) / N`` for large N,
+    so :func:`psnr_upper_bound` is below the true expectation; it matters for small N (2.49 dB at N = 2). With
+    clipping (``beta < 1``) the bias ``(1 - beta) X`` lowers the PSNR below this value.
+
+    Args:
+      sigma: noise multiplier, > 0.
+      clip_norm: clipping norm C, > 0.
+      dim: data dimension N, >= 1.
+      data_range: ``max(X) - min(X)``, > 0.
+      steps: number of steps T, >= 1.
+      validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
+
+    Returns:
+      E[PSNR] in dB.
+
+    Raises:
+      ValueError: an argument is outside its range.
+
+    Example:
+      >>> round(float(expected_psnr_exact(0.1, 1.0, 2)), 3)  # the paper's expression gives 20.0
+      22.507
+    """
+    v.check_at_least("dim", dim, 1, validate)
+    bound = psnr_upper_bound(sigma, clip_norm, data_range, steps, validate=validate)
+    dim, _ = v.as_float(dim, bound)
+    ok = dim >= 1
+    half = 0.5 * jnp.where(ok, dim, 2.0)
+    return v.nan_if(~ok, bound + (10.0 / _LOG10) * (jnp.log(half) - digamma(half)))
+
+
+# Gauss-Legendre rule on [0, 1] for the NCC integral (128 nodes: the integrand is a smooth bump of width ~1/8 of
+# the interval, integrated to ~1e-14 relative).
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(128)
+_GL_X, _GL_W = 0.5 * (_GL_X + 1.0), 0.5 * _GL_W
+
+
+def _expected_ncc_snr(snr, dim):
+    """E[NCC] for signal-to-noise ``r = ||beta (X - mean X)|| / s`` in dimension N (no validation).
+
+    From the definition: with ``m = N - 1`` (centring removes one direction), ``NCC = (r + Z) / ||r u + g||`` with
+    ``g ~ N(0, I_m)`` and ``Z = <u, g>``. Since ``E[V / ||V||] = grad_mu E||V||`` for ``V ~ N(mu, I_m)`` and
+    ``E||V||`` is the mean of a non-central chi distribution,
+    ``E[NCC] = (sqrt(2) r / m) Gamma((m+1)/2) / Gamma(m/2) 1F1(1/2; m/2 + 1; -r^2/2)``. Euler's integral for 1F1
+    with ``t = sin^2(theta)`` turns this into
+    ``E[NCC] = r sqrt(2/pi) int_0^{pi/2} exp(-r^2 sin^2(theta) / 2) cos^m(theta) dtheta``,
+    whose integrand is smooth, positive and at most ``exp(-c sin^2 theta)`` with ``c = (r^2 + m) / 2``; it is
+    integrated by Gauss-Legendre over ``sin(theta) <= sqrt(60 / c)`` (the rest is below ``e^-60``).
+    """
+    m = dim - 1.0
+    c = 0.5 * (jnp.square(snr) + m)
+    upper = jnp.arcsin(jnp.minimum(1.0, jnp.sqrt(60.0 / c)))
+    theta = upper[..., None] * jnp.asarray(_GL_X, snr.dtype)
+    log_f = -0.5 * jnp.square(snr)[..., None] * jnp.square(jnp.sin(theta)) + m[..., None] * jnp.log(jnp.cos(theta))
+    integral = upper * jnp.sum(jnp.asarray(_GL_W, snr.dtype) * jnp.exp(log_f), axis=-1)
+    return jnp.minimum(snr * jnp.sqrt(2.0 / jnp.pi) * integral, 1.0)  # rounding can exceed 1 by ~1e-14
+
+
+def expected_ncc_exact(
+    signal_variance: ArrayLike,
+    clip_factor: ArrayLike,
+    sigma: ArrayLike,
+    clip_norm: ArrayLike,
+    dim: ArrayLike,
+    steps: ArrayLike = 1,
+    *,
+    validate: bool = True,
+) -> jax.Array:
+    """Exact ``E[NCC(X, beta X + xi)]`` from the distribution of the definition (corrects Ziller et al., Prop. 3).
+
+    The NCC (Pearson correlation, Eq. 68) depends on the sample only through the signal-to-noise ratio
+    ``r = beta sqrt(N V) / s`` (``V`` the empirical variance of X, ``s^2 = C^2 sigma^2 / T``) and N. The expectation
+    is evaluated by a 128-node quadrature of a one-dimensional integral (see the source); accurate to ~1e-12
+    relative in float64 for every ``r >= 0`` and ``N >= 2``. For large N it approaches
+    ``1 / sqrt(1 + (N - 1) s^2 / (beta^2 N V))``, which is :func:`expected_ncc` with N - 1 for N; for small N the
+    exact value is larger than the paper's expression (see :func:`expected_ncc_at_clip`).
+
+    Args:
+      signal_variance: the empirical variance V of the sample X, >= 0.
+      clip_factor: beta in (0, 1].
+      sigma: noise multiplier, > 0.
+      clip_norm: clipping norm C, > 0.
+      dim: data dimension N, >= 2.
+      steps: number of steps T, >= 1.
+      validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
+
+    Returns:
+      E[NCC], in [0, 1).
+
+    Raises:
+      ValueError: an argument is outside its range.
+
+    Example:
+      >>> round(float(expected_ncc_exact(0.5, 1.0, 1.0, 1.0, 2)), 4)  # N = 2, r = 1: NCC = +-1, E = 2 Phi(1) - 1
+      0.6827
+    """
+    _check_common(sigma, clip_norm, steps, validate)
+    v.check_nonnegative("signal_variance", signal_variance, validate)
+    v.check("clip_factor", clip_factor, lambda b: (b > 0) & (b <= 1), "in (0, 1]", validate)
+    v.check_at_least("dim", dim, 2, validate)
+    var, beta, sigma, clip_norm, dim, steps = v.as_float(signal_variance, clip_factor, sigma, clip_norm, dim, steps)
+    ok = (sigma > 0) & (clip_norm > 0) & (steps >= 1) & (var >= 0) & (beta > 0) & (beta <= 1) & (dim >= 2)
+    s_dim = jnp.where(ok, dim, 2.0)
+    noise_std = jnp.sqrt(_noise_var(jnp.where(ok, sigma, 1.0), jnp.where(ok, clip_norm, 1.0), jnp.where(ok, steps, 1.0)))
+    snr = jnp.where(ok, beta * jnp.sqrt(s_dim * jnp.maximum(var, 0.0)), 0.0) / noise_std
+    return v.nan_if(~ok, _expected_ncc_snr(snr, s_dim))
+
+
+def expected_ncc_at_clip(sigma: ArrayLike, dim: ArrayLike, steps: ArrayLike = 1, *, validate: bool = True) -> jax.Array:
+    """Exact E[NCC] in the setting where :func:`ncc_upper_bound` (Eq. 8) is attained: centred X with ``||X|| >= C``.
+
+    Then ``||beta X|| = C`` and the signal-to-noise ratio is ``r = sqrt(T) / sigma``, independent of C and X
+    (see :func:`expected_ncc_exact`). This is the value Eq. 8 should give; Eq. 8 is below it for small N.
+
+    Args:
+      sigma: noise multiplier, > 0.
+      dim: data dimension N, >= 2.
+      steps: number of steps T, >= 1.
+      validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
+
+    Returns:
+      E[NCC], in (0, 1).
+
+    Raises:
+      ValueError: an argument is outside its range.
+
+    Example:
+      >>> round(float(expected_ncc_at_clip(0.3, 10)), 3), round(float(ncc_upper_bound(0.3, 10)), 3)
+      (0.749, 0.725)
+    """
+    _check_common(sigma, None, steps, validate)
+    v.check_at_least("dim", dim, 2, validate)
+    sigma, dim, steps = v.as_float(sigma, dim, steps)
+    ok = (sigma > 0) & (dim >= 2) & (steps >= 1)
+    snr = jnp.sqrt(jnp.where(ok, steps, 1.0)) / jnp.where(ok, sigma, 1.0)
+    return v.nan_if(~ok, _expected_ncc_snr(snr, jnp.where(ok, dim, 2.0)))
 
 
 def _gammainc_half(dim, x):
@@ -341,7 +512,7 @@ def rero_mse(
     ok = (eta > 0) & (sigma > 0) & (clip_norm > 0) & (dim >= 1) & (steps >= 1)
     noise = _noise_var(sigma, clip_norm, jnp.where(ok, steps, 1.0))
     x = 0.5 * dim * jnp.where(ok, eta, 1.0) / jnp.where(ok, noise, 1.0)
-    out = _gammainc_half(jnp.where(ok, dim, 1.0), x)
+    out = _gammainc_half(jnp.where(dim >= 1, dim, 1.0), x)  # dim keeps its own shape (a scalar stays one)
     return v.nan_if(~ok, out)
 
 
@@ -396,7 +567,7 @@ def rero_psnr(
         - 2.0 * jnp.log(jnp.where(ok, clip_norm, 1.0))
         - 2.0 * jnp.log(jnp.where(ok, sigma, 1.0))
     )
-    out = _gammainc_half(jnp.where(ok, dim, 1.0), jnp.exp(log_x))
+    out = _gammainc_half(jnp.where(dim >= 1, dim, 1.0), jnp.exp(log_x))
     return v.nan_if(~ok, out)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy import special as jsp
 
 from recon_jax.bounds import _validate as v
@@ -156,8 +157,101 @@ def baseline_kappa_gaussian_tail_bound(
     return v.nan_if(~ok, out)
 
 
+def _log1m(kappa, dtype):
+    """``log(1 - kappa)`` in ``dtype``, in float64 on the host for concrete ``kappa`` (1 - 1e-9 is 1 in float32);
+    entries outside (0, 1) give ``log(1/2)``: mask them with ``nan_if``."""
+    host = v.concrete_or_none(kappa)
+    if host is not None:
+        return jnp.asarray(np.log1p(-np.where((host > 0) & (host < 1), host, 0.5)), dtype)
+    k = jnp.asarray(kappa, dtype)
+    return jnp.log1p(-jnp.where((k > 0) & (k < 1), k, 0.5))
+
+
+def _dp_gamma(log_kappa, log1m_kappa, eps):
+    """1 - f(kappa) for the eps-DP trade-off f(a) = max(0, 1 - e^eps a, e^-eps (1 - a)): both branches, in logs."""
+    first = jnp.exp(jnp.minimum(log_kappa + eps, 0.0))  # kappa e^eps, capped at 1
+    second = -jnp.expm1(log1m_kappa - eps)  # 1 - e^-eps (1 - kappa)
+    return jnp.minimum(first, second)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Optimal conversion of one RDP guarantee to a trade-off function, evaluated at the prior kappa.
+# ---------------------------------------------------------------------------------------------------------
+
+_RDP_BISECT_ITERS = 64
+
+
+def _log1mexp(x):
+    """log(1 - e^x) for x <= 0 (-inf at x = 0)."""
+    return jnp.log(-jnp.expm1(x))
+
+
+def _rdp_constraints(lg, lk, l1k, a):
+    """log of the two Renyi-divergence sums of the binary pair (kappa, 1 - kappa) vs (gamma, 1 - gamma), order a.
+
+    c1 = gamma^a kappa^(1-a) + (1-gamma)^a (1-kappa)^(1-a)   (exp((a-1) D_a(test|Q || test|P)))
+    c2 = kappa^a gamma^(1-a) + (1-kappa)^a (1-gamma)^(1-a)   (exp((a-1) D_a(test|P || test|Q)))
+    Both increase in gamma on [kappa, 1]. Returns (log c1, log c2, d log c1 / d lg, d log c2 / d lg).
+    """
+    l1g = _log1mexp(lg)
+    a1, b1 = a * lg + (1.0 - a) * lk, a * l1g + (1.0 - a) * l1k
+    a2, b2 = a * lk + (1.0 - a) * lg, a * l1k + (1.0 - a) * l1g
+    c1, c2 = jnp.logaddexp(a1, b1), jnp.logaddexp(a2, b2)
+    odds = jnp.exp(lg - l1g)  # d(-log(1 - gamma)) / d log gamma
+    d1 = a * (jnp.exp(a1 - c1) - jnp.exp(b1 - c1) * odds)
+    d2 = (1.0 - a) * (jnp.exp(a2 - c2) - jnp.exp(b2 - c2) * odds)
+    return c1, c2, d1, d2
+
+
+@jax.jit
+def _rdp_gamma(log_kappa, log1m_kappa, order, eps):
+    """Largest success probability gamma an (order, eps)-RDP mechanism allows at prior kappa (an upper bound).
+
+    The optimal conversion of one RDP guarantee to a trade-off curve (Zhu, Dong and Wang 2022, App. F.1;
+    Balle et al. 2020): a test with type-I error kappa and power gamma pushes the two output distributions to
+    (kappa, 1 - kappa) and (gamma, 1 - gamma), whose Renyi divergences of order a, in both directions, are at
+    most eps. gamma* is the largest gamma meeting both; found by bisection on log(gamma) in [log kappa, 0] and
+    returned as the upper end of the final bracket (never below gamma*). ``order = inf``: the eps-DP curve.
+    Gradients in kappa and eps come from the implicit function theorem at the root.
+    """
+    inf_order = jnp.isinf(order)
+    a = jnp.where(inf_order, 2.0, order)
+    bound = (a - 1.0) * eps
+    lk, l1k, a, bound = jnp.broadcast_arrays(log_kappa, log1m_kappa, a, bound)
+
+    def excess(lg):
+        c1, c2, _, _ = _rdp_constraints(lg, jax.lax.stop_gradient(lk), jax.lax.stop_gradient(l1k), a)
+        return jnp.maximum(c1, c2) - jax.lax.stop_gradient(bound)
+
+    def body(_, carry):
+        lo, hi = carry
+        mid = 0.5 * (lo + hi)
+        feasible = excess(mid) <= 0.0
+        return jnp.where(feasible, mid, lo), jnp.where(feasible, hi, mid)
+
+    lo, hi = jax.lax.fori_loop(0, _RDP_BISECT_ITERS, body, (jax.lax.stop_gradient(lk), jnp.zeros_like(lk)))
+    # Value: exp(hi) >= gamma*. Derivative: one Newton step on the binding constraint (implicit function theorem).
+    c1, c2, d1, d2 = _rdp_constraints(hi, lk, l1k, a)
+    first = c1 >= c2
+    g, dg = jnp.where(first, c1, c2) - bound, jnp.where(first, d1, d2)
+    step = jnp.where(jnp.abs(dg) > 1e-300, g / jnp.where(dg == 0, 1.0, dg), 0.0)
+    step = jnp.where(jnp.isfinite(step), step, 0.0)
+    lg = hi - (step - jax.lax.stop_gradient(step))
+    out = jnp.exp(jnp.minimum(lg, 0.0))
+    return jnp.where(inf_order, _dp_gamma(log_kappa, log1m_kappa, eps), out)
+
+
+def _check_method(method):
+    if method not in ("optimal", "balle"):
+        raise ValueError(f"method must be 'optimal' or 'balle'; got {method!r}")
+
+
 def rero_from_dp(kappa: ArrayLike, eps: ArrayLike, *, validate: bool = True) -> jax.Array:
-    """ReRo bound for an eps-DP mechanism: ``gamma = min(1, kappa e^eps)`` (Balle et al., Cor. 3).
+    """ReRo bound for an eps-DP mechanism: ``gamma = min(kappa e^eps, 1 - e^{-eps} (1 - kappa))``.
+
+    ``1 - f(kappa)`` for the trade-off function of eps-DP, ``f(a) = max(0, 1 - e^eps a, e^{-eps} (1 - a))``
+    (Wasserman and Zhou 2010; Dong, Roth and Su 2022), the exact hypothesis-testing bound (Hayes et al. 2023).
+    The first branch is Balle et al.'s Cor. 3; the second is smaller once ``kappa > 1 / (1 + e^eps)``.
 
     Args:
       kappa: baseline success probability, in (0, 1).
@@ -165,30 +259,37 @@ def rero_from_dp(kappa: ArrayLike, eps: ArrayLike, *, validate: bool = True) -> 
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
 
     Returns:
-      gamma in (0, 1].
+      gamma in [kappa, 1).
 
     Raises:
       ValueError: kappa outside (0, 1) or ``eps < 0``.
 
     Example:
-      >>> round(float(rero_from_dp(0.01, 1.0)), 6)
+      >>> round(float(rero_from_dp(0.01, 1.0)), 6)  # first branch: 0.01 e
       0.027183
+      >>> round(float(rero_from_dp(0.1, 3.0)), 6)  # second branch: 1 - 0.9 e^-3 (Cor. 3 would give 1)
+      0.955192
     """
     v.check_open_unit("kappa", kappa, validate)
     v.check_nonnegative("eps", eps, validate)
     ok = v.valid(kappa, v.OPEN_UNIT) & v.valid(eps, v.NONNEGATIVE)  # judged before the float32 cast
     log_kappa = v.log_positive(kappa, v.as_float(kappa, eps)[0].dtype)  # float64 log: kappa = 1e-40 is 0 in float32
+    log1m_kappa = _log1m(kappa, log_kappa.dtype)  # likewise: 1 - 1e-9 is 1 in float32
     kappa, eps = v.as_float(kappa, eps)
-    out = v.floor_tiny(jnp.exp(jnp.minimum(jnp.where(ok, log_kappa, 0.0) + eps, 0.0)))
+    half = jnp.log(jnp.asarray(0.5, log_kappa.dtype))
+    out = v.floor_tiny(_dp_gamma(jnp.where(ok, log_kappa, half), jnp.where(ok, log1m_kappa, half),
+                                 jnp.where(ok, eps, 0.0)))
     return v.nan_if(~ok, out)
 
 
 def rero_from_approx_dp(kappa: ArrayLike, eps: ArrayLike, delta: ArrayLike, *, validate: bool = True) -> jax.Array:
-    """ReRo bound for an (eps, delta)-DP mechanism: ``gamma = min(1, kappa e^eps + delta)``.
+    """ReRo bound for an (eps, delta)-DP mechanism: ``gamma = min(1, kappa e^eps + delta, 1 - e^{-eps} (1 - delta - kappa))``.
 
-    Not in Balle et al. (whose Cor. 3 is for pure DP) but follows the same two lines: for any attack R,
-    ``P[l(Z, R(theta)) <= eta] <= e^eps E_{theta ~ M(D_z0)} P_Z[l(Z, R(theta)) <= eta] + delta <= e^eps kappa + delta``.
-    Minimising over a mechanism's privacy profile (eps, delta(eps)) gives the tightest such bound.
+    ``1 - f(kappa)`` for the (eps, delta)-DP trade-off curve ``f(a) = max(0, 1 - delta - e^eps a,
+    e^{-eps} (1 - delta - a))`` (Dong, Roth and Su 2022, Eq. 5). The first branch is Balle et al.'s argument for
+    approximate DP: for any attack R, ``P[l(Z, R(theta)) <= eta] <= e^eps E_{theta ~ M(D_z0)} P_Z[l(Z, R(theta)) <=
+    eta] + delta <= e^eps kappa + delta``. Minimising over a mechanism's privacy profile (eps, delta(eps)) gives the
+    tightest such bound.
 
     Args:
       kappa: baseline success probability, in (0, 1).
@@ -213,7 +314,9 @@ def rero_from_approx_dp(kappa: ArrayLike, eps: ArrayLike, delta: ArrayLike, *, v
     log_kappa = v.log_positive(kappa, v.as_float(kappa, eps, delta)[0].dtype)
     kappa, eps, delta = v.as_float(kappa, eps, delta)
     log_first = jnp.minimum(jnp.where(ok, log_kappa, 0.0) + eps, 0.0)
-    out = v.floor_tiny(jnp.minimum(jnp.exp(log_first) + delta, 1.0))
+    k = jnp.where(ok, kappa, 0.5)
+    second = 1.0 - jnp.exp(-eps) * jnp.maximum(1.0 - delta - k, 0.0)
+    out = v.floor_tiny(jnp.minimum(jnp.minimum(jnp.exp(log_first) + delta, 1.0), second))
     return v.nan_if(~ok, out)
 
 
@@ -221,63 +324,93 @@ def _check_order(order, validate):
     v.check("order", order, lambda a: a > 1, "> 1 (inf allowed)", validate)
 
 
-def rero_from_rdp(kappa: ArrayLike, eps: ArrayLike, order: ArrayLike, *, validate: bool = True) -> jax.Array:
-    """ReRo bound for an (alpha, eps)-RDP mechanism: ``gamma = (kappa e^eps)^((alpha-1)/alpha)`` (Balle et al., Thm. 2).
+def rero_from_rdp(kappa: ArrayLike, eps: ArrayLike, order: ArrayLike, *, method: str = "optimal",
+                  validate: bool = True) -> jax.Array:
+    """ReRo bound for an (alpha, eps)-RDP mechanism.
 
-    Capped at 1 (the bound is trivial when ``kappa e^eps >= 1``). ``order = inf`` recovers :func:`rero_from_dp`.
+    ``method="optimal"`` (default): the largest gamma such that the binary distributions (kappa, 1 - kappa) and
+    (gamma, 1 - gamma) have Renyi divergences of order alpha at most eps in both directions, i.e. ``1 - f(kappa)``
+    for the optimal trade-off function implied by one RDP guarantee (Zhu, Dong and Wang 2022, App. F.1); it needs
+    the RDP bound for both orderings of neighbouring datasets, as RDP over a symmetric neighbour relation gives.
+    Computed by bisection (jittable; the result is the upper end of the bracket, so never below the exact value).
+
+    ``method="balle"``: Balle et al.'s Thm. 2, ``gamma = (kappa e^eps)^((alpha-1)/alpha)`` capped at 1, which
+    drops one term of the first divergence and is never tighter.
+
+    ``order = inf`` gives :func:`rero_from_dp` (optimal) or Cor. 3 (balle).
 
     Args:
       kappa: baseline success probability, in (0, 1).
       eps: RDP epsilon at this order, >= 0.
       order: Renyi order alpha, > 1 (``inf`` allowed).
+      method: ``"optimal"`` or ``"balle"`` (static).
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
 
     Returns:
-      gamma in (0, 1].
+      gamma in [kappa, 1].
 
     Raises:
-      ValueError: kappa outside (0, 1), ``eps < 0`` or ``order <= 1``.
+      ValueError: kappa outside (0, 1), ``eps < 0``, ``order <= 1`` or an unknown method.
 
     Example:
-      >>> round(float(rero_from_rdp(0.01, 1.0, 2.0)), 6)  # sqrt(0.01 e)
+      >>> round(float(rero_from_rdp(0.01, 1.0, 2.0, method="balle")), 6)  # sqrt(0.01 e)
       0.164872
+      >>> round(float(rero_from_rdp(0.01, 1.0, 2.0)), 4)  # the optimal conversion is tighter
+      0.1404
     """
+    _check_method(method)
     v.check_open_unit("kappa", kappa, validate)
     v.check_nonnegative("eps", eps, validate)
     _check_order(order, validate)
     ok = v.valid(kappa, v.OPEN_UNIT) & v.valid(eps, v.NONNEGATIVE) & v.valid(order, v.greater_than(1))
     log_kappa = v.log_positive(kappa, v.as_float(kappa, eps, order)[0].dtype)
+    kappa_in = kappa
     kappa, eps, order = v.as_float(kappa, eps, order)
-    safe_order = jnp.where(ok & (order > 1), order, 2.0)  # order 1 + 1e-12 rounds to 1 in float32: exponent 0
-    log_gamma = jnp.where(order > 1, 1.0 - 1.0 / safe_order, 0.0) * (jnp.where(ok, log_kappa, 0.0) + eps)
-    out = v.floor_tiny(jnp.exp(jnp.minimum(log_gamma, 0.0)))
+    safe_order = jnp.where(ok & (order > 1), order, 2.0)  # order 1 + 1e-12 rounds to 1 in float32: trivial bound
+    safe_eps = jnp.where(ok, eps, 0.0)
+    half = jnp.log(jnp.asarray(0.5, log_kappa.dtype))
+    lk = jnp.where(ok, log_kappa, half)
+    if method == "balle":
+        out = jnp.exp(jnp.minimum((1.0 - 1.0 / safe_order) * (lk + safe_eps), 0.0))
+    else:
+        l1k = jnp.where(ok, _log1m(kappa_in, log_kappa.dtype), half)
+        out = jnp.maximum(_rdp_gamma(lk, l1k, safe_order, safe_eps), jnp.exp(lk))  # gamma >= kappa
+    out = v.floor_tiny(jnp.where(order > 1, out, 1.0))
     return v.nan_if(~ok, out)
 
 
-def rero_from_rdp_curve(kappa: ArrayLike, orders: ArrayLike, rdp: ArrayLike, *, validate: bool = True) -> jax.Array:
-    """Theorem 2 of Balle et al. minimised over the orders of an RDP curve.
+def rero_from_rdp_curve(kappa: ArrayLike, orders: ArrayLike, rdp: ArrayLike, *, method: str = "optimal",
+                        validate: bool = True) -> jax.Array:
+    """ReRo bound from an RDP curve: the per-order bound of :func:`rero_from_rdp` minimised over the orders given.
 
-    ``gamma = min_i (kappa e^{rdp_i})^((alpha_i - 1)/alpha_i)``, the minimum over the last axis of ``orders``/``rdp``
-    (which broadcast against each other; ``kappa`` broadcasts against the remaining leading axes).
+    ``gamma = min_i rero_from_rdp(kappa, rdp_i, alpha_i)`` over the last axis of ``orders``/``rdp`` (which broadcast
+    against each other; ``kappa`` broadcasts against the remaining leading axes). With ``method="optimal"`` this
+    is ``1 - f(kappa)`` for the pointwise maximum of the optimal per-order trade-off curves, which is the optimal
+    conversion of the whole (finite) curve: the feasible powers of each order form an interval, so their
+    intersection is bounded by the smallest upper end. ``method="balle"``: Balle et al.'s Thm. 2 per order.
 
     Args:
       kappa: baseline success probability, in (0, 1); shape ``[...]``.
       orders: Renyi orders, each > 1; shape ``[..., K]``.
       rdp: RDP epsilons at those orders, each >= 0 (``inf`` allowed: that order is then ignored); ``[..., K]``.
+      method: ``"optimal"`` (default) or ``"balle"`` (static).
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
 
     Returns:
-      gamma in (0, 1], shape ``[...]``.
+      gamma in [kappa, 1], shape ``[...]``.
 
     Raises:
-      ValueError: kappa outside (0, 1), an order <= 1 or a negative rdp value.
+      ValueError: kappa outside (0, 1), an order <= 1, a negative rdp value or an unknown method.
 
     Example:
       >>> import numpy as np
       >>> orders = np.array([1.5, 2.0, 4.0, 8.0])
-      >>> round(float(rero_from_rdp_curve(1e-3, orders, orders / 2.0)), 5)  # Gaussian, sigma = 1; best order 4
+      >>> round(float(rero_from_rdp_curve(1e-3, orders, orders / 2.0, method="balle")), 5)  # sigma = 1; order 4
       0.0252
+      >>> bool(rero_from_rdp_curve(1e-3, orders, orders / 2.0) < 0.0252)
+      True
     """
+    _check_method(method)
     v.check_open_unit("kappa", kappa, validate)
     _check_order(orders, validate)
     v.check_nonnegative("rdp", rdp, validate)
@@ -287,40 +420,94 @@ def rero_from_rdp_curve(kappa: ArrayLike, orders: ArrayLike, rdp: ArrayLike, *, 
     ok_k = (kappa > 0) & (kappa < 1)
     ok_curve = jnp.all((orders > 1) & (rdp >= 0), axis=-1)
     safe_orders = jnp.where(orders > 1, orders, 2.0)
-    log_gamma = (1.0 - 1.0 / safe_orders) * (jnp.log(jnp.where(kappa_b > 0, kappa_b, 0.5)) + rdp)
-    out = jnp.exp(jnp.minimum(jnp.min(log_gamma, axis=-1), 0.0))
+    safe_rdp = jnp.where(rdp >= 0, rdp, 0.0)
+    k = jnp.where((kappa_b > 0) & (kappa_b < 1), kappa_b, 0.5)
+    if method == "balle":
+        log_gamma = (1.0 - 1.0 / safe_orders) * (jnp.log(k) + safe_rdp)
+        out = jnp.exp(jnp.minimum(jnp.min(log_gamma, axis=-1), 0.0))
+    else:
+        out = jnp.maximum(jnp.min(_rdp_gamma(jnp.log(k), jnp.log1p(-k), safe_orders, safe_rdp), axis=-1), k[..., 0])
     return v.nan_if(~(ok_k & ok_curve), out)
 
 
-def rero_from_zcdp(kappa: ArrayLike, rho: ArrayLike, *, validate: bool = True) -> jax.Array:
-    """ReRo bound for a rho-zCDP mechanism (Balle et al., Cor. 4).
+_ZCDP_LOG_ORDER_GRID = np.linspace(-16.0, 8.0, 97)  # log(alpha - 1): alpha in 1 + [1.1e-7, 2981]
+_ZCDP_GOLDEN_ITERS = 24
 
-    ``gamma = exp(-(sqrt(log(1/kappa)) - sqrt(rho))^2)`` if ``rho < log(1/kappa)``, else 1 (Theorem 2 with the best
-    order ``alpha = sqrt(log(1/kappa) / rho)`` exists only when that order exceeds 1).
+
+@jax.jit
+def _zcdp_gamma(log_kappa, log1m_kappa, rho):
+    """min over alpha > 1 of the optimal per-order bound at eps = rho alpha: grid, Cor. 4's order, golden section."""
+    def at(u):  # u = log(alpha - 1)
+        a = 1.0 + jnp.exp(u)
+        return _rdp_gamma(log_kappa[..., None], log1m_kappa[..., None], a, rho[..., None] * a)
+
+    grid = jnp.asarray(_ZCDP_LOG_ORDER_GRID, rho.dtype)
+    # Cor. 4's order sqrt(log(1/kappa)/rho) when it exceeds 1 (Theorem 2's optimum), clipped into the grid.
+    a_cor4 = jnp.sqrt(-log_kappa / jnp.maximum(rho, jnp.finfo(rho.dtype).tiny))
+    u_cor4 = jnp.clip(jnp.log(jnp.maximum(a_cor4 - 1.0, jnp.exp(grid[0]))), grid[0], grid[-1])
+    us = jnp.concatenate([jnp.broadcast_to(grid, rho.shape + grid.shape), u_cor4[..., None]], axis=-1)
+    vals = at(us)
+    best = jnp.argmin(vals, axis=-1)
+    u_best = jnp.take_along_axis(us, best[..., None], axis=-1)
+    step = grid[1] - grid[0]
+    invphi = (np.sqrt(5.0) - 1.0) / 2.0
+
+    def body(_, carry):
+        lo, hi, fbest = carry
+        x1 = hi - invphi * (hi - lo)
+        x2 = lo + invphi * (hi - lo)
+        f1, f2 = at(x1), at(x2)
+        left = f1 <= f2
+        return jnp.where(left, lo, x1), jnp.where(left, x2, hi), jnp.minimum(fbest, jnp.minimum(f1, f2))
+
+    _, _, fbest = jax.lax.fori_loop(0, _ZCDP_GOLDEN_ITERS, body,
+                                    (u_best - step, u_best + step, jnp.min(vals, axis=-1, keepdims=True)))
+    return fbest[..., 0]
+
+
+def rero_from_zcdp(kappa: ArrayLike, rho: ArrayLike, *, method: str = "optimal", validate: bool = True) -> jax.Array:
+    """ReRo bound for a rho-zCDP mechanism (RDP ``eps(alpha) = rho alpha`` at every order).
+
+    ``method="optimal"`` (default): the optimal per-order conversion (:func:`rero_from_rdp`) minimised over
+    alpha > 1: a 97-point grid of ``log(alpha - 1)`` in [-16, 8] plus Cor. 4's order, refined by a golden-section
+    search around the best grid point. Every evaluated order gives a valid bound, so the minimum is one.
+
+    ``method="balle"``: Balle et al.'s Cor. 4, ``gamma = exp(-(sqrt(log(1/kappa)) - sqrt(rho))^2)`` if
+    ``rho < log(1/kappa)``, else 1 (Theorem 2 at its best order ``alpha = sqrt(log(1/kappa) / rho)``).
 
     Args:
       kappa: baseline success probability, in (0, 1).
       rho: zCDP parameter, >= 0 (a Gaussian mechanism with noise multiplier sigma over T steps has
         ``rho = T / (2 sigma^2)``).
+      method: ``"optimal"`` (default) or ``"balle"`` (static).
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
 
     Returns:
-      gamma in (0, 1].
+      gamma in [kappa, 1].
 
     Raises:
-      ValueError: kappa outside (0, 1) or ``rho < 0``.
+      ValueError: kappa outside (0, 1), ``rho < 0`` or an unknown method.
 
     Example:
-      >>> round(float(rero_from_zcdp(1e-3, 0.5)), 4)  # exp(-(sqrt(log 1000) - sqrt(0.5))^2)
+      >>> round(float(rero_from_zcdp(1e-3, 0.5, method="balle")), 4)  # exp(-(sqrt(log 1000) - sqrt(0.5))^2)
       0.025
+      >>> bool(rero_from_zcdp(1e-3, 0.5) < 0.025)
+      True
     """
+    _check_method(method)
     v.check_open_unit("kappa", kappa, validate)
     v.check_nonnegative("rho", rho, validate)
     kappa, rho = v.as_float(kappa, rho)
     ok = (kappa > 0) & (kappa < 1) & (rho >= 0)
-    log_inv_kappa = -jnp.log(jnp.where(ok, kappa, 0.5))
-    gap = jnp.sqrt(log_inv_kappa) - jnp.sqrt(jnp.where(ok, rho, 0.0))
-    out = jnp.where(gap > 0, jnp.exp(-jnp.square(jnp.maximum(gap, 0.0))), 1.0)
+    kappa, rho = jnp.broadcast_arrays(kappa, rho)
+    log_k = jnp.log(jnp.where(ok, kappa, 0.5))
+    safe_rho = jnp.where(ok, rho, 0.0)
+    if method == "balle":
+        gap = jnp.sqrt(-log_k) - jnp.sqrt(safe_rho)
+        out = jnp.where(gap > 0, jnp.exp(-jnp.square(jnp.maximum(gap, 0.0))), 1.0)
+    else:
+        k = jnp.where(ok, kappa, 0.5)
+        out = jnp.maximum(_zcdp_gamma(log_k, jnp.log1p(-k), safe_rho), k)  # gamma >= kappa in any precision
     return v.nan_if(~ok, out)
 
 

@@ -16,7 +16,7 @@ from recon_jax.data.sources import (
     load_tfds,
     synthetic_blobs,
 )
-from recon_jax.data.splits import InformedSplits, informed_splits
+from recon_jax.data.splits import InformedSplits, informed_splits, pool_splits
 
 __all__ = [
     "DATASETS",
@@ -25,6 +25,7 @@ __all__ = [
     "DatasetNotAvailableError",
     "InformedSplits",
     "informed_splits",
+    "pool_splits",
     "load_dataset",
     "load_embedded_mnist",
     "load_image_folder",

@@ -44,7 +44,8 @@ def load_dataset(name: str = "mnist", split: str = "train", **kwargs) -> tuple[n
 
     Args:
       name: one of ``DATASETS`` (see the module docstring).
-      split: ``"train"`` or ``"test"`` (TFDS also accepts its slicing syntax, e.g. ``"train[:10%]"``).
+      split: ``"train"``, ``"test"`` or ``"train+test"`` (both, concatenated in that order: MNIST's 70,000
+        records for Balle et al.'s layout); TFDS also accepts its slicing syntax, e.g. ``"train[:10%]"``.
       **kwargs: source options: ``data_dir`` (TFDS); ``path``, ``image_size``, ``channels`` (folder);
         ``num_examples``, ``shape``, ``num_classes``, ``seed``, ``spread`` (synthetic).
 
@@ -61,6 +62,9 @@ def load_dataset(name: str = "mnist", split: str = "train", **kwargs) -> tuple[n
     """
     if not isinstance(name, str) or name not in DATASETS:
         raise ValueError(f"name must be one of {list(DATASETS)}, got {name!r}")
+    if split == "train+test":
+        parts = [load_dataset(name, s, **kwargs) for s in ("train", "test")]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     if name == "mnist":
         _no_extra(name, kwargs)
         return load_embedded_mnist(split)

@@ -1,4 +1,14 @@
-"""Informed-adversary data splits (Balle et al., Sec. V-A)."""
+"""Informed-adversary data splits (Balle et al., Sec. V-A).
+
+Two layouts:
+
+- :func:`informed_splits`: disjoint fixed set, shadow targets, evaluation targets and a held-out set; the
+  adversary's pool (what the NN oracle searches) is the fixed set plus the shadow targets.
+- :func:`pool_splits`: the paper's layout (Sec. V-A a, Table V, Fig. 3): every record but the evaluation
+  targets belongs to the adversary's pool (MNIST train + test: 70K records, 1K targets, a 69K pool); the fixed
+  set is the first ``fixed_size`` pool records and the shadow targets the last ``num_shadow`` (59K with a 10K
+  fixed set), so a 1K fixed set is a subset of the 10K one and the shadow targets do not depend on it.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +17,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-__all__ = ["InformedSplits", "informed_splits"]
+__all__ = ["InformedSplits", "informed_splits", "pool_splits"]
 
 
 class InformedSplits(NamedTuple):
@@ -15,7 +25,9 @@ class InformedSplits(NamedTuple):
 
     ``fixed_*``: the fixed set D- known to the adversary; ``shadow_*``: the pool of shadow targets (one
     shadow model each); ``target_*``: evaluation targets (one released model each); ``eval_*``: an optional
-    held-out set (e.g. for test accuracy). ``*_idx`` index the arrays passed in.
+    held-out set (e.g. for test accuracy). ``*_idx`` index the arrays passed in. ``pool_*``: every record
+    the adversary knows, the NN oracle's search set (fixed set + shadow targets for :func:`informed_splits`,
+    all records but the evaluation targets for :func:`pool_splits`).
     """
 
     fixed_images: np.ndarray
@@ -30,6 +42,9 @@ class InformedSplits(NamedTuple):
     shadow_idx: np.ndarray
     target_idx: np.ndarray
     eval_idx: np.ndarray
+    pool_images: np.ndarray | None = None
+    pool_labels: np.ndarray | None = None
+    pool_idx: np.ndarray | None = None
 
 
 def _seed_from(key_or_seed) -> int:
@@ -91,7 +106,68 @@ def informed_splits(
     perm = np.random.default_rng(_seed_from(key_or_seed)).permutation(n)
     bounds = np.cumsum([0, fixed_size, shadow_size, target_size, eval_size])
     idx = [np.sort(perm[bounds[i] : bounds[i + 1]]) for i in range(4)]
-    return InformedSplits(
-        images[idx[0]], labels[idx[0]], images[idx[1]], labels[idx[1]], images[idx[2]], labels[idx[2]],
-        images[idx[3]], labels[idx[3]], *idx,
-    )
+    pool = np.sort(np.concatenate([idx[0], idx[1]]))
+    return _splits(images, labels, *idx, pool)
+
+
+def _splits(images, labels, fixed, shadow, target, evals, pool) -> InformedSplits:
+    arrays = [a for i in (fixed, shadow, target, evals) for a in (images[i], labels[i])]
+    return InformedSplits(*arrays, fixed, shadow, target, evals, images[pool], labels[pool], pool)
+
+
+def pool_splits(images: np.ndarray, labels: np.ndarray, *, fixed_size: int, num_shadow: int, num_targets: int,
+                eval_size: int = 0, key_or_seed: int | jax.Array = 0) -> InformedSplits:
+    """The paper's layout: evaluation targets apart, every other record in the adversary's pool.
+
+    A seeded permutation puts the first ``num_targets`` records aside as evaluation targets; the remaining
+    ``N - num_targets`` form the adversary's pool. The fixed set is the first ``fixed_size`` pool records, the
+    shadow targets the last ``num_shadow``; pool records in neither are known to the adversary (the NN oracle
+    searches them) but train no model. The held-out set (released models' test accuracy) is the ``eval_size``
+    pool records after the fixed set: never in a released model's training set, but it may overlap the shadow
+    targets when the pool has fewer than ``eval_size`` unused records.
+
+    With MNIST train + test (70,000 records): ``fixed_size=10_000, num_shadow=59_000, num_targets=1_000`` is
+    Balle et al.'s Table V, and a 69K pool for the NN oracle (Fig. 3a).
+
+    Args:
+      images: ``[N, ...]``.
+      labels: ``[N]``.
+      fixed_size: |D-| (>= 0).
+      num_shadow: shadow targets (>= 0); ``fixed_size + num_shadow <= N - num_targets``.
+      num_targets: evaluation targets (>= 1).
+      eval_size: held-out records (>= 0, at most ``N - num_targets - fixed_size``).
+      key_or_seed: an int seed or a jax key.
+
+    Returns:
+      :class:`InformedSplits` with ``pool_*`` set.
+
+    Raises:
+      ValueError: negative sizes, mismatched lengths, or sizes that do not fit.
+
+    >>> import numpy as np
+    >>> s = pool_splits(np.zeros((20, 2)), np.arange(20), fixed_size=4, num_shadow=10, num_targets=3,
+    ...                 eval_size=5, key_or_seed=0)
+    >>> len(s.fixed_idx), len(s.shadow_idx), len(s.target_idx), len(s.eval_idx), len(s.pool_idx)
+    (4, 10, 3, 5, 17)
+    >>> bool(np.isin(s.target_idx, s.pool_idx).any()), bool(np.isin(s.fixed_idx, s.pool_idx).all())
+    (False, True)
+    """
+    images, labels = np.asarray(images), np.asarray(labels)
+    if images.shape[0] != labels.shape[0]:
+        raise ValueError(f"images and labels must have the same length, got {images.shape[0]} and {labels.shape[0]}")
+    sizes = {"fixed_size": fixed_size, "num_shadow": num_shadow, "num_targets": num_targets, "eval_size": eval_size}
+    for name, value in sizes.items():
+        if int(value) != value or value < (1 if name == "num_targets" else 0):
+            raise ValueError(f"{name} must be an integer >= {1 if name == 'num_targets' else 0}, got {value}")
+    n = images.shape[0]
+    n_pool = n - num_targets
+    if n_pool < 0 or fixed_size + num_shadow > n_pool:
+        raise ValueError(f"fixed_size + num_shadow = {fixed_size + num_shadow} must be <= N - num_targets = "
+                         f"{n_pool} (N = {n})")
+    if fixed_size + eval_size > n_pool:
+        raise ValueError(f"eval_size must be <= N - num_targets - fixed_size = {n_pool - fixed_size}, got {eval_size}")
+    perm = np.random.default_rng(_seed_from(key_or_seed)).permutation(n)
+    target, pool = perm[:num_targets], perm[num_targets:]
+    fixed, shadow = pool[:fixed_size], pool[n_pool - num_shadow:]
+    evals = pool[fixed_size:fixed_size + eval_size]
+    return _splits(images, labels, *(np.sort(i) for i in (fixed, shadow, target, evals, pool)))

@@ -5,11 +5,16 @@ sampling rate ``q``, ``steps``, clip norm ``C``):
 
 - epsilon at ``delta`` from our RDP accountant and from the PLD accountant (``dp_accounting``);
 - ReRo upper bounds (probability of a successful reconstruction) for priors ``kappa`` through the RDP curve
-  (Balle et al. Thm 2), zCDP (Cor. 4; full batch only) and the hypothesis-testing/GDP route (Hayes et al. 2023;
+  (the optimal RDP-to-trade-off conversion, tighter than Balle et al. Thm 2), zCDP (likewise; full batch only)
+  and the hypothesis-testing/GDP route (Hayes et al. 2023;
   ``Phi(Phi^-1(kappa) + mu)`` with ``mu = sqrt(T)/sigma`` for full batches, the PLD trade-off curve otherwise);
 - Ziller et al.'s prior-free bounds for an adversary who sees the T noisy gradient releases (expected MSE lower
   bound, PSNR upper bound, NCC upper bound, and P[MSE <= eta]);
 - the log Bayes' capacity of the Gaussian mechanism (Biswas et al. Thm 5).
+
+:func:`tightest_rero` picks the smallest of the applicable ReRo routes (each is a valid upper bound, so the
+minimum is one too); :func:`plot_threat_models` draws bound and attack on the same axes, one panel per threat
+model (final model released; every update released).
 
 Adjacency is add/remove-one with sensitivity C (the usual DP-SGD accounting), which is what the ReRo argument
 needs: it compares training on D- u {z} with training on D- alone, where no attack beats the prior. Ziller et
@@ -24,7 +29,9 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["privacy_bounds", "plot_bounds_vs_success"]
+__all__ = ["privacy_bounds", "tightest_rero", "plot_threat_models"]
+
+ROUTES = ("rero_gdp", "rero_rdp", "rero_zcdp")
 
 
 def privacy_bounds(
@@ -54,7 +61,7 @@ def privacy_bounds(
       num_params: model size for Bayes' capacity (default ``data_dim``).
 
     Returns:
-      A JSON-able dict of floats (``nan`` where a route does not apply).
+      A JSON-able dict of floats (``None`` where a route does not apply: zCDP for ``q < 1``).
     """
     from recon_jax import accounting, bounds
 
@@ -67,11 +74,7 @@ def privacy_bounds(
         raise ValueError(f"steps must be >= 1, got {steps}")
     out: dict = {"noise_multiplier": sigma, "sample_rate": q, "steps": T, "delta": float(delta)}
     out["eps_rdp"] = float(accounting.dpsgd_epsilon(sigma, q, T, delta, accountant="rdp"))
-    try:
-        out["eps_pld"] = float(accounting.dpsgd_epsilon(sigma, q, T, delta, accountant="pld"))
-    except Exception as e:  # the PLD bridge can fail for extreme parameters; report, do not hide
-        out["eps_pld"] = float("nan")
-        out["eps_pld_error"] = f"{type(e).__name__}: {e}"
+    out["eps_pld"] = float(accounting.dpsgd_epsilon(sigma, q, T, delta, accountant="pld"))
     orders = np.asarray(accounting.DEFAULT_ORDERS, np.float64)
     if q == 1.0:
         rdp_curve = T * np.asarray(accounting.rdp_gaussian(sigma, orders))
@@ -84,7 +87,7 @@ def privacy_bounds(
     for k in all_kappas:
         row = {"kappa": k}
         row["rero_rdp"] = float(bounds.rero_from_rdp_curve(k, orders, rdp_curve))
-        row["rero_zcdp"] = float(bounds.rero_from_zcdp(k, T / (2 * sigma**2))) if q == 1.0 else float("nan")
+        row["rero_zcdp"] = float(bounds.rero_from_zcdp(k, T / (2 * sigma**2))) if q == 1.0 else None
         if q == 1.0:
             row["rero_gdp"] = float(bounds.rero_gdp(k, math.sqrt(T) / sigma))
         else:
@@ -106,36 +109,67 @@ def privacy_bounds(
     return out
 
 
-def plot_bounds_vs_success(rows: Sequence[dict], path: str) -> str:
-    """Empirical attack success vs ReRo bounds across a DP sweep (x: epsilon, log scale).
+def tightest_rero(bounds_row: dict) -> tuple[float, str]:
+    """The smallest applicable ReRo bound of a :func:`privacy_bounds` ``rero`` row and the route that gave it.
 
-    Each row needs ``eps_rdp``, ``success_at_eta`` (fraction of targets with MSE <= eta), ``success_rate``
-    (fraction below the NN oracle) and the ``rero_*`` bounds at ``kappa_at_eta`` (keys ``bound_rdp``,
-    ``bound_zcdp``, ``bound_gdp``).
+    >>> tightest_rero({"kappa": 0.1, "rero_gdp": 0.4, "rero_rdp": 0.5, "rero_zcdp": None})
+    (0.4, 'rero_gdp')
+    """
+    best = min((bounds_row[r], r) for r in ROUTES if bounds_row.get(r) is not None)
+    return float(best[0]), best[1]
+
+
+def plot_threat_models(final_rows: Sequence[dict], update_rows: Sequence[dict], path: str) -> str:
+    """Bound and attack on the same axes, one panel per threat model (x: noise multiplier, log scale).
+
+    Args:
+      final_rows: "final model released", one per DP setting: ``noise_multiplier``, ``success_at_eta`` with
+        ``success_at_eta_ci`` ([low, high]), and ``bound_at_eta`` (the ReRo bound at ``kappa(eta)``, or None).
+      update_rows: "every update released", one per DP setting and prior size: ``noise_multiplier``,
+        ``prior_size``, ``prior_aware_success``, ``prior_aware_ci`` and ``prior_aware_bound``.
+      path: PNG path.
+
+    Returns:
+      ``path``.
     """
     import matplotlib
-    import matplotlib.ticker
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    rows = sorted((r for r in rows if np.isfinite(r.get("eps_rdp", np.nan))), key=lambda r: r["eps_rdp"])
-    fig, ax = plt.subplots(figsize=(6, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.9), sharey=True)
+
+    def errbar(ax, xs, ys, cis, **kw):
+        lo = [y - c[0] for y, c in zip(ys, cis)]
+        hi = [c[1] - y for y, c in zip(ys, cis)]
+        ax.errorbar(xs, ys, yerr=[lo, hi], capsize=3, linestyle="none", **kw)
+
+    ax = axes[0]
+    rows = sorted(final_rows, key=lambda r: r["noise_multiplier"])
     if rows:
-        eps = [r["eps_rdp"] for r in rows]
-        for key, label, style in (("bound_gdp", "ReRo bound, GDP/f-DP route", "-"),
-                                  ("bound_rdp", "ReRo bound, RDP route", "--"),
-                                  ("bound_zcdp", "ReRo bound, zCDP route", ":")):
-            ax.plot(eps, [r.get(key, np.nan) for r in rows], style, marker="o", label=label)
-        ax.plot(eps, [r["success_at_eta"] for r in rows], "s-", color="black", label="attack: P[MSE <= eta]")
-        ax.plot(eps, [r["success_rate"] for r in rows], "^-", color="gray", label="attack: beats NN oracle")
-        ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.set_xlabel("epsilon (RDP accountant)")
+        xs = [r["noise_multiplier"] for r in rows]
+        errbar(ax, xs, [r["success_at_eta"] for r in rows], [r["success_at_eta_ci"] for r in rows], marker="s",
+               color="black", label="RecoNN: P[MSE <= eta] (95% CI)")
+        ax.plot(xs, [np.nan if r.get("bound_at_eta") is None else r["bound_at_eta"] for r in rows], "-",
+                color="black", label="ReRo bound at kappa(eta) (approx.)")
+    ax.set_title("final model released (informed adversary)", fontsize=10)
     ax.set_ylabel("probability of successful reconstruction")
-    ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=7, loc="best")
-    ax.set_title("Theory vs attack across the DP sweep", fontsize=10)
+    ax = axes[1]
+    sizes = sorted({r["prior_size"] for r in update_rows})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, k in enumerate(sizes):
+        rows = sorted((r for r in update_rows if r["prior_size"] == k), key=lambda r: r["noise_multiplier"])
+        xs = [r["noise_multiplier"] for r in rows]
+        c = colors[i % len(colors)]
+        errbar(ax, xs, [r["prior_aware_success"] for r in rows], [r["prior_aware_ci"] for r in rows], marker="o",
+               color=c, label=f"prior-aware attack, k={k} (95% CI)")
+        ax.plot(xs, [r["prior_aware_bound"] for r in rows], "-", color=c, label=f"ReRo bound, kappa=1/{k}")
+    ax.set_title("every update released (prior-aware adversary)", fontsize=10)
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("noise multiplier sigma")
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(fontsize=6.5, loc="best")
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)

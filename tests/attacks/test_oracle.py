@@ -108,3 +108,21 @@ def test_train_classifier_learns_separable_data(key):
     y = (x[:, 1] + x[:, 2] > 0).astype(jnp.int32)
     v = oracle.train_classifier(MLP(features=(16, 2)), x, y, key, epochs=20, batch_size=32, learning_rate=1e-2)
     assert float(jnp.mean(MLP(features=(16, 2)).apply(v, x).argmax(-1) == y)) > 0.95
+
+
+def test_estimate_kappa_matches_brute_force_over_records_and_means():
+    rng = np.random.default_rng(3)
+    pool = rng.uniform(size=(40, 6)).astype(np.float32)
+    labels = rng.integers(0, 3, 40)
+    guesses = np.concatenate([pool[:30], pool[:30].mean(0, keepdims=True)]
+                             + [pool[:30][labels[:30] == c].mean(0, keepdims=True) for c in np.unique(labels[:30])])
+    for eta in (0.02, 0.08, 0.15):
+        # Brute force in NumPy: the best guess's share of the first 30 records within MSE eta.
+        d = ((guesses[:, None, :] - pool[None, :30, :]) ** 2).mean(-1)
+        ref = (d <= eta).mean(1).max()
+        got = float(oracle.estimate_kappa(pool, eta, labels, max_pool=30))
+        assert got == pytest.approx(ref, abs=1e-6)
+    with pytest.raises(ValueError, match="max_pool"):
+        oracle.estimate_kappa(pool, 0.1, max_pool=0)
+    with pytest.raises(ValueError, match="labels"):
+        oracle.estimate_kappa(pool, 0.1, labels[:5])

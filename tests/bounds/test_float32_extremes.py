@@ -4,6 +4,7 @@ they were validated in float64, then cast to float32, where they under/overflowe
 References: SciPy/NumPy in float64. Where float32 cannot hold the true value, the bound must stay a valid
 upper bound (>= the float64 value) in the stated range."""
 
+import jax
 import numpy as np
 import pytest
 from scipy import special as sps
@@ -42,7 +43,15 @@ def test_rero_from_rdp_order_near_one():
 
 
 def test_rero_from_rdp_tiny_kappa():
-    np.testing.assert_allclose(_f32(bounds.rero_from_rdp(1e-40, 1.0, 2.0)), np.sqrt(1e-40 * np.e), rtol=1e-5)
+    # Balle et al. Thm 2 in closed form: (kappa e^eps)^(1 - 1/alpha).
+    np.testing.assert_allclose(_f32(bounds.rero_from_rdp(1e-40, 1.0, 2.0, method="balle")), np.sqrt(1e-40 * np.e),
+                               rtol=1e-5)
+    # The optimal conversion (the default; its accuracy is tested against riskcal in test_rero.py) is tighter, and
+    # float32 gives the float64 value: float32 rounding of the logs only.
+    with jax.enable_x64(True):
+        exact = float(bounds.rero_from_rdp(1e-40, 1.0, 2.0))
+    assert exact < np.sqrt(1e-40 * np.e)
+    np.testing.assert_allclose(_f32(bounds.rero_from_rdp(1e-40, 1.0, 2.0)), exact, rtol=1e-5)
 
 
 def test_psnr_upper_bound_tiny_sigma_is_finite():

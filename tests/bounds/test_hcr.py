@@ -17,6 +17,8 @@ from recon_jax.bounds import (
     feature_rms,
     hcr_bounds,
     hcr_bounds_batch,
+    hcr_bounds_reference,
+    jacobian_rank,
     hcr_variance_bound,
     idctn_ortho,
     log_hcr_variance_bound,
@@ -318,3 +320,99 @@ def test_rademacher_perturbation_moves_each_mode_by_its_bound(x64):
     diff = scipy.fft.dctn(out, axes=(0, 1), norm="ortho") - scipy.fft.dctn(x, axes=(0, 1), norm="ortho")
     np.testing.assert_allclose(np.abs(diff), bound, atol=1e-12)
     assert 0 < np.sum(diff > 0) < diff.size  # both signs occur
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Algorithm 1 as the reference implementation runs it.
+
+
+def _naive_reference(w, c, xs, z0, sigma, num_rounds, atol_factor=2e-2, btol=1e-8):
+    """An independent NumPy/SciPy transcription of the reference loop for a(x) = tanh(W x + c).
+
+    Explicit block-diagonal Jacobian at the perturbed inputs, one scipy.sparse.linalg.lsqr over the batch with
+    atol = atol_factor * min ||z_b||, perturbation measured from x, last round scored (pixel coordinates).
+    """
+    import scipy.linalg
+    import scipy.sparse.linalg
+
+    def feats(v):
+        return np.tanh(v @ w.T + c)
+
+    a0 = feats(xs)
+    target = np.linalg.norm(z0, axis=1)
+    pert, z = xs.copy(), z0.copy()
+    itns = []
+    for _ in range(num_rounds):
+        z = z / np.linalg.norm(z, axis=1)[:, None] * target[:, None]
+        jac = scipy.linalg.block_diag(*[(1 - np.tanh(w @ p + c) ** 2)[:, None] * w for p in pert])
+        delta, _, itn = scipy.sparse.linalg.lsqr(jac, z.ravel(), atol=atol_factor * target.min(), btol=btol)[:3]
+        itns.append(itn)
+        pert = xs + delta.reshape(xs.shape)
+        z = feats(pert) - a0
+    eps = pert - xs
+    return np.abs(eps) / np.sqrt(np.expm1(np.sum(z**2, axis=1) / sigma**2))[:, None], itns
+
+
+@pytest.mark.parametrize("atol_factor", [2e-2, 1e-9])
+def test_reference_mode_matches_naive_transcription(x64, atol_factor):
+    gen = np.random.default_rng(0)
+    w, c = gen.normal(size=(7, 5)), gen.normal(size=7) * 0.3
+    xs = gen.normal(size=(3, 5))
+    sigma, size, rounds, restarts = 0.7, 0.05, 4, 3
+    key = jax.random.key(5)
+    got, info = hcr_bounds_reference(lambda v: jnp.tanh(jnp.asarray(w) @ v + jnp.asarray(c)), jnp.asarray(xs), sigma,
+                                     key, restarts, rounds, size, coordinates="pixel", atol_factor=atol_factor,
+                                     return_info=True)
+    # Same starting draws as the library (its documented key scheme), then the independent loop per restart.
+    ref, itns = np.zeros_like(xs), []
+    for r in range(restarts):
+        g = np.stack([np.asarray(jax.random.normal(jax.random.fold_in(jax.random.fold_in(key, i), r), (7,)))
+                      for i in range(3)])
+        bound, itn = _naive_reference(w, c, xs, g * size * sigma / np.sqrt(7), sigma, rounds, atol_factor=atol_factor)
+        ref = np.maximum(ref, bound)
+        itns.append(itn)
+    if atol_factor > 1e-6:  # SciPy's stopping decisions (atol test), up to one iteration where roundoff decides
+        diff = np.abs(np.asarray(info.lsqr_itn) - np.array(itns))
+        assert diff.max() <= 1 and np.mean(diff == 0) >= 0.75, (np.asarray(info.lsqr_itn), itns)
+    # Converged solves (tiny atol) agree to roundoff; with the reference's loose atol both stop at the same
+    # iteration of a 21 x 15 system whose unconverged iterate carries ~1e-5 relative roundoff (the two apply the
+    # operator in different orders), compounded over 4 rounds.
+    rtol = 1e-7 if atol_factor < 1e-6 else 3e-3
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=rtol, atol=1e-12)
+    assert info.lsqr_itn.shape == (restarts, rounds) and info.lsqr_istop.shape == (restarts, rounds)
+    assert info.feature_shift_norm.shape == (restarts, 3)
+    if atol_factor > 1e-6:
+        assert np.all(np.isin(np.asarray(info.lsqr_istop), (1, 2)))  # converged (btol / atol test), not the limit
+        # 21 equations, 15 unknowns: z is not in the range of J, the least-squares residual stays below ||z||.
+        assert np.all((np.asarray(info.lsqr_rel_residual) >= 0) & (np.asarray(info.lsqr_rel_residual) <= 1))
+
+
+def test_reference_mode_below_cramer_rao_for_linear_map(x64):
+    # For a linear map expm1(t) >= t and Cauchy-Schwarz give HCR <= Cramer-Rao in every coordinate.
+    gen = np.random.default_rng(1)
+    w = jnp.asarray(gen.normal(size=(8, 6)))
+    xs = jnp.asarray(gen.normal(size=(4, 6)))
+    b = hcr_bounds_reference(lambda v: w @ v, xs, 0.5, jax.random.key(0), 6, 3, 1e-3, coordinates="pixel")
+    cr = cramer_rao_bounds(lambda v: w @ v, xs[0], 0.5, coordinates="pixel")
+    assert np.all(np.asarray(b) > 0) and np.all(np.asarray(b) <= np.asarray(cr)[None] * (1 + 1e-6))
+
+
+def test_reference_mode_invalid_arguments():
+    f = lambda v: v  # noqa: E731
+    with pytest.raises(ValueError, match="batch axis"):
+        hcr_bounds_reference(f, jnp.zeros(3), 1.0, jax.random.key(0))
+    with pytest.raises(ValueError, match="atol_factor"):
+        hcr_bounds_reference(f, jnp.zeros((2, 3)), 1.0, jax.random.key(0), atol_factor=-1.0)
+    with pytest.raises(ValueError, match="noise_sigma"):
+        hcr_bounds_reference(f, jnp.zeros((2, 3)), 0.0, jax.random.key(0))
+
+
+def test_jacobian_rank_matches_numpy(x64):
+    gen = np.random.default_rng(2)
+    w = gen.normal(size=(10, 6))
+    x = gen.normal(size=6)
+    f = lambda v: jax.nn.relu(jnp.asarray(w) @ v)  # noqa: E731
+    dense = (w @ x > 0)[:, None] * w  # the ReLU Jacobian: dead units zero their rows
+    assert int(jacobian_rank(f, jnp.asarray(x))) == np.linalg.matrix_rank(dense)
+    low = jnp.asarray(gen.normal(size=(10, 2)) @ gen.normal(size=(2, 6)))
+    assert int(jacobian_rank(lambda v: low @ v, jnp.asarray(x))) == 2

@@ -15,6 +15,9 @@ from recon_jax.bounds import (
     clip_factor,
     expected_mse,
     expected_ncc,
+    expected_ncc_at_clip,
+    expected_ncc_exact,
+    expected_psnr_exact,
     mse_lower_bound,
     ncc_cdf,
     ncc_samples,
@@ -98,6 +101,18 @@ def test_rero_mse_matches_scipy_chi2(x64):
                 # PSNR >= p  <=>  MSE <= range^2 10^(-p/10)
                 p = 10 * math.log10(4.0 / eta)
                 np.testing.assert_allclose(float(rero_psnr(p, sigma, c, n, 2.0, t)), ref, rtol=1e-9, atol=1e-300)
+
+
+def test_rero_bounds_finite_at_extremes(x64):
+    # N/2 >= 5000 with a tiny argument: the incomplete gamma underflows to exactly 0 (it used to give NaN).
+    from recon_jax.bounds import baseline_kappa_gaussian
+
+    assert float(baseline_kappa_gaussian(1e-3, 1e8, 1e4)) == 0.0
+    assert float(rero_mse(1e-25, 1.0, 1.0, 1e4)) == 0.0
+    assert float(rero_psnr(250.0, 1.0, 1.0, 1e4)) == 0.0
+    f = jax.jit(lambda e, d: rero_mse(e, 1.0, 1.0, d))
+    out = np.asarray(f(jnp.array([1e-25, 1.0, 1e25]), jnp.array([1e4, 1e4, 1e4])))
+    np.testing.assert_allclose(out, [0.0, sc.gammainc(5e3, 5e3), 1.0], rtol=1e-12)
 
 
 def test_rero_mse_is_a_bound_monte_carlo(x64):
@@ -191,6 +206,11 @@ def test_float32_usable():
         lambda: worst_case_success(1.0, 1.0),
         lambda: worst_case_success(0.1, -1.0),
         lambda: clip_factor(-1.0, 1.0),
+        lambda: expected_psnr_exact(1.0, 1.0, 0.5),
+        lambda: expected_ncc_exact(1.0, 1.0, 1.0, 1.0, 1),
+        lambda: expected_ncc_exact(-1.0, 1.0, 1.0, 1.0, 10),
+        lambda: expected_ncc_at_clip(0.0, 10),
+        lambda: expected_ncc_at_clip(1.0, 10, steps=0.5),
     ],
 )
 def test_invalid_inputs_raise(call):
@@ -203,6 +223,9 @@ def test_invalid_inputs_nan_under_jit():
     assert np.isnan(float(jax.jit(worst_case_success)(0.1, 0.0)))
     assert np.isnan(float(jax.jit(ncc_upper_bound)(1.0, 0.0)))
     assert np.isnan(float(mse_lower_bound(1.0, -1.0, validate=False)))
+    assert np.isnan(float(jax.jit(expected_psnr_exact)(1.0, 1.0, 0.0)))
+    assert np.isnan(float(jax.jit(expected_ncc_at_clip)(1.0, 1.0)))
+    assert np.isnan(float(jax.jit(expected_ncc_exact)(1.0, 1.0, -1.0, 1.0, 10.0)))
 
 
 @given(
@@ -232,3 +255,109 @@ def test_ziller_table1_experiment_smoke(tmp_path):
     # GDP (an exact trade-off bound) is never looser than the RDP/zCDP routes.
     for r in metrics["routes"]:
         assert r["GDP"] <= min(r["RDP curve"], r["zCDP"]) + 1e-12
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exact expectations (erratum to Props 2 and 3: the "bounds" are not upper bounds for small N)
+# ---------------------------------------------------------------------------------------------------------------
+
+# Monte-Carlo draws for the expectation tests. Each test tolerates 5 standard errors of its own sample (two-sided
+# false-failure rate 6e-7 for a correct formula) and requires the paper's expression to lie more than 10 standard
+# errors away on the wrong side, so the test can tell the exact value from the paper's.
+_MC = 400_000
+_Z_TOL = 5.0
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3, 10, 784, 10**6])
+def test_expected_psnr_exact_matches_mpmath_digamma(x64, dim):
+    import mpmath as mp
+
+    sigma, c, rng, t = 0.07, 1.3, 0.9, 3
+    ref = 10 * mp.log10(rng**2 * t / (c * sigma) ** 2) + 10 / mp.log(10) * (mp.log(mp.mpf(dim) / 2) - mp.digamma(mp.mpf(dim) / 2))
+    # closed form of digamma / log: float64 rounding only.
+    assert float(expected_psnr_exact(sigma, c, dim, rng, t)) == pytest.approx(float(ref), abs=1e-10)
+
+
+@pytest.mark.parametrize(("dim", "issue_value"), [(2, 22.49), (10, 20.45)])
+def test_expected_psnr_exact_matches_monte_carlo(x64, dim, issue_value):
+    # Unclipped (C above every ||X||): X_hat - X = xi ~ N(0, C^2 sigma^2 I_N); PSNR = 10 log10(range^2 / MSE).
+    sigma, c = 0.1, 1.0
+    gen = np.random.default_rng(1)
+    noise = gen.normal(0.0, c * sigma, size=(_MC, dim))
+    psnr = 10 * np.log10(1.0 / np.mean(noise**2, axis=1))
+    se = psnr.std(ddof=1) / math.sqrt(_MC)
+    exact = float(expected_psnr_exact(sigma, c, dim))
+    assert abs(psnr.mean() - exact) < _Z_TOL * se, (psnr.mean(), exact, se)
+    paper = float(psnr_upper_bound(sigma, c))
+    assert psnr.mean() - paper > 10 * se  # Prop. 2 is exceeded: not an upper bound at this N
+    assert abs(psnr.mean() - issue_value) < 0.05  # the Monte-Carlo values quoted in the issue (2 decimals)
+
+
+def _pearson_rows(x, x_hat):
+    xc = x - x.mean()
+    hc = x_hat - x_hat.mean(axis=1, keepdims=True)
+    return hc @ xc / np.sqrt((hc**2).sum(axis=1) * (xc**2).sum())
+
+
+def test_expected_ncc_at_clip_matches_monte_carlo(x64):
+    # Eq. 8's setting: centred X with ||X|| > C (here 3 C), N = 10, sigma = 0.3. Issue: MC 0.749 vs Eq. 8's 0.726.
+    dim, sigma, c = 10, 0.3, 1.0
+    gen = np.random.default_rng(2)
+    x = gen.normal(size=dim)
+    x = 3.0 * c * (x - x.mean()) / np.linalg.norm(x - x.mean())
+    beta = c / np.linalg.norm(x)
+    ncc = _pearson_rows(x, beta * x + gen.normal(0.0, c * sigma, size=(_MC, dim)))
+    se = ncc.std(ddof=1) / math.sqrt(_MC)
+    exact = float(expected_ncc_at_clip(sigma, dim))
+    assert abs(ncc.mean() - exact) < _Z_TOL * se, (ncc.mean(), exact, se)
+    assert ncc.mean() - float(ncc_upper_bound(sigma, dim)) > 10 * se  # Eq. 8 is exceeded at N = 10
+    assert round(exact, 3) == 0.749
+    # The library's own sampler of the definition agrees as well.
+    lib = np.asarray(ncc_samples(jnp.asarray(x), sigma, c, jax.random.key(3), 40_000))
+    assert abs(lib.mean() - exact) < _Z_TOL * lib.std(ddof=1) / math.sqrt(lib.size)
+
+
+@pytest.mark.parametrize(("dim", "sigma", "offset"), [(5, 1.0, 2.0), (40, 0.5, -1.0), (3, 3.0, 0.0)])
+def test_expected_ncc_exact_non_centred_unclipped_monte_carlo(x64, dim, sigma, offset):
+    # Non-centred X with C above ||X|| (beta = 1): only the centred part carries signal.
+    gen = np.random.default_rng(dim)
+    x = gen.uniform(size=dim) + offset
+    c = 2.0 * np.linalg.norm(x)
+    ncc = _pearson_rows(x, x + gen.normal(0.0, c * sigma, size=(_MC, dim)))
+    se = ncc.std(ddof=1) / math.sqrt(_MC)
+    exact = float(expected_ncc_exact(np.var(x), 1.0, sigma, c, dim))
+    assert abs(ncc.mean() - exact) < _Z_TOL * se, (ncc.mean(), exact, se)
+
+
+@pytest.mark.parametrize(
+    ("snr", "dim"), [(0.0, 5), (1e-3, 784), (0.5, 2), (10 / 3, 10), (3.0, 2), (30.0, 784), (1e3, 10**5), (0.1, 10**6), (300.0, 4)]
+)
+def test_expected_ncc_exact_matches_hypergeometric_closed_form(x64, snr, dim):
+    # Independent route: E[NCC] = d/dr E||V|| for V ~ N(r e_1, I_m), m = N - 1 (mean of the non-central chi), i.e.
+    # (sqrt 2 r / m) Gamma((m+1)/2) / Gamma(m/2) 1F1(1/2; m/2 + 1; -r^2/2), evaluated by mpmath at 30 digits.
+    import mpmath as mp
+
+    mp.mp.dps = 30
+    r, m = mp.mpf(snr), mp.mpf(dim - 1)
+    ref = mp.sqrt(2) * r / m * mp.exp(mp.loggamma((m + 1) / 2) - mp.loggamma(m / 2)) * mp.hyp1f1(0.5, m / 2 + 1, -r * r / 2)
+    # r = signal / noise with V = r^2 s^2 / N; quadrature error budget 1e-11 relative (documented ~1e-12).
+    got = float(expected_ncc_exact(snr**2 / dim, 1.0, 1.0, 1.0, dim))
+    assert got == pytest.approx(float(ref), rel=1e-11, abs=1e-300)
+
+
+def test_expected_ncc_exact_large_dim_approaches_paper_with_n_minus_1(x64):
+    # For N -> infinity the exact value is 1 / sqrt(1 + (N - 1) sigma^2) to relative O(1/N).
+    for dim in (10**4, 10**6):
+        sigma = 3.0 / math.sqrt(dim)
+        exact = float(expected_ncc_at_clip(sigma, dim))
+        assert exact == pytest.approx(float(ncc_upper_bound(sigma, dim - 1)), rel=10.0 / dim)
+
+
+def test_exact_expectations_float32_jit_vmap():
+    f = jax.jit(jax.vmap(expected_ncc_at_clip, in_axes=(0, None)))
+    out = np.asarray(f(jnp.array([0.1, 0.3, 1.0], jnp.float32), 10.0))
+    assert out.dtype == np.float32
+    # float32 quadrature: ~1e-6 relative; references from the float64 tests above.
+    np.testing.assert_allclose(out[1], 0.7489318680614819, rtol=1e-5)
+    psnr = jax.jit(expected_psnr_exact)(jnp.float32(0.1), 1.0, 2.0)
+    assert psnr.dtype == jnp.float32 and abs(float(psnr) - 22.50681578) < 1e-4

@@ -158,3 +158,33 @@ def test_informed_splits_disjoint_deterministic_and_validated():
         data.informed_splits(x, y, 10, -1, 20)
     with pytest.raises(ValueError, match="same length"):
         data.informed_splits(x, y[:5], 1, 1, 1)
+
+
+def test_pool_splits_paper_layout():
+    x, y = np.arange(100, dtype=np.float32).reshape(100, 1), np.arange(100) % 10
+    s = data.pool_splits(x, y, fixed_size=10, num_shadow=59, num_targets=1, eval_size=20, key_or_seed=3)
+    # Balle et al. Table V in miniature: N = 100, 1 target, a 99-record pool, fixed 10 + shadow 59 from it.
+    assert len(s.pool_idx) == 99 and not np.isin(s.target_idx, s.pool_idx).any()
+    assert np.isin(s.fixed_idx, s.pool_idx).all() and np.isin(s.shadow_idx, s.pool_idx).all()
+    assert not np.isin(s.fixed_idx, s.shadow_idx).any()
+    assert not np.isin(s.eval_idx, s.fixed_idx).any() and not np.isin(s.eval_idx, s.target_idx).any()
+    np.testing.assert_array_equal(s.pool_images[:, 0], x[s.pool_idx, 0])
+    # A smaller fixed set is a subset of the larger one; the shadow targets do not depend on it.
+    small = data.pool_splits(x, y, fixed_size=3, num_shadow=59, num_targets=1, key_or_seed=3)
+    assert np.isin(small.fixed_idx, s.fixed_idx).all()
+    np.testing.assert_array_equal(small.shadow_idx, s.shadow_idx)
+    np.testing.assert_array_equal(small.target_idx, s.target_idx)
+    with pytest.raises(ValueError, match="num_targets"):
+        data.pool_splits(x, y, fixed_size=10, num_shadow=59, num_targets=41)
+    with pytest.raises(ValueError, match="eval_size"):
+        data.pool_splits(x, y, fixed_size=10, num_shadow=5, num_targets=1, eval_size=90)
+    # informed_splits' pool is the fixed set plus the shadow targets.
+    d = data.informed_splits(x, y, 10, 20, 5)
+    np.testing.assert_array_equal(d.pool_idx, np.sort(np.concatenate([d.fixed_idx, d.shadow_idx])))
+
+
+def test_train_plus_test_is_seventy_thousand_mnist_records():
+    x, y = data.load_dataset("mnist", "train+test")
+    tx, _ = data.load_dataset("mnist", "test")
+    assert x.shape == (70000, 28, 28, 1) and y.shape == (70000,)
+    np.testing.assert_array_equal(x[60000:], tx)

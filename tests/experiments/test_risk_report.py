@@ -2,6 +2,7 @@ import json
 import os
 
 import ml_collections
+import numpy as np
 import pytest
 
 from experiments import risk_report
@@ -25,6 +26,15 @@ def _smoke():
         ("learning_rate", 0.0, "config.learning_rate"),
         ("batch_size", 10_000, "config.batch_size"),
         ("dataset", "imagenet", "config.dataset"),
+        ("seed", -1, "config.seed"),
+        ("noise_multipliers", (True,), "config.noise_multipliers"),
+        ("noise_multipliers", (2.0, 2.0), "config.noise_multipliers"),
+        ("prior_sizes", (1, 10), "config.prior_sizes"),
+        ("prior_sizes", (20000,), "config.prior_sizes"),  # more candidates than test records
+        ("confidence", 1.0, "config.confidence"),
+        ("calibration_rero", 0.001, "config.calibration_rero"),  # below the prior: unreachable
+        ("audit_runs", 2, "config.audit_runs"),
+        ("calibration_models", 9, "config.calibration_models"),  # more than num_targets
     ],
 )
 def test_malformed_configs_fail_before_training(tmp_path, monkeypatch, field, value, match):
@@ -35,8 +45,22 @@ def test_malformed_configs_fail_before_training(tmp_path, monkeypatch, field, va
     config = _smoke()
     with config.unlocked():
         config[field] = value
+    workdir = tmp_path / "run"
     with pytest.raises(ValueError, match=match):
-        risk_report.run(config, str(tmp_path))
+        risk_report.run(config, str(workdir))
+    assert not workdir.exists()  # nothing is written before the config is valid
+
+
+def test_nan_stops_the_run(tmp_path, monkeypatch):
+    from experiments.common import NonFiniteResult
+
+    def nan_models(*args, outputs=("params",), **kwargs):
+        return {k: np.full((len(args[3][0]), 7960), np.nan, np.float32) for k in outputs}
+
+    monkeypatch.setattr(risk_report.shadow, "generate_shadow_models", nan_models)
+    with pytest.raises(NonFiniteResult, match="shadow model parameters"):
+        risk_report.run(_smoke(), str(tmp_path))
+    assert not (tmp_path / "metrics.json").exists()
 
 
 def test_unknown_config_key_is_named(tmp_path):
@@ -55,16 +79,35 @@ def test_smoke_report_end_to_end(tmp_path):
     result = risk_report.run(config, str(tmp_path))
     for name in ("report.md", "metrics.json", "config.json", "reconstructions.png", "bounds_vs_attack.png"):
         assert os.path.exists(tmp_path / name), name
-    rows = json.loads((tmp_path / "metrics.json").read_text())["rows"]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    rows = metrics["rows"]
     assert [r["setting"] for r in rows] == ["non-private", "DP sigma=2"]
     dp = rows[1]
     assert dp["eps_rdp"] > 0 and dp["eps_pld"] <= dp["eps_rdp"] * 1.01
+    assert 0 <= dp["empirical_eps"] <= dp["eps_pld"]
     # Every ReRo bound is a probability at least the prior.
     for r in dp["bounds"]["rero"]:
         for route in ("rero_rdp", "rero_gdp", "rero_zcdp"):
             assert r["kappa"] - 1e-9 <= r[route] <= 1.0
+    recs = metrics["prior_aware"]
+    assert sorted(r["prior_size"] for r in recs) == [2, 10, 100]
+    for r in recs:
+        assert {"setting", "prior_size", "prior_aware_success", "prior_aware_ci", "prior_aware_bound"} <= set(r)
+        lo, hi = r["prior_aware_ci"]
+        assert lo <= r["prior_aware_success"] <= hi
+        assert lo <= r["prior_aware_bound"]  # no measured success above its bound beyond its interval
+    # Quality on real data: with every update visible the attack identifies the target among 2 candidates far
+    # more often than chance, even at smoke size (lower end of the 95% interval above 1/2).
+    k2 = next(r for r in recs if r["prior_size"] == 2)
+    assert k2["prior_aware_ci"][0] > 0.5, k2
+    cal = metrics["calibration"]
+    assert cal["noise_multiplier"] > 0 and 0 <= cal["test_accuracy"] <= 1
+    names = {c["name"] for c in metrics["claims"]}
+    assert any("below its ReRo bound" in n for n in names)
     report = (tmp_path / "report.md").read_text()
-    assert "What the theorems guarantee" in report and "Interpretation" in report
+    for section in ("What the theorems guarantee", "Interpretation", "Empirical epsilon", "Calibration to a risk target",
+                    "every update released", "clip-norm units", "## Claims"):
+        assert section in report, section
     assert result["rows"][0]["num_shadow_models"] == config.num_shadow
 
 

@@ -1,7 +1,5 @@
 """Tygert et al. models (recon_jax.models.tygert) and the experiments.tygert_hcr smoke run."""
 
-import json
-import os
 
 import jax
 import jax.numpy as jnp
@@ -65,24 +63,3 @@ def test_train_classifier_learns_separable_data():
     assert losses[-1] < losses[0] * 0.5, losses
     acc = float(jnp.mean(jnp.argmax(model.apply(params, jnp.asarray(x)), -1) == jnp.asarray(y)))
     assert acc > 0.95
-
-
-def test_experiment_smoke_run(tmp_path):
-    from experiments import tygert_hcr
-    from experiments.configs.tygert_hcr import get_config
-
-    config = get_config("smoke")
-    metrics = tygert_hcr.run(config, str(tmp_path))
-    for name in ("report.md", "metrics.json", "config.json", "rademacher.png", "histograms_size_0.005.png"):
-        assert os.path.exists(tmp_path / name), name
-    with open(tmp_path / "metrics.json") as fh:
-        stored = json.load(fh)
-    assert stored["accuracy_clean"] == metrics["accuracy_clean"]
-    assert 0.0 <= metrics["accuracy_dithered"] <= 1.0
-    hcr = metrics["hcr"]["size_0.005"]
-    assert hcr["num_examples"] == config.num_hcr_examples
-    assert np.isfinite(hcr["median_all"]) and hcr["median_all"] > 0
-    # Resumable: the trained parameters and each chunk of bounds are stored for the next run to reuse.
-    assert os.path.exists(tmp_path / "params.pkl")
-    chunks = [f for f in os.listdir(tmp_path) if f.startswith("bounds_size_0.005_")]
-    assert len(chunks) == -(-config.num_hcr_examples // config.hcr_chunk)

@@ -1,0 +1,128 @@
+r"""Noise calibration to a reconstruction-risk target: the smallest noise multiplier whose ReRo bound is small enough.
+
+| symbol | meaning |
+|---|---|
+| ``rero`` | target: largest acceptable probability of a successful reconstruction, in (0, 1) |
+| ``kappa`` | prior (baseline) success probability, in (0, 1); ``1 / k`` for a uniform prior over k candidates |
+| ``q`` | Poisson sampling rate in (0, 1] (1 = full-batch DP-GD) |
+| ``steps`` | number of noisy steps T |
+| ``sigma`` | noise multiplier (noise std / clip norm) |
+
+Routes (Hayes, Mahloujifar & Balle 2023: ``ReRo <= 1 - f(kappa)`` for a mechanism with trade-off function f):
+
+- ``"gdp"`` (``q = 1``): T full-batch Gaussian steps are mu-GDP with ``mu = sqrt(T) / sigma``, so the bound is
+  ``Phi(Phi^{-1}(kappa) + mu)`` and the answer is closed-form,
+  ``sigma = sqrt(T) / (Phi^{-1}(rero) - Phi^{-1}(kappa))`` (``inf`` when ``rero <= kappa``: no noise level
+  pushes the bound below the prior). Pure ``jnp``: jittable, broadcasting, differentiable.
+- ``"tradeoff"`` (any q): bisection in log-sigma on :func:`recon_jax.accounting.rero_dpsgd_tradeoff` (the PLD
+  trade-off curve of Poisson-subsampled DP-SGD; host-side, each evaluation composes a PLD).
+- ``"auto"``: ``"gdp"`` when ``q = 1``, otherwise ``"tradeoff"``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy import special as jsp
+
+from recon_jax.accounting._checks import check_range, concrete_or_none
+from recon_jax.accounting.dpsgd import rero_dpsgd_tradeoff
+
+__all__ = ["calibrate_sigma_for_rero"]
+
+ROUTES = ("auto", "gdp", "tradeoff")
+
+
+def _sigma_gdp(rero, kappa, steps):
+    rero, kappa, steps = (jnp.asarray(v, jnp.result_type(float)) for v in (rero, kappa, steps))
+    ok = (rero > 0) & (rero < 1) & (kappa > 0) & (kappa < 1) & (steps >= 1)
+    mu_max = jsp.ndtri(jnp.where(ok, rero, 0.5)) - jsp.ndtri(jnp.where(ok, kappa, 0.5))
+    safe_mu = jnp.where(mu_max > 0, mu_max, 1.0)
+    sigma = jnp.where(mu_max > 0, jnp.sqrt(jnp.where(ok, steps, 1.0)) / safe_mu, jnp.inf)
+    return jnp.where(ok, sigma, jnp.nan)
+
+
+def _sigma_tradeoff(rero: float, kappa: float, q: float, steps: int, rtol: float, tradeoff_kwargs: dict) -> float:
+    if rero <= kappa:
+        return math.inf
+
+    def bound(sigma):
+        return float(rero_dpsgd_tradeoff([kappa], sigma, q, steps, **tradeoff_kwargs)[0])
+
+    # Bracket: start from the full-batch GDP answer (subsampling only lowers the bound), widen until it brackets.
+    hi = float(_sigma_gdp(rero, kappa, steps))
+    while bound(hi) > rero:
+        hi *= 2.0
+        if hi > 1e6:
+            return math.inf
+    lo = hi / 2.0
+    while bound(lo) <= rero:
+        hi, lo = lo, lo / 2.0
+        if lo < 1e-6:
+            return hi
+    while hi / lo > 1.0 + rtol:  # bound decreases in sigma: lo infeasible, hi feasible
+        mid = math.sqrt(lo * hi)
+        if bound(mid) <= rero:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def calibrate_sigma_for_rero(rero, kappa, q, steps, *, route: str = "auto", rtol: float = 1e-3,
+                             **tradeoff_kwargs) -> jax.Array:
+    """Smallest noise multiplier whose ReRo bound at prior ``kappa`` is at most ``rero`` (see the module docstring).
+
+    Args:
+      rero: target success probability(ies) in (0, 1).
+      kappa: prior success probability(ies) in (0, 1).
+      q: sampling rate(s) in (0, 1].
+      steps: number(s) of noisy steps >= 1. All four broadcast.
+      route: ``"auto"``, ``"gdp"`` (requires ``q = 1``; jittable) or ``"tradeoff"`` (host-side PLD).
+      rtol: relative width of the final bisection bracket for ``"tradeoff"``; the returned sigma is its upper
+        end, so the bound at it is <= ``rero``.
+      **tradeoff_kwargs: passed to :func:`recon_jax.accounting.rero_dpsgd_tradeoff` (e.g.
+        ``value_discretization_interval``).
+
+    Returns:
+      sigma with the broadcast shape (``inf`` where ``rero <= kappa``; NaN for invalid traced inputs).
+
+    Raises:
+      ValueError: for out-of-range concrete inputs, an unknown route, or ``route="gdp"`` with ``q < 1``.
+
+    >>> s = calibrate_sigma_for_rero(0.05, 0.01, 1.0, 100)   # 5% success at a 1% prior, 100 full-batch steps
+    >>> round(float(s), 3)
+    14.674
+    >>> from recon_jax.bounds import rero_gdp
+    >>> round(float(rero_gdp(0.01, 100 ** 0.5 / s)), 4)
+    0.05
+    """
+    if route not in ROUTES:
+        raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+    check_range("rero", rero, lambda r: (r > 0) & (r < 1), "in (0, 1)")
+    check_range("kappa", kappa, lambda k: (k > 0) & (k < 1), "in (0, 1)")
+    check_range("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
+    check_range("steps", steps, lambda t: t >= 1, ">= 1")
+    if not rtol > 0:
+        raise ValueError(f"rtol must be > 0, got {rtol}")
+    q_concrete = concrete_or_none(q)
+    full_batch = q_concrete is not None and bool(np.all(q_concrete == 1.0))
+    if route == "auto":
+        route = "gdp" if full_batch else "tradeoff"
+    if route == "gdp":
+        if not full_batch:
+            raise ValueError("route='gdp' requires q = 1 (full batch); use route='tradeoff' for q < 1")
+        out = _sigma_gdp(rero, kappa, steps)
+        return out * jnp.ones(jnp.shape(q), out.dtype)
+    vals = [concrete_or_none(v) for v in (rero, kappa, q, steps)]
+    if any(v is None for v in vals):
+        raise ValueError("route='tradeoff' runs on the host: rero, kappa, q and steps must be concrete")
+    b = np.broadcast_arrays(*vals)
+    out = np.empty(b[0].shape, np.float64)
+    for idx in np.ndindex(out.shape):
+        r, k, qq, t = (float(x[idx]) for x in b)
+        out[idx] = _sigma_tradeoff(r, k, qq, int(round(t)), rtol, tradeoff_kwargs)
+    return jnp.asarray(out, jnp.result_type(float))

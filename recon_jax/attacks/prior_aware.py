@@ -1,0 +1,362 @@
+r"""The prior-aware reconstruction attack on DP-(S)GD of Hayes, Mahloujifar & Balle (NeurIPS 2023).
+
+Threat model ("every update released"): the adversary knows the fixed set D-, the initialisation, the
+training algorithm and every noisy (privatised) gradient sum of the run; the target was drawn uniformly from a
+prior of ``k`` candidate records, which the adversary also knows. It scores each candidate by the likelihood of
+the observed updates under the hypothesis that this candidate was the target and guesses the best one. For a
+uniform prior this is the Bayes-optimal (maximum a posteriori) guess, so its success probability is the exact
+reconstruction risk of the mechanism for that prior; the ReRo bound at ``kappa = 1/k``
+(:func:`recon_jax.bounds.rero_gdp`, :func:`recon_jax.accounting.rero_dpsgd_tradeoff`) caps it.
+
+Likelihood. At step t the released clipped sum is ``o_t = s_t + b_t c_{t,z} + N(0, sigma^2 C^2 I)`` with
+``s_t`` the sum of D-'s clipped gradients (known to the adversary, who recomputes it at the released parameters),
+``c_{t,z}`` the target's clipped gradient and ``b_t`` its inclusion (always 1 for full-batch DP-GD, Bernoulli(q)
+under Poisson sampling). With the residual ``r_t = o_t - s_t`` and
+``a_{t,j} = (<r_t, c_{t,j}> - ||c_{t,j}||^2 / 2) / (sigma C)^2``, the log-likelihood of candidate j relative to
+"no target" is
+
+- full batch: ``sum_t a_{t,j}`` (the Gaussian log-density ``-||r_t - c_{t,j}||^2 / (2 sigma^2 C^2)`` up to a
+  term common to all candidates);
+- Poisson sampling at rate q (mixture likelihood): ``sum_t log((1 - q) + q exp(a_{t,j}))``.
+
+Notation:
+
+==============  ==================================================================
+``sigma``       noise multiplier (noise std / clip norm)
+``C``           clip norm
+``q``           Poisson sampling rate of each record per step (1 = full batch)
+``T``           number of noisy steps (``steps``)
+``k``           prior size (number of candidates); ``kappa = 1 / k``
+==============  ==================================================================
+
+:func:`log_likelihood_scores` is the scoring rule on given residuals and candidate gradients;
+:func:`prior_aware_game` simulates the whole game for a model (trains the released trajectory with noise drawn
+per noise level and trial, recomputes every candidate's clipped gradient along it and accumulates the scores),
+vectorised with ``vmap`` over noise levels, trials and candidates; :func:`orthogonal_success_probability` is
+the analytic success of the optimal guess when candidate gradients are orthogonal with full norm (the worst
+case of Hayes et al., attained by gradient canaries).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.flatten_util import ravel_pytree
+
+from recon_jax.models.adapters import ModelFns
+from recon_jax.training.dp import clip_gradients, per_example_gradients, softmax_cross_entropy
+from recon_jax.training.ghost import ghost_clipped_sum, ghost_supported
+
+__all__ = [
+    "step_log_likelihoods",
+    "log_likelihood_scores",
+    "GameResult",
+    "prior_aware_game",
+    "orthogonal_success_probability",
+]
+
+
+def step_log_likelihoods(residual: jax.Array, candidate_grads: jax.Array, noise_std, sample_rate=1.0) -> jax.Array:
+    """Per-candidate log-likelihood (relative to "no target") of one released step, ``[P], [k, P] -> [k]``.
+
+    ``a_j = (<r, c_j> - ||c_j||^2 / 2) / noise_std^2``; returns ``log((1 - q) + q exp(a_j))``, which is ``a_j``
+    at ``q = 1`` (computed as ``logaddexp(log(1 - q), log(q) + a_j)``; exact at q = 1 since ``log 0 = -inf``).
+
+    Args:
+      residual: observed clipped noisy sum minus the known D- clipped sum, ``[P]``.
+      candidate_grads: clipped gradients of the k candidates at the released parameters, ``[k, P]``.
+      noise_std: standard deviation of the Gaussian noise on the sum (``sigma * C``), > 0.
+      sample_rate: Poisson inclusion probability q in (0, 1].
+
+    Returns:
+      ``[k]`` log-likelihoods.
+
+    >>> import jax.numpy as jnp
+    >>> step_log_likelihoods(jnp.array([1.0, 0.0]), jnp.eye(2), 1.0).tolist()
+    [0.5, -0.5]
+    """
+    r = jnp.asarray(residual)
+    c = jnp.asarray(candidate_grads)
+    a = (jnp.einsum("p,kp->k", r, c, precision=jax.lax.Precision.HIGHEST) - 0.5 * jnp.sum(c * c, axis=-1))
+    a = a / jnp.square(noise_std)
+    q = jnp.asarray(sample_rate, a.dtype)
+    return jnp.logaddexp(jnp.log1p(-q), jnp.log(q) + a)
+
+
+def log_likelihood_scores(residuals: jax.Array, candidate_grads: jax.Array, noise_std, sample_rate=1.0,
+                          ) -> jax.Array:
+    """Log-likelihood of each candidate given T released steps, ``[T, P], [T, k, P] -> [k]`` (sum over steps).
+
+    The prior-aware guess is ``argmax`` of the result. Vmappable over leading axes of all arguments.
+
+    Args:
+      residuals: ``[T, P]`` observed clipped noisy sums minus the known D- clipped sums.
+      candidate_grads: ``[T, k, P]`` clipped candidate gradients at each step's released parameters.
+      noise_std: noise standard deviation on the sum (``sigma * C``), > 0.
+      sample_rate: Poisson rate q in (0, 1] (1: full batch).
+
+    Returns:
+      ``[k]`` scores.
+
+    >>> import jax.numpy as jnp
+    >>> c = jnp.broadcast_to(jnp.eye(3), (4, 3, 3))      # 4 steps, 3 orthogonal unit candidate gradients
+    >>> r = c[:, 1] + 0.1                                 # candidate 1 was the target (small offset as noise)
+    >>> int(jnp.argmax(log_likelihood_scores(r, c, 1.0)))
+    1
+    """
+    return jnp.sum(jax.vmap(step_log_likelihoods, in_axes=(0, 0, None, None))(
+        residuals, candidate_grads, noise_std, sample_rate), axis=0)
+
+
+class GameResult(NamedTuple):
+    """Output of :func:`prior_aware_game` (``S`` noise levels, ``N`` trials, ``k`` candidates).
+
+    Attributes:
+      scores: ``[S, N, k]`` log-likelihood of each candidate (relative to "no target").
+      guess: ``[S, N]`` the argmax candidate.
+      success: ``[S, N]`` whether the guess is the target.
+    """
+
+    scores: jax.Array
+    guess: jax.Array
+    success: jax.Array
+
+
+def _flat_clipped_grads(model_fns, params, x, y, clip_norm, loss_fn):
+    return clip_gradients(per_example_gradients(model_fns, params, x, y, loss_fn), clip_norm)
+
+
+def _get(tree, path):
+    for k in path:
+        tree = tree[k]
+    return tree
+
+
+def _ghost_candidate_terms(tap, params, x, y, residual_tree, clip_norm, loss_fn):
+    """``(<r, clip(g_j)>, ||clip(g_j)||^2)`` for every candidate j without materialising ``[k, P]`` gradients.
+
+    For a dense layer the gradient of example j is ``a_j^T delta_j`` (kernel) and ``delta_j`` (bias), so
+    ``<R, a_j^T delta_j> = a_j R delta_j^T`` and its squared norm is the ghost norm of
+    :mod:`recon_jax.training.ghost` (inputs with extra axes ``[k, T, d]`` are summed over T).
+    """
+    box = []
+
+    def shapes(p, xx):
+        logits, calls = tap(p, xx, None)
+        box.append([(c.kernel_path, c.bias_path, c.out_shape, c.out_dtype) for c in calls])
+        return logits
+
+    jax.eval_shape(shapes, params, x)
+    calls = box[0]
+
+    def total_loss(perturbations):
+        logits, recs = tap(params, x, perturbations)
+        return jnp.sum(loss_fn(logits, y)), [r.inputs for r in recs]
+
+    zeros = [jnp.zeros(shape, dtype) for *_, shape, dtype in calls]
+    deltas, inputs = jax.grad(total_loss, has_aux=True)(zeros)
+    dtype = jax.tree_util.tree_leaves(residual_tree)[0].dtype
+    sq = jnp.zeros((x.shape[0],), dtype)
+    dot = jnp.zeros((x.shape[0],), dtype)
+    hi = jax.lax.Precision.HIGHEST
+    for (kernel_path, bias_path, *_), a, d in zip(calls, inputs, deltas):
+        a3 = a.reshape((a.shape[0], -1, a.shape[-1])).astype(dtype)
+        d3 = d.reshape((d.shape[0], -1, d.shape[-1])).astype(dtype)
+        if a3.shape[1] == 1:
+            sq = sq + jnp.sum(a3[:, 0] ** 2, -1) * jnp.sum(d3[:, 0] ** 2, -1)
+        else:
+            sq = sq + jnp.einsum("bts,bts->b", jnp.einsum("bti,bsi->bts", a3, a3), jnp.einsum("bto,bso->bts", d3, d3))
+        ar = jnp.einsum("bti,io->bto", a3, _get(residual_tree, kernel_path).astype(dtype), precision=hi)
+        dot = dot + jnp.einsum("bto,bto->b", ar, d3, precision=hi)
+        if bias_path is not None:
+            db = jnp.sum(d3, axis=1)
+            sq = sq + jnp.sum(db ** 2, -1)
+            dot = dot + db @ _get(residual_tree, bias_path).astype(dtype)
+    factor = jnp.minimum(1.0, clip_norm / jnp.maximum(jnp.sqrt(sq), jnp.finfo(dtype).tiny))
+    return factor * dot, factor * factor * sq
+
+
+def _make_trial(model_fns: ModelFns, optimizer, clip_norm: float, steps: int, use_ghost: bool, loss_fn,
+                poisson: bool):
+    def trial(params0, fixed_x, fixed_y, cand_x, cand_y, target_index, include, sigma, sample_rate, key):
+        flat0, unravel = ravel_pytree(params0)
+        n = fixed_x.shape[0]
+        denom = jnp.where(poisson, sample_rate * (n + 1), n + 1).astype(flat0.dtype)  # public normaliser
+        noise_std = sigma * clip_norm
+        q = jnp.asarray(sample_rate, flat0.dtype)
+
+        def step(carry, t):
+            params, opt_state, scores = carry
+            k_noise, k_fixed, k_target = jax.random.split(jax.random.fold_in(key, t), 3)
+            if poisson:
+                w_fixed = jax.random.bernoulli(k_fixed, sample_rate, (n,)).astype(flat0.dtype)
+                b_target = jax.random.bernoulli(k_target, sample_rate).astype(flat0.dtype)
+            else:
+                w_fixed, b_target = None, jnp.ones((), flat0.dtype)
+            tx, ty = cand_x[target_index][None], cand_y[target_index][None]
+            target_grad = _flat_clipped_grads(model_fns, params, tx, ty, clip_norm, loss_fn)[0]
+            if use_ghost:
+                _, tree, _ = ghost_clipped_sum(model_fns.tap, params, fixed_x, fixed_y, clip_norm, weights=w_fixed,
+                                               loss_fn=loss_fn)
+                base = ravel_pytree(tree)[0]
+            else:
+                g = _flat_clipped_grads(model_fns, params, fixed_x, fixed_y, clip_norm, loss_fn)
+                base = jnp.sum(g, axis=0) if w_fixed is None else w_fixed @ g
+            observed = (base + (include * b_target) * target_grad
+                        + noise_std * jax.random.normal(k_noise, base.shape, base.dtype))
+            residual = observed - base  # the adversary subtracts the D- sum it recomputes at the released params
+            if use_ghost:
+                dots, sqs = _ghost_candidate_terms(model_fns.tap, params, cand_x, cand_y, unravel(residual),
+                                                   clip_norm, loss_fn)
+                a = (dots - 0.5 * sqs) / jnp.square(noise_std)
+                scores = scores + jnp.logaddexp(jnp.log1p(-q), jnp.log(q) + a)
+            else:
+                cand = _flat_clipped_grads(model_fns, params, cand_x, cand_y, clip_norm, loss_fn)  # [k, P]
+                scores = scores + step_log_likelihoods(residual, cand, noise_std, sample_rate)
+            updates, opt_state = optimizer.update(unravel(observed / denom), opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state, scores), None
+
+        scores0 = jnp.zeros((cand_x.shape[0],), flat0.dtype)
+        (_, _, scores), _ = jax.lax.scan(step, (params0, optimizer.init(params0), scores0), jnp.arange(steps))
+        return scores
+
+    return trial
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled_game(model_fns, optimizer, clip_norm, steps, use_ghost, loss_fn, poisson):
+    trial = _make_trial(model_fns, optimizer, clip_norm, steps, use_ghost, loss_fn, poisson)
+    # trials: vmap over (candidates, target index, inclusion, key); noise levels: vmap over (sigma, key).
+    over_trials = jax.vmap(trial, in_axes=(None, None, None, 0, 0, 0, 0, None, None, 0))
+    over_sigmas = jax.vmap(over_trials, in_axes=(None, None, None, None, None, None, None, 0, None, 0))
+    return jax.jit(over_sigmas)
+
+
+def prior_aware_game(model_fns: ModelFns, init_params, fixed_set, candidates, target_index, *, noise_multipliers,
+                     clip_norm: float, steps: int, optimizer: optax.GradientTransformation, key: jax.Array,
+                     sample_rate: float = 1.0, include_target=None, loss_fn: Callable = softmax_cross_entropy,
+                     chunk_size: int = 64) -> GameResult:
+    """Simulates the prior-aware reconstruction game on DP-GD / Poisson DP-SGD and scores every candidate.
+
+    For each noise multiplier ``s`` and trial ``i``: trains from ``init_params`` on D- plus the target
+    ``candidates[i, target_index[i]]`` for ``steps`` steps (per-example clipping to ``clip_norm``, Gaussian noise
+    ``N(0, (s C)^2 I)`` on the clipped sum, the noisy sum divided by the public normaliser ``n + 1`` (full batch)
+    or ``q (n + 1)`` (Poisson), ``optimizer`` applied to it), and the adversary accumulates
+    :func:`step_log_likelihoods` of every candidate at every released step. Noise key of noise level ``s``,
+    trial ``i``, step ``t``: ``fold_in(fold_in(fold_in(key, s), i), t)`` (split three ways for the noise and the
+    Poisson draws), so every noise level and trial draws independent noise.
+
+    Under Poisson sampling (``sample_rate < 1``) each D- record and the target join each step's batch
+    independently with probability q; the adversary knows which D- records were drawn (the worst case of the
+    add/remove analysis) but not whether the target was, and uses the mixture likelihood.
+
+    Priors: if the candidate rows are i.i.d. draws from a data set, fixing the target at position 0 and scoring
+    the first k columns is the game with a uniform prior of size k (the attack is invariant to the order of the
+    candidates), so nested priors k = 2, 10, 100 can share trials.
+
+    Args:
+      model_fns: the released model.
+      init_params: the (adversary-known) initial parameters.
+      fixed_set: ``(x [n, ...], y [n])``, D-.
+      candidates: ``(x [N, k, ...], y [N, k])``, the prior of each trial.
+      target_index: ``[N]`` ints, which candidate is the target in each trial.
+      noise_multipliers: ``[S]`` noise multipliers sigma > 0.
+      clip_norm: C > 0; steps: number of noisy steps T >= 1; optimizer: the update rule (e.g.
+        ``optax.sgd(0.2, momentum=0.9)``); key: a typed key.
+      sample_rate: Poisson rate q in (0, 1]; 1 means full-batch DP-GD.
+      include_target: optional ``[N]`` 0/1, whether the target is trained on (default all 1); with 0 the run is
+        on D- alone (the "without canary" world of :func:`recon_jax.attacks.audit.empirical_epsilon`).
+      loss_fn: per-example loss ``(logits, labels) -> [B]``.
+      chunk_size: trials per compiled call (bounds memory at ``S x chunk_size`` trajectories); calls with the
+        same shapes, ``min(chunk_size, N)``, ``optimizer`` and ``loss_fn`` objects reuse one compilation.
+
+    Returns:
+      A :class:`GameResult`.
+
+    Raises:
+      ValueError: on mismatched shapes or out-of-range parameters.
+
+    >>> import jax, jax.numpy as jnp, optax
+    >>> from recon_jax.models import ModelFns
+    >>> fns = ModelFns(init=lambda k, x: {"w": jnp.zeros((2,))}, apply=lambda p, x: x @ p["w"][:, None])
+    >>> loss = lambda logits, y: logits[:, 0]          # gradient of each record = the record itself
+    >>> cands = (jnp.broadcast_to(jnp.eye(2), (4, 2, 2)), jnp.zeros((4, 2), jnp.int32))
+    >>> r = prior_aware_game(fns, {"w": jnp.zeros((2,))}, (jnp.zeros((3, 2)), jnp.zeros(3, jnp.int32)), cands,
+    ...                      jnp.zeros(4, jnp.int32), noise_multipliers=[0.01], clip_norm=1.0, steps=2,
+    ...                      optimizer=optax.sgd(0.1), key=jax.random.key(0), loss_fn=loss)
+    >>> r.success.tolist()
+    [[True, True, True, True]]
+    """
+    fx, fy = (jnp.asarray(a) for a in fixed_set)
+    cx, cy = (jnp.asarray(a) for a in candidates)
+    target_index = jnp.asarray(target_index, jnp.int32)
+    sigmas = jnp.atleast_1d(jnp.asarray(noise_multipliers, jnp.result_type(float)))
+    if fx.shape[0] < 1 or fx.shape[0] != fy.shape[0]:
+        raise ValueError(f"fixed_set must be (x [n, ...], y [n]) with n >= 1, got shapes {fx.shape}, {fy.shape}")
+    if cx.ndim < 3 or cx.shape[:2] != cy.shape or cx.shape[2:] != fx.shape[1:]:
+        raise ValueError(f"candidates must be (x [N, k, ...], y [N, k]) with D-'s example shape {fx.shape[1:]}, "
+                         f"got shapes {cx.shape}, {cy.shape}")
+    n_trials, k = cy.shape
+    if target_index.shape != (n_trials,) or bool(jnp.any((target_index < 0) | (target_index >= k))):
+        raise ValueError(f"target_index must be [N] = [{n_trials}] ints in [0, {k}), got shape {target_index.shape}")
+    if sigmas.ndim != 1 or not bool(jnp.all(sigmas > 0)):
+        raise ValueError(f"noise_multipliers must be a 1-D sequence of values > 0, got {noise_multipliers}")
+    if not clip_norm > 0:
+        raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
+    if not (isinstance(steps, (int, np.integer)) and steps >= 1):
+        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    if not 0 < sample_rate <= 1:
+        raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
+    if not (isinstance(chunk_size, int) and chunk_size >= 1):
+        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    if include_target is None:
+        include = jnp.ones((n_trials,), jnp.float32)
+    else:
+        include = jnp.asarray(include_target, jnp.float32)
+        if include.shape != (n_trials,):
+            raise ValueError(f"include_target must have shape [{n_trials}], got {include.shape}")
+    use_ghost = ghost_supported(model_fns.tap, init_params, fx)
+    game = _compiled_game(model_fns, optimizer, float(clip_norm), int(steps), use_ghost, loss_fn,
+                          bool(sample_rate < 1))
+    level_keys = jnp.stack([jax.random.fold_in(key, s) for s in range(sigmas.shape[0])])
+    out = []
+    chunk_size = min(chunk_size, n_trials)
+    for start in range(0, n_trials, chunk_size):
+        real = np.arange(start, min(start + chunk_size, n_trials))
+        # Every call has chunk_size trials (the last chunk padded by repeating its last trial, dropped below), so
+        # one compilation serves every chunk and every call with the same shapes.
+        idx = np.concatenate([real, np.full(chunk_size - real.size, real[-1])])
+        keys = jax.vmap(lambda lk: jax.vmap(lambda i: jax.random.fold_in(lk, i))(jnp.asarray(idx)))(level_keys)
+        out.append(game(init_params, fx, fy, cx[idx], cy[idx], target_index[idx], include[idx], sigmas,
+                        jnp.asarray(sample_rate, sigmas.dtype), keys)[:, : real.size])
+    scores = jnp.concatenate(out, axis=1)
+    guess = jnp.argmax(scores, axis=-1)
+    return GameResult(scores, guess, guess == target_index[None, :])
+
+
+def orthogonal_success_probability(k: int, mu: float, sample_rate: float = 1.0) -> float:
+    """Success of the optimal guess among k candidates with orthogonal, full-norm gradients (full batch).
+
+    With T steps at noise multiplier sigma the sufficient statistics are ``X_0 ~ N(mu, 1)`` for the target and
+    ``X_j ~ N(0, 1)`` for the others (``mu = sqrt(T) / sigma``), so ``P[success] = int phi(x - mu) Phi(x)^(k-1)
+    dx`` (numerical quadrature; host-side). Only ``sample_rate = 1`` has this closed form.
+
+    >>> round(orthogonal_success_probability(2, 0.0), 6)
+    0.5
+    """
+    from scipy import integrate, stats
+
+    if not (isinstance(k, (int, np.integer)) and k >= 1):
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    if not mu >= 0:
+        raise ValueError(f"mu must be >= 0, got {mu}")
+    if sample_rate != 1.0:
+        raise ValueError("orthogonal_success_probability has a closed form only for sample_rate = 1")
+    f = lambda x: stats.norm.pdf(x - mu) * stats.norm.cdf(x) ** (k - 1)  # noqa: E731
+    val, _ = integrate.quad(f, mu - 12.0, mu + 12.0, epsabs=1e-12, limit=200)
+    return float(val)

@@ -1,0 +1,63 @@
+"""recon_jax.attacks.informed: the pipeline's pieces against direct NumPy computations."""
+
+import jax
+import numpy as np
+import pytest
+
+from recon_jax import data, models, training
+from recon_jax.attacks import informed, reconn
+
+
+def test_evaluate_reconstructions_matches_numpy_and_the_papers_criterion():
+    rng = np.random.default_rng(0)
+    t = rng.uniform(size=(5, 12, 12, 1)).astype(np.float32)
+    r = np.clip(t + rng.normal(scale=[[[[s]]] for s in (0.01, 0.05, 0.1, 0.2, 0.3)], size=t.shape), 0, 1)
+    r = r.astype(np.float32)
+    orc = np.full(5, 0.004, np.float32)
+    res = informed.evaluate_reconstructions("x", t, r, orc)
+    mse = ((t.astype(np.float64) - r) ** 2).reshape(5, -1).mean(1)
+    np.testing.assert_allclose(res.mse, mse, rtol=1e-5)  # float32 metric vs float64 NumPy
+    np.testing.assert_array_equal(res.success, mse < 0.004)  # Sec. V-B d: below the target's own oracle MSE
+    assert res.row_success == (mse.mean() < 0.004) and res.ssim.shape == (5,)
+    row = res.summary()
+    assert row["success_rate"] == pytest.approx(np.mean(mse < 0.004)) and row["num_targets"] == 5
+    with pytest.raises(ValueError, match="oracle_mse"):
+        informed.evaluate_reconstructions("x", t, r, orc[:3])
+
+
+def test_validation_shadows_are_the_last_ones_and_held_out():
+    rng = np.random.default_rng(1)
+    f = rng.normal(size=(60, 6)).astype(np.float32)
+    t = (1 / (1 + np.exp(-f[:, :4]))).astype(np.float32)
+    spec = informed.ReconstructorSpec(hidden=(8,), epochs=2, batch_size=10, validation_size=12)
+    fit = informed.fit_reconstructor(f, t, jax.random.key(0), spec, progress=False)
+    # Standardised with the 48 training rows only, and the recorded validation MSE is that of rows 48..59.
+    np.testing.assert_allclose(fit.standardizer.mean, f[:48].mean(0), rtol=1e-5, atol=1e-6)
+    rec = np.asarray(reconn.reconstruct(fit, f[48:]))
+    np.testing.assert_allclose(fit.eval_mse[-1], np.mean((rec - t[48:]) ** 2), rtol=1e-5)
+    with pytest.raises(ValueError, match="validation_size"):
+        informed.fit_reconstructor(f, t, jax.random.key(0), informed.ReconstructorSpec(validation_size=59))
+
+
+def test_shared_model_sets_and_argument_checks():
+    x, y = data.load_dataset("synthetic", "train", num_examples=50, shape=(3, 3, 1), seed=1)
+    sp = data.pool_splits(x, y, fixed_size=6, num_shadow=30, num_targets=3)
+    fns = models.from_flax(models.MLP(features=(3, 10)))
+    p0 = training.initial_params(fns, jax.random.key(0), sp.fixed_images)
+    ms = informed.train_model_sets(fns, training.full_batch_gd(epochs=2), sp, jax.random.key(1), init_params=p0,
+                                   num_shadow=20, progress=False)
+    assert ms.shadow.count == 20 and ms.released.count == 3 and "eval_accuracy" not in ms.released
+    orc = informed.oracle_for(sp)
+    spec = informed.ReconstructorSpec(hidden=(4,), epochs=1, batch_size=5)
+    fewer = informed.informed_attack(sp, ms, jax.random.key(2), oracle=orc, reconstructor=spec, num_shadow=10,
+                                     progress=False)
+    assert fewer.num_shadow == 10 and fewer.feature_dim == 9 * 3 + 3 + 3 * 10 + 10
+    with pytest.raises(ValueError, match="logits"):
+        informed.attack_features(ms.shadow, "logits")
+    with pytest.raises(ValueError, match="num_shadow"):
+        informed.informed_attack(sp, ms, jax.random.key(2), oracle=orc, reconstructor=spec, num_shadow=21)
+    with pytest.raises(ValueError, match="oracle"):
+        informed.informed_attack(sp, ms, jax.random.key(2), oracle=informed.oracle_for(sp, 2), reconstructor=spec)
+    with pytest.raises(ValueError, match="num_targets"):
+        informed.train_model_sets(fns, training.full_batch_gd(epochs=2), sp, jax.random.key(1), init_params=p0,
+                                  num_targets=4)

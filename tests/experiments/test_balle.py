@@ -1,0 +1,82 @@
+"""balle_mnist and balle_cifar10: smoke configs end to end (one CI-sized quality test on real MNIST)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from recon_jax import data
+
+
+def test_balle_mnist_smoke_beats_mean_image_on_held_out_targets(tmp_path):
+    from experiments import balle_mnist
+    from experiments.configs.balle_mnist import get_config
+
+    config = get_config("smoke")
+    metrics = balle_mnist.run(config, str(tmp_path))
+    default = metrics["rows"][0]
+    assert default["setting"] == "default" and default["num_targets"] == config.num_targets
+    # The mean-image guess, computed here from the same split: the reconstructor must do better on targets it
+    # never saw (held-out released models), i.e. it reads the target out of the released parameters.
+    images, labels = data.load_dataset("mnist", "train+test")
+    sp = data.pool_splits(images, labels, fixed_size=config.fixed_size, num_shadow=config.num_shadow,
+                          num_targets=config.num_targets, key_or_seed=config.seed)
+    mean_guess = float(np.mean((sp.shadow_images.mean(0) - sp.target_images) ** 2))
+    assert default["mean_mse"] < 0.85 * mean_guess, (default["mean_mse"], mean_guess)
+    # The oracle searches the whole pool: every MNIST record but the targets, recomputed by brute force.
+    assert metrics["oracle"]["pool_size"] == 70000 - config.num_targets
+    t = sp.target_images[:3].reshape(3, -1)
+    p = sp.pool_images.reshape(len(sp.pool_images), -1)
+    nn = np.array([np.min(np.mean((p - row) ** 2, axis=1, dtype=np.float64)) for row in t])
+    from recon_jax.attacks import informed
+    # float32 matmul-form distances vs direct differences: agree to 1e-5 (the MSEs are ~1e-2).
+    np.testing.assert_allclose(np.asarray(informed.oracle_for(sp, 3).nn_mse), nn, atol=1e-5)
+    written = json.loads((tmp_path / "metrics.json").read_text())
+    assert written["rows"] == metrics["rows"] and any(c["name"].startswith("more shadow") for c in written["claims"])
+    assert "## Claims" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.slow  # every Table II row at smoke sizes (~4 min on 2 cores)
+def test_balle_mnist_every_row(tmp_path):
+    from experiments import balle_mnist
+    from experiments.configs.balle_mnist import get_config
+
+    config = get_config("table2")
+    smoke = get_config("smoke")
+    for k in ("fixed_size", "num_shadow", "num_targets", "eval_size", "probe_size", "epochs", "chunk_size",
+              "recon_hidden", "recon_epochs", "recon_batch_size", "recon_validation_size", "wide_hidden",
+              "long_epochs", "minibatch_size", "fewer_shadow_counts", "secondary_num_shadow",
+              "secondary_num_targets", "grid_columns"):
+        config[k] = smoke[k]
+    config.recon_patience = None
+    config.dp_eps = (10.0,)
+    config.mia_num_models, config.mia_num_candidates, config.mia_fixed_sizes = 8, 1, (50,)
+    config.kl_classifier_epochs, config.kl_classifier_size = 1, 500
+    metrics = balle_mnist.run(config, str(tmp_path))
+    names = [r["setting"] for r in metrics["rows"]]
+    assert names == ["default", "logits", "width100", "layer_subset", "fewer_shadow_150", "epochs250", "relu",
+                     "random_init", "minibatch_known", "minibatch_unknown", "dp_eps=10"]
+    rows = {r["setting"]: r for r in metrics["rows"]}
+    assert rows["layer_subset"]["feature_dim"] == 20 * 10 + 10  # second layer of the width-20 smoke model
+    assert rows["logits"]["feature_dim"] == config.probe_size * 10
+    assert rows["default"]["paper_mse"] is None  # fixed set 50: no paper row of that setting
+    assert rows["relu"]["paper_mse"] == 0.0182 and rows["random_init"]["paper_success"] is False
+    assert 0 <= rows["dp_eps=10"]["rero_bound_gdp"] <= 1
+    assert metrics["mia"]["n=50/known_init"]["mean_auc"] == 1.0
+    for name in ("reconstructions.png", "mse_histogram.png", "dp_curve.png", "mia_losses.png"):
+        assert os.path.getsize(tmp_path / name) > 0
+    # A rerun in the same workdir reuses the keyed shadow sets and reconstructor checkpoints: same numbers.
+    again = balle_mnist.run(config, str(tmp_path))
+    assert [r["mean_mse"] for r in again["rows"]] == [r["mean_mse"] for r in metrics["rows"]]
+
+
+@pytest.mark.slow  # CNN shadow models and the Table VII decoder + PatchGAN: compile-heavy
+def test_balle_cifar10_smoke(tmp_path):
+    from experiments import balle_cifar10
+    from experiments.configs.balle_cifar10 import get_config
+
+    metrics = balle_cifar10.run(get_config("smoke"), str(tmp_path))
+    row = metrics["rows"][0]
+    assert row["setting"] == "logits" and row["num_shadow_models"] == 40 and row["num_validation_models"] == 8
+    assert metrics["oracle"]["pool_size"] == 80 and len(metrics["claims"]) == 1

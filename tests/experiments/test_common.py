@@ -1,0 +1,85 @@
+"""The evidence helpers every experiment uses: provenance, claims, NaN refusal, keyed caches, publishing."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from experiments.common import (NonFiniteResult, claim, finish_run, keyed_dir, publish, require_finite,
+                                start_run)
+
+
+def _config():
+    return {"lr": 0.1, "seed": 3}
+
+
+def test_finish_run_writes_claims_provenance_and_strict_json(tmp_path):
+    run = start_run(str(tmp_path / "w"), _config(), seed=3)
+    claims = [claim("beats oracle", True, "0.01 < 0.02"), claim("more shadows help", False, "0.03 vs 0.02")]
+    out = finish_run(run, {"mse": np.float32(0.5), "bound": float("inf"), "rows": [1.0, 2.0]}, "# Report\n", claims)
+    assert out["bound"] == "inf"
+    with open(tmp_path / "w" / "metrics.json") as f:
+        text = f.read()
+    assert "Infinity" not in text and "NaN" not in text
+    metrics = json.loads(text)
+    assert metrics["claims"] == claims
+    report = (tmp_path / "w" / "report.md").read_text()
+    assert "1 of 2 paper findings" in report and "**NO**" in report and "0.03 vs 0.02" in report
+    info = json.loads((tmp_path / "w" / "config.json").read_text())
+    assert info["wall_time_s"] >= 0 and info["config"] == _config() and info["seed"] == 3
+    assert info["machine"]["cpu_count"] >= 1 and info["versions"]["jax"]
+    assert len(info["git_commit"]) == 40  # the suite runs in a git checkout
+
+
+def test_finish_run_refuses_nan_naming_the_key(tmp_path):
+    run = start_run(str(tmp_path), _config())
+    with pytest.raises(NonFiniteResult, match=r"rows\[1\]\.mse"):
+        finish_run(run, {"rows": [{"mse": 1.0}, {"mse": float("nan")}]}, "r", [])
+    assert not os.path.exists(tmp_path / "metrics.json")
+
+
+def test_require_finite_names_what_and_hint():
+    require_finite({"a": np.ones(3), "name": "x"}, "params")
+    with pytest.raises(NonFiniteResult, match="released model parameters.*2 of 4.*learning rate"):
+        require_finite({"w": np.array([1.0, np.inf, np.nan, 0.0])}, "released model parameters",
+                       "learning rate too large?")
+
+
+def test_claim_validates_and_coerces():
+    assert claim("x", np.bool_(True), 1)["holds"] is True
+    with pytest.raises(ValueError, match="claim name"):
+        claim("", True, "")
+
+
+def test_keyed_dir_separates_configs(tmp_path):
+    a = keyed_dir(str(tmp_path), "bounds", {"refine": "lsqr", "restarts": 25})
+    b = keyed_dir(str(tmp_path), "bounds", {"refine": "inverse", "restarts": 25})
+    assert a != b and os.path.isdir(a) and os.path.isdir(b)
+    assert keyed_dir(str(tmp_path), "bounds", {"restarts": 25, "refine": "lsqr"}) == a
+    assert json.loads(open(os.path.join(a, "key.json")).read()) == {"refine": "lsqr", "restarts": 25}
+
+
+def test_publish_copies_finished_runs_only(tmp_path):
+    work, res = str(tmp_path / "run"), str(tmp_path / "results" / "exp" / "default")
+    run = start_run(work, _config())
+    with pytest.raises(ValueError, match="no finished run"):
+        publish(work, res)  # started, not finished
+    finish_run(run, {"m": 1.0}, "r", [claim("c", True, "d")])
+    (tmp_path / "run" / "fig.png").write_bytes(b"png")
+    os.makedirs(tmp_path / "run" / "cache-123")
+    assert publish(work, res) == ["report.md", "metrics.json", "config.json", "fig.png"]
+    assert sorted(os.listdir(res)) == ["config.json", "fig.png", "metrics.json", "report.md"]
+
+
+def test_unknown_config_field_gives_a_clear_error():
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-m", "experiments.ziller_table1",
+                          "--config=experiments/configs/ziller_table1.py:smoke", "--config.learning_rat=1",
+                          "--workdir=/nonexistent/never-written"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "unknown config field 'learning_rat' in --config.learning_rat" in out.stderr
+    assert "Traceback" not in out.stderr
