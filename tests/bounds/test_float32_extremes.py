@@ -67,3 +67,16 @@ def test_baseline_kappa_uniform_ball_underflow_stays_positive_and_feeds_rero():
 
 def test_baseline_kappa_uniform_ball_float64_exact(x64):
     np.testing.assert_allclose(float(bounds.baseline_kappa_uniform_ball(0.5, 200)), 0.5**200, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kappa,dim", [(1e-3, 3162.2776), (1e-3, 2.0), (3.0, 13700.0), (1.0, 3.0)])
+def test_log_bayes_capacity_vmf_small_kappa_float32(kappa, dim):
+    """Found by tests/test_fuzz.py: float32 gave log C = -9.5e-4 (< 0, impossible) at kappa 1e-3, p 3162."""
+    import mpmath as mp
+
+    mp.mp.dps = 40
+    k, p = mp.mpf(kappa), mp.mpf(float(np.float32(dim)))
+    nu = p / 2 - 1
+    want = float(mp.log(2) + nu * mp.log(k) + k - mp.loggamma(p / 2) - p / 2 * mp.log(2) - mp.log(mp.besseli(nu, k)))
+    got = _f32(bounds.log_bayes_capacity_vmf(kappa, dim))
+    np.testing.assert_allclose(got, want, rtol=1e-5)  # float32: a few ulps after the exact cancellation
