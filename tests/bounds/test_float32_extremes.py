@@ -80,3 +80,14 @@ def test_log_bayes_capacity_vmf_small_kappa_float32(kappa, dim):
     want = float(mp.log(2) + nu * mp.log(k) + k - mp.loggamma(p / 2) - p / 2 * mp.log(2) - mp.log(mp.besseli(nu, k)))
     got = _f32(bounds.log_bayes_capacity_vmf(kappa, dim))
     np.testing.assert_allclose(got, want, rtol=1e-5)  # float32: a few ulps after the exact cancellation
+
+
+@pytest.mark.parametrize("call", [
+    lambda: bounds.baseline_kappa_gaussian(1e-3, 1e8, 1e4),
+    lambda: bounds.rero_mse(1e-25, 1.0, 1.0, 1e4),
+    lambda: bounds.rero_psnr(250.0, 1.0, 1.0, 1e4),
+])
+def test_gammainc_lower_tail_at_large_a_is_zero_not_nan(call):
+    """P(a, x) for a >= 5000 and x < 1e-19 was NaN; the true values here are below 1e-300 (underflow to 0)."""
+    got = _f32(call())
+    assert got == 0.0
