@@ -213,8 +213,7 @@ def psnr_upper_bound(
     """
     _check_common(sigma, clip_norm, steps, validate)
     v.check_positive("data_range", data_range, validate)
-    ok = (v.valid(sigma, v.POSITIVE) & v.valid(clip_norm, v.POSITIVE) & v.valid(steps, v.at_least(1))
-          & v.valid(data_range, v.POSITIVE))
+    ok = v.all_valid((sigma, v.POSITIVE), (clip_norm, v.POSITIVE), (steps, v.at_least(1)), (data_range, v.POSITIVE))
     dtype = v.as_float(sigma, clip_norm, data_range, steps)[0].dtype
 
     def log10(a):  # logs taken in float64 for concrete input: sigma = 1e-300 is 0 in float32, its log is not

@@ -91,3 +91,10 @@ def test_gammainc_lower_tail_at_large_a_is_zero_not_nan(call):
     """P(a, x) for a >= 5000 and x < 1e-19 was NaN; the true values here are below 1e-300 (underflow to 0)."""
     got = _f32(call())
     assert got == 0.0
+
+
+def test_shape_mismatch_is_a_value_error_naming_the_shapes():
+    with pytest.raises(ValueError, match=r"shapes \[\(2,\), \(3,\)\] do not broadcast"):  # was JAX's TypeError
+        bounds.rero_gdp(np.full(2, 0.1), np.ones(3))
+    with pytest.raises(ValueError, match="do not broadcast"):
+        bounds.psnr_upper_bound(np.ones(2), np.ones(3))
