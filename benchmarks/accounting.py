@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--delta", type=float, default=1e-5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--vmf_kappas", default="100,200,300")
-    parser.add_argument("--vmf_discretization", type=float, default=1e-4)
+    parser.add_argument("--vmf_discretization", type=float, default=1e-3)
     parser.add_argument("--skip_dpsgd", action="store_true", help="run only the VMF comparison")
     parser.add_argument("--tradeoff_sigma", type=float, default=1.0)
     parser.add_argument("--tradeoff_grid", type=float, default=1e-3, help="PLD discretisation of both sides")

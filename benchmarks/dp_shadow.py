@@ -10,6 +10,10 @@ BENCH lines (ratios of models/s; > 1 means the ghost path is faster):
 
 - ``dpgd_ghost_vs_vmap``: ours = ghost clipping (``per_example="auto"``), baseline = ``per_example="vmap"``;
 - ``dpgd_ghost_vs_nonprivate``: ours = ghost DP-GD, baseline = full-batch GD without clipping (expected < 1).
+- ``dpsgd_minibatch_vs_fullbatch_shadow``: ours = minibatch DP-SGD with a per-model (fresh) batch order, batch
+  ``--batch`` (shuffled fixed-size batches), baseline = full-batch DP-GD, same epochs, same data, same clipping
+  and noise (so the same FLOPs per epoch); goal >= 0.5.
+- ``dpsgd_minibatch_poisson_vs_fullbatch_shadow``: the same with Poisson sampling (expected batch ``--batch``).
 
 Run: ``python -m benchmarks.dp_shadow [--ghost-models 128] [--vmap-models 8]``.
 """
@@ -29,6 +33,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--vmap-models", type=int, default=8)
     p.add_argument("--fixed", type=int, default=1000)
     p.add_argument("--epochs", type=int, default=100)
+    p.add_argument("--batch", type=int, default=100, help="(expected) minibatch size of the DP-SGD comparison")
+    p.add_argument("--minibatch-models", type=int, default=32)
     args = p.parse_args(argv if argv is not None else [])
 
     import jax
@@ -38,7 +44,7 @@ def main(argv: list[str] | None = None) -> dict:
     from recon_jax.data import load_dataset
 
     images, labels = load_dataset("mnist", "train")
-    k = max(args.ghost_models, args.vmap_models)
+    k = max(args.ghost_models, args.vmap_models, args.minibatch_models)
     x = np.asarray(images[: args.fixed + k], np.float32).reshape(args.fixed + k, -1)
     y = np.asarray(labels[: args.fixed + k], np.int32)
     fixed, targets = (x[: args.fixed], y[: args.fixed]), (x[args.fixed:], y[args.fixed:])
@@ -49,8 +55,15 @@ def main(argv: list[str] | None = None) -> dict:
         "ghost": dp,
         "vmap": dataclasses.replace(dp, per_example="vmap"),
         "nonprivate": training.full_batch_gd(epochs=args.epochs),
+        "fullbatch_dp": dp,
+        "minibatch_shuffle": training.dp_sgd(args.batch, 1.0, noise_multiplier=1.0, learning_rate=0.2, momentum=0.9,
+                                             epochs=args.epochs, shuffle="fresh"),
+        "minibatch_poisson": training.dp_sgd(args.batch, 1.0, noise_multiplier=1.0, learning_rate=0.2, momentum=0.9,
+                                             epochs=args.epochs, shuffle="fresh", sampling="poisson"),
     }
-    counts = {"ghost": args.ghost_models, "vmap": args.vmap_models, "nonprivate": args.ghost_models}
+    counts = {"ghost": args.ghost_models, "vmap": args.vmap_models, "nonprivate": args.ghost_models,
+              "fullbatch_dp": args.minibatch_models, "minibatch_shuffle": args.minibatch_models,
+              "minibatch_poisson": args.minibatch_models}
     rates = {}
     for name, alg in algs.items():
         m = counts[name]
@@ -68,6 +81,9 @@ def main(argv: list[str] | None = None) -> dict:
               flush=True)
     bench_line("dpgd_ghost_vs_vmap", rates["ghost"], rates["vmap"], "models/s")
     bench_line("dpgd_ghost_vs_nonprivate", rates["ghost"], rates["nonprivate"], "models/s")
+    bench_line("dpsgd_minibatch_vs_fullbatch_shadow", rates["minibatch_shuffle"], rates["fullbatch_dp"], "models/s")
+    bench_line("dpsgd_minibatch_poisson_vs_fullbatch_shadow", rates["minibatch_poisson"], rates["fullbatch_dp"],
+               "models/s")
     return rates
 
 

@@ -234,7 +234,8 @@ def run(config, workdir: str) -> dict:
     dp_points = []
     if "dp" in settings:
         eta = oracle_summary["mean_nn_mse"]
-        kappa = float(oracle.empirical_kappa(sp.pool_images[: min(len(sp.pool_images), 4000)], eta))
+        prior = np.random.default_rng(c.seed).permutation(len(sp.pool_images))[:4000]  # random pool records
+        kappa = float(oracle.estimate_kappa(sp.pool_images[prior], eta, sp.pool_labels[prior]))
         for eps in c.dp_eps:
             name = f"dp_eps={eps:g}"
             _, _, set_extra = sets.get(name)
@@ -248,11 +249,16 @@ def run(config, workdir: str) -> dict:
 
     total = time.time() - t_start
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss = {}
+    if os.path.exists("/proc/self/status"):  # Linux: resident memory now, anonymous vs file-backed (memory maps)
+        with open("/proc/self/status") as f:
+            rss = {k: round(int(v.split()[0]) / 1024, 1) for k, v in (line.split(":", 1) for line in f)
+                   if k in ("RssAnon", "RssFile")}
     metrics = {"variant": c.variant, "rows": rows, "oracle": oracle_summary, "mia": mia_summary,
                "mia_rows": mia_rows,
                "shadow_curve": [{"num_shadow_models": int(k), "mean_mse": float(m)} for k, m in shadow_curve],
                "classifier_accuracy": classifier_acc, "figures": {k: os.path.basename(v) for k, v in figs.items()},
-               "peak_rss_mb": round(peak_mb, 1), "total_seconds": round(total, 1)}
+               "peak_rss_mb": round(peak_mb, 1), "rss_at_end_mb": rss, "total_seconds": round(total, 1)}
     if rows and rows[0]["setting"] == "default":
         metrics["mean_mse"] = rows[0]["mean_mse"]
         metrics["success_rate"] = rows[0]["success_rate"]
@@ -429,7 +435,8 @@ def _report(c, rows, oracle_summary, mia_summary, dp_points, classifier_acc, fig
     if dp_points:
         lines += ["", f"DP-GD rows: clip {c.dp_clip_norm}, noise multiplier calibrated with "
                   f"`recon_jax.accounting.calibrate_sigma` (q = 1, {c.epochs} steps, delta {c.dp_delta}), "
-                  "independent noise per eps. ReRo: empirical prior = uniform over the first 4,000 pool records, "
+                  "independent noise per eps. ReRo: empirical prior = uniform over 4,000 random pool records, kappa from "
+                  "`oracle.estimate_kappa` (guesses: the records, their mean and class means), "
                   f"eta = mean NN-oracle MSE {dp_points[0]['eta']:.4f}, kappa = {dp_points[0]['kappa']:.4g}; "
                   "bounds on P[MSE <= eta] from Thm 2 over the RDP curve and from mu-GDP (mu = sqrt(T)/sigma):", "",
                   markdown_table(dp_points, ["setting", "eps", "noise_multiplier", "mean_mse", "success_at_eta",

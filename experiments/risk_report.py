@@ -17,6 +17,7 @@ PNG figures.
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import time
@@ -34,7 +35,7 @@ from recon_jax import data as rdata
 from recon_jax import models, shadow, training
 from recon_jax.attacks import audit, prior_aware, reconn
 from recon_jax.attacks import oracle as roracle
-from recon_jax.models.reconstructors import reconstructor_mlp
+from recon_jax.models.reconstructors import reconstructor_mlp, transposed_conv_decoder
 from recon_jax.report import image_grid, markdown_table
 from recon_jax.report.risk import plot_threat_models, privacy_bounds, tightest_rero
 
@@ -45,8 +46,83 @@ KNOWN_KEYS = {
     "epochs", "learning_rate", "momentum", "batch_size", "shuffle", "include_non_private", "noise_multipliers",
     "clip_norm", "delta", "kappas", "reconstructor_epochs", "reconstructor_batch_size", "reconstructor_learning_rate",
     "chunk_size", "prior_sizes", "prior_aware_trials", "audit_runs", "confidence", "calibration_rero",
-    "calibration_kappa", "calibration_models",
+    "calibration_kappa", "calibration_models", "model", "data_path", "image_size", "channels", "reconstructor",
 }
+
+ZOO = ("balle_mnist_mlp", "lenet", "balle_cifar_cnn")
+RECONSTRUCTORS = ("auto", "mlp", "conv")
+
+
+def _build_model(config, num_classes: int):
+    """The released model named by ``config.model``: a zoo name or ``package.module:attribute`` (a flax module, or
+    a callable taking ``num_classes`` and returning one)."""
+    name = config.model
+    if name == "balle_mnist_mlp":
+        return models.balle_mnist_mlp(hidden=config.hidden, activation=config.activation, num_classes=num_classes)
+    if name == "lenet":
+        return models.lenet(num_classes=num_classes)
+    if name == "balle_cifar_cnn":
+        return models.balle_cifar_cnn(activation=config.activation, num_classes=num_classes)
+    module_name, _, attr = name.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        _fail("model", f"cannot import {name!r} ({type(err).__name__}: {err})")
+    import flax.linen as nn
+
+    module = obj if isinstance(obj, nn.Module) else obj(num_classes)
+    if not isinstance(module, nn.Module):
+        _fail("model", f"{name!r} must be a flax.linen Module or a callable (num_classes) -> Module, got "
+                       f"{type(module).__name__}")
+    return module
+
+
+def _check_model(config, fns, example, num_classes: int):
+    """Runs the model on shapes only (no training): it must accept the data and emit >= num_classes logits."""
+    try:
+        params = jax.eval_shape(fns.init, jax.random.key(0), example[:1])
+        out = jax.eval_shape(fns.apply, params, example[:2])
+    except (TypeError, ValueError) as err:
+        _fail("model", f"{config.model!r} cannot run on inputs of shape {example.shape[1:]} from dataset "
+                       f"{config.dataset!r}: {err}")
+    if out.ndim != 2 or out.shape[1] < num_classes:
+        _fail("model", f"{config.model!r} must map inputs to [batch, >= {num_classes}] logits, got {out.shape}")
+
+
+def _reconstructor(config, image_shape):
+    """The reconstructor network: Balle et al.'s conv decoder (Table VII) for square RGB images whose side is a
+    multiple of 4, their MLP (Table V) otherwise; ``config.reconstructor`` forces one."""
+    conv_ok = len(image_shape) == 3 and image_shape[0] == image_shape[1] and image_shape[0] % 4 == 0 and \
+        image_shape[2] in (1, 3)
+    kind = config.reconstructor
+    if kind == "auto":
+        kind = "conv" if conv_ok and image_shape[2] == 3 else "mlp"
+    if kind == "conv":
+        if not conv_ok:
+            _fail("reconstructor", f"'conv' needs square images with a side divisible by 4 and 1 or 3 channels, "
+                                   f"got shape {tuple(image_shape)}")
+        return transposed_conv_decoder(int(image_shape[0]), int(image_shape[2])), "transposed-conv decoder"
+    return reconstructor_mlp(image_shape), "MLP 2x1000"
+
+
+def _dataset_kwargs(config) -> dict:
+    if config.dataset != "folder":
+        return {}
+    return {"path": config.data_path, "image_size": config.image_size, "channels": config.channels}
+
+
+def _load_data(config):
+    """(train_x, train_y, test_x, test_y), validated: finite images in [0, 1] and labels >= 0."""
+    kw = _dataset_kwargs(config)
+    train_x, train_y = rdata.load_dataset(config.dataset, "train", **kw)
+    test_x, test_y = rdata.load_dataset(config.dataset, "test", **kw)
+    field = "data_path" if config.dataset == "folder" else "dataset"
+    for x, y, split in ((train_x, train_y, "train"), (test_x, test_y, "test")):
+        if np.any(y < 0):
+            _fail(field, f"every {split} image needs a class label (one sub-directory per class)")
+        if x.shape[1:] != train_x.shape[1:]:
+            _fail(field, f"train and test images differ in shape: {train_x.shape[1:]} vs {x.shape[1:]}")
+    return train_x, train_y, test_x, test_y
 
 
 def _is_int(v) -> bool:
@@ -70,8 +146,25 @@ def validate_config(config, num_train: int | None = None, num_test: int | None =
     missing = sorted(KNOWN_KEYS - keys)
     if missing:
         raise ValueError(f"config is missing field(s) {missing}")
-    if config.dataset not in rdata.DATASETS or config.dataset == "folder":
-        _fail("dataset", f"must be one of {[d for d in rdata.DATASETS if d != 'folder']}, got {config.dataset!r}")
+    if config.dataset not in rdata.DATASETS:
+        _fail("dataset", f"must be one of {list(rdata.DATASETS)}, got {config.dataset!r}")
+    if config.dataset == "folder":
+        path = config.data_path
+        if not (isinstance(path, str) and all(os.path.isdir(os.path.join(path, sp)) for sp in ("train", "test"))):
+            _fail("data_path", f"dataset 'folder' needs a directory with train/ and test/ sub-directories (one "
+                               f"sub-directory per class in each), got {path!r}")
+        if not (_is_int(config.image_size) and config.image_size >= 4):
+            _fail("image_size", f"dataset 'folder' needs an integer image_size >= 4, got {config.image_size!r}")
+        if config.channels not in (1, 3):
+            _fail("channels", f"must be 1 or 3, got {config.channels!r}")
+    else:
+        for field in ("data_path", "image_size"):
+            if config[field] is not None:
+                _fail(field, f"applies to dataset 'folder' only; leave it None for {config.dataset!r}")
+    if not (isinstance(config.model, str) and (config.model in ZOO or ":" in config.model)):
+        _fail("model", f"must be one of {list(ZOO)} or 'package.module:attribute', got {config.model!r}")
+    if config.reconstructor not in RECONSTRUCTORS:
+        _fail("reconstructor", f"must be one of {list(RECONSTRUCTORS)}, got {config.reconstructor!r}")
     for field, lo in (("seed", 0), ("fixed_size", 1), ("num_shadow", 10), ("num_targets", 1), ("eval_size", 1),
                       ("hidden", 1), ("epochs", 1), ("reconstructor_epochs", 1), ("reconstructor_batch_size", 1),
                       ("chunk_size", 1), ("prior_aware_trials", 2), ("audit_runs", 4), ("calibration_models", 1)):
@@ -161,6 +254,13 @@ def _ci(successes: int, trials: int, confidence: float) -> list[float]:
     return [float(lo), float(hi)]
 
 
+def _game_chunk(config) -> int:
+    """Trials per compiled call: prior_aware_trials split evenly into chunks of at most chunk_size (no padding);
+    the audit uses the same chunk, so both games share one compilation."""
+    n = config.prior_aware_trials
+    return math.ceil(n / math.ceil(n / config.chunk_size))
+
+
 def _prior_aware(config, fns, p0, fixed, test_x, test_y, settings, q, steps, key, optimizer):
     """The prior-aware game at every DP setting (one vmapped call; noise level s uses fold_in(key, s)).
 
@@ -175,7 +275,7 @@ def _prior_aware(config, fns, p0, fixed, test_x, test_y, settings, q, steps, key
     res = prior_aware.prior_aware_game(
         fns, p0, fixed, (test_x[idx], test_y[idx]), np.zeros(len(idx), np.int32), noise_multipliers=sigmas,
         clip_norm=config.clip_norm, steps=steps, optimizer=optimizer, key=key, sample_rate=q,
-        include_target=np.ones(len(idx), np.float32), chunk_size=config.chunk_size)
+        include_target=np.ones(len(idx), np.float32), chunk_size=_game_chunk(config))
     scores = np.asarray(res.scores)
     require_finite(scores, "prior-aware attack scores", "noise multiplier too small for float32 likelihoods?")
     # Geometry of the candidates' clipped gradients at the initialisation (what limits the attack below the bound).
@@ -206,7 +306,7 @@ def _audit(config, fns, p0, fixed, test_x, test_y, settings, q, steps, key, num_
     res = prior_aware.prior_aware_game(
         fns, p0, fixed, (cx, cy), np.zeros(n, np.int32), noise_multipliers=[sg for _, sg in settings],
         clip_norm=config.clip_norm, steps=steps, optimizer=optimizer, key=key, sample_rate=q,
-        include_target=include.astype(np.float32), chunk_size=config.chunk_size)
+        include_target=include.astype(np.float32), chunk_size=_game_chunk(config))
     scores = np.asarray(res.scores[..., 0])
     require_finite(scores, "canary log-likelihood ratios")
     out = []
@@ -236,9 +336,12 @@ def run(config, workdir: str) -> dict:
     """Runs the report; returns the metrics dict (also written to ``workdir/metrics.json``)."""
     t0 = time.time()
     validate_config(config)
-    train_x, train_y = rdata.load_dataset(config.dataset, "train")
-    test_x, test_y = rdata.load_dataset(config.dataset, "test")
+    train_x, train_y, test_x, test_y = _load_data(config)
     validate_config(config, num_train=len(train_x), num_test=len(test_x))
+    num_classes = int(max(train_y.max(), test_y.max()) + 1)
+    fns = models.from_flax(_build_model(config, num_classes))
+    _check_model(config, fns, train_x, num_classes)
+    recon_net, recon_name = _reconstructor(config, train_x.shape[1:])
     run_info = start_run(workdir, config, seed=config.seed)
     workdir = run_info.workdir
 
@@ -247,9 +350,6 @@ def run(config, workdir: str) -> dict:
     eval_set = (test_x[: config.eval_size], test_y[: config.eval_size])
     image_shape = train_x.shape[1:]
     data_dim = int(np.prod(image_shape))
-    num_classes = int(max(train_y.max(), test_y.max()) + 1)
-    fns = models.from_flax(models.balle_mnist_mlp(hidden=config.hidden, activation=config.activation,
-                                                  num_classes=num_classes))
     key = jax.random.key(config.seed)
     k_init, k_shadow, k_released, k_recon, k_game, k_audit, k_calib = (jax.random.fold_in(key, i)
                                                                         for i in (0, 1, 2, 3, 5, 6, 7))
@@ -291,7 +391,7 @@ def run(config, workdir: str) -> dict:
         require_finite(feats, f"shadow model parameters ({name})", "learning rate too large for this setting?")
         require_finite(released["params"], f"released model parameters ({name})", "learning rate too large?")
         fit = reconn.train_reconstructor(
-            reconstructor_mlp(image_shape), feats[:n_tr], s.shadow_images[:n_tr], k_recon,
+            recon_net, feats[:n_tr], s.shadow_images[:n_tr], k_recon,
             epochs=config.reconstructor_epochs, batch_size=config.reconstructor_batch_size,
             learning_rate=config.reconstructor_learning_rate,
             eval_set=(feats[n_tr:], s.shadow_images[n_tr:]))
@@ -397,7 +497,7 @@ def run(config, workdir: str) -> dict:
               "calibration": calibration, "eta_mse": eta, "kappa_at_eta": kappa_eta, "sample_rate": q,
               "steps": steps, "num_params": num_params, "runtime_seconds": elapsed,
               "timings_seconds": timings, "figures": {k: os.path.basename(v) for k, v in figures.items()}}
-    report = _report_markdown(config, result, s, num_params, q, steps)
+    report = _report_markdown(config, result, s, num_params, q, steps, recon_name)
     claims = _claims(config, result)
     metrics = finish_run(run_info, result, report, claims)
     print(markdown_table(rows, ["setting", "test_accuracy", "eps_rdp", "empirical_eps", "mean_mse", "success_rate",
@@ -431,6 +531,13 @@ def _claims(config, result) -> list[dict]:
                              all(u["success_over_bound"] >= 0.75 for u in at10),
                              "; ".join(f"{u['setting']}: {u['prior_aware_success']:.3f} / {u['prior_aware_bound']:.3f}"
                                        f" = {u['success_over_bound']:.2f}" for u in at10)))
+    fin = [r for r in rows if r.get("bound_at_eta") is not None]
+    if fin:
+        over = [r["setting"] for r in fin if r["success_at_eta_ci"][0] > r["bound_at_eta"]]
+        out.append(claim("every final-model success P[MSE <= eta] lies below its ReRo bound within its 95% interval "
+                         "(bound at the estimated kappa(eta), approximate)", not over,
+                         "; ".join(f"{r['setting']}: CI [{r['success_at_eta_ci'][0]:.3f}, {r['success_at_eta_ci'][1]:.3f}]"
+                                   f" vs bound {r['bound_at_eta']:.3f}" for r in fin)))
     dp = [r for r in rows if "empirical_eps" in r]
     if dp:
         out.append(claim("the empirical epsilon never exceeds the accountant's epsilon",
@@ -449,7 +556,13 @@ def _fmt(v, digits=3):
     return "n/a" if v is None else f"{v:.{digits}g}"
 
 
-def _report_markdown(config, result, s, num_params, q, steps) -> str:
+def _model_description(config, num_params) -> str:
+    if config.model == "balle_mnist_mlp":
+        return f"Balle et al.'s MLP (hidden {config.hidden}, {config.activation}, {num_params} parameters)"
+    return f"`{config.model}` ({num_params} parameters)"
+
+
+def _report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1000") -> str:
     rows = result["rows"]
     eta, kappa_eta = result["eta_mse"], result["kappa_at_eta"]
     conf = f"{100 * config.confidence:g}%"
@@ -457,7 +570,7 @@ def _report_markdown(config, result, s, num_params, q, steps) -> str:
                    "success_at_eta", "mean_psnr", "mean_ssim", "mean_ncc"]
     text = [f"# Reconstruction-risk report ({config.dataset}, variant `{config.variant}`)", ""]
     text += ["## What was run", "",
-             f"- Released model: MLP 784-{config.hidden}-10 ({config.activation}, {num_params} parameters), "
+             f"- Released model: {_model_description(config, num_params)}, "
              f"{'full-batch gradient descent' if config.batch_size is None else f'minibatch SGD (batch {config.batch_size})'}"
              f" with momentum {config.momentum}, learning rate {config.learning_rate}, {config.epochs} epochs, "
              f"on a fixed set D- of {config.fixed_size} records plus one target. DP settings: clip norm "
@@ -465,7 +578,7 @@ def _report_markdown(config, result, s, num_params, q, steps) -> str:
              f"q = {q:.4g} per model. Every setting draws its own noise (independent keys).",
              f"- Threat model (a), final model released (Balle et al. 2022, informed adversary): knows D-, the "
              f"training algorithm and the initialisation; trains {config.num_shadow} shadow models and a "
-             f"reconstructor network (MLP 2x1000) on their parameters.",
+             f"reconstructor network ({recon_name}) on their parameters.",
              f"- Evaluation of (a): {config.num_targets} released models, one per target. Success = reconstruction "
              f"closer (MSE) to the target than the nearest record the adversary already knows (NN oracle). For the "
              f"bounds, success also means MSE <= eta = {eta:.4g} (the median oracle MSE); the prior's chance of that "

@@ -5,6 +5,10 @@ order ``nu >= 0`` and ``x >= 0``. It stays finite and accurate where ``scipy.spe
 overflows (orders in the thousands to millions at small or moderate ``x``), which the von Mises-Fisher
 accounting and Bayes'-capacity bounds of Biswas et al. need (their ``p = 13,700`` gives ``nu ~ 6,850``).
 
+:func:`gammainc` / :func:`gammaincc` are the regularised incomplete gamma functions ``P(a, x)`` and ``Q(a, x)``
+with a fixed number of elementwise operations per value (Temme's uniform expansion, the series, a continued
+fraction), accurate for shapes up to 2e9 (chi-square CDFs at dimension d = 2a in the ReRo bounds).
+
 Notation: ``nu`` order, ``x`` argument, ``z = x / nu``, ``p = 1 / sqrt(1 + z^2) = nu / hypot(nu, x)``.
 """
 

@@ -25,9 +25,12 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.calibrate = True  # also invert: paper eps -> kappa and paper eps -> sigma
     c.step_composition = True  # also the correct DP-SGD count: compose VMF over epochs / q steps
     c.curve_points = 32  # kappa grid for the figure
+    c.pld = True  # tight accounting over steps: VMF privacy loss distribution, Gaussian PLD (dp_accounting)
+    c.pld_discretization = 1e-3
     if variant == "smoke":
         c.calibrate = False
         c.step_composition = False
+        c.pld = False
     elif variant not in ("default", "paper"):
         raise ValueError(f"unknown variant {variant!r}; choose smoke, default or paper")
     c.lock()

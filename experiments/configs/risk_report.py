@@ -12,8 +12,19 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.variant = variant
     c.seed = 0
-    # Data: any recon_jax.data.load_dataset name; the released model trains on D- (fixed_size) + one target.
+    # Data: any recon_jax.data.load_dataset name ("mnist", "tfds:cifar10", ... or "folder": data_path with train/
+    # and test/ sub-directories, one sub-directory per class, images resized to image_size x image_size x channels).
+    # The released model trains on D- (fixed_size) + one target.
     c.dataset = "mnist"
+    c.data_path = ml_collections.config_dict.placeholder(str)
+    c.image_size = ml_collections.config_dict.placeholder(int)
+    c.channels = 1
+    # Released model: a zoo name ("balle_mnist_mlp", "lenet", "balle_cifar_cnn") or "package.module:attribute" (a
+    # flax module, or a callable num_classes -> module). hidden and activation configure the zoo models.
+    c.model = "balle_mnist_mlp"
+    # Reconstructor network: "auto" (Balle et al.'s transposed-conv decoder for square RGB images with a side
+    # divisible by 4, their MLP otherwise), "mlp" or "conv".
+    c.reconstructor = "auto"
     # Balle et al.'s MNIST set-up (fixed set 1,000, 100 epochs) with 6,000 instead of 59,000 shadow models: DP-GD
     # shadow models cost about as much as non-private ones (ghost clipping), so the whole sweep fits in ~10 min.
     c.fixed_size = 1000

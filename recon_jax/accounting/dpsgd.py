@@ -217,6 +217,63 @@ def calibrate_sigma(eps, q, steps, delta, orders=None, *, iters: int = 60, accou
     return jnp.asarray(res, dt)
 
 
+def _subsampled_gaussian_delta(sigma: float, q: float, remove: bool, eps: np.ndarray) -> np.ndarray:
+    """Hockey-stick divergence delta(eps) of one Poisson-subsampled Gaussian step (sensitivity 1), vectorised.
+
+    Remove adjacency: P = (1 - q) N(0, s^2) + q N(1, s^2) against Q = N(0, s^2); the loss log(1 - q + q e^{(2x-1)/2s^2})
+    increases in x, so delta = P(X > x*) - e^eps Q(X > x*) with x* = s^2 log((e^eps - 1 + q) / q) + 1/2 (delta =
+    1 - e^eps where eps <= log(1 - q)). Add adjacency: the roles swapped, the loss decreases in x, x* = s^2 log((e^-eps
+    - 1 + q) / q) + 1/2 and delta = P(X < x*) - e^eps Q(X < x*) (0 where eps >= -log(1 - q)).
+    """
+    from scipy.special import log_ndtr, ndtr
+
+    eps = np.asarray(eps, np.float64)
+    s2 = sigma * sigma
+    if remove:
+        inside = eps > np.log1p(-q) if q < 1 else np.ones(eps.shape, bool)
+        e = np.where(inside, eps, 1.0)
+        arg = np.log(np.maximum(np.expm1(e) + q, 1e-300)) - np.log(q)  # log((e^eps - 1 + q) / q)
+        x = s2 * arg + 0.5
+        # survival functions as ndtr(-z); the e^eps term in log space
+        delta = (1 - q) * ndtr(-x / sigma) + q * ndtr(-(x - 1) / sigma) - np.exp(e + log_ndtr(-x / sigma))
+        delta = np.where(inside, delta, -np.expm1(eps))
+    else:
+        inside = eps < -np.log1p(-q) if q < 1 else np.ones(eps.shape, bool)
+        e = np.where(inside, eps, 0.0)
+        arg = np.log(np.maximum(np.expm1(-e) + q, 1e-300)) - np.log(q)
+        x = s2 * arg + 0.5
+        mix = np.logaddexp(np.log1p(-q) + log_ndtr(x / sigma), np.log(q) + log_ndtr((x - 1) / sigma)) if q < 1 else \
+            log_ndtr((x - 1) / sigma)
+        delta = ndtr(x / sigma) - np.exp(e + mix)
+        delta = np.where(inside, delta, 0.0)
+    return np.clip(delta, 0.0, 1.0)
+
+
+def _gaussian_pld(sigma: float, q: float, grid: float):
+    """dp_accounting's pessimistic connect-the-dots PLD of one subsampled Gaussian step, with the hockey-stick
+    divergences at the grid's epsilons computed vectorised (:func:`_subsampled_gaussian_delta`) instead of one
+    inverse privacy loss per epsilon; the epsilon range and the discretisation are dp_accounting's."""
+    import math
+
+    from dp_accounting.pld import pld_pmf
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from dp_accounting.pld import privacy_loss_mechanism as plm
+
+    def one(adjacency):
+        loss = plm.GaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
+        bounds = loss.connect_dots_bounds()
+        lo = math.floor(bounds.epsilon_lower / grid)
+        hi = math.ceil(bounds.epsilon_upper / grid)
+        deltas = _subsampled_gaussian_delta(sigma, q, adjacency == plm.AdjacencyType.REMOVE,
+                                            np.arange(lo, hi + 1) * grid)
+        return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(grid, lo, hi, deltas)
+
+    remove = one(plm.AdjacencyType.REMOVE)
+    if q == 1.0:
+        return pld_lib.PrivacyLossDistribution(remove)
+    return pld_lib.PrivacyLossDistribution(remove, one(plm.AdjacencyType.ADD))
+
+
 def _dense_pmf(pmf) -> tuple[np.ndarray, np.ndarray, float]:
     """(losses, probabilities, infinity mass) of one direction of a ``dp_accounting`` PLD, as dense arrays.
 
@@ -291,12 +348,7 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
     check_range("alphas", alphas, lambda a: (a >= 0) & (a <= 1), "in [0, 1]")
     check_range("value_discretization_interval", value_discretization_interval, lambda v: v > 0, "> 0")
     alphas = np.asarray(alphas, np.float64)
-    from dp_accounting.pld import privacy_loss_distribution as pld_lib  # host-side bridge; imported lazily
-
-    pld = pld_lib.from_gaussian_mechanism(standard_deviation=float(sigma), sampling_prob=float(q),
-                                          value_discretization_interval=value_discretization_interval,
-                                          use_connect_dots=True)
-    pld = pld.self_compose(int(steps))
+    pld = _gaussian_pld(float(sigma), float(q), float(value_discretization_interval)).self_compose(int(steps))
     directions = [_dense_pmf(pld._pmf_remove)]
     if not pld._symmetric:
         directions.append(_dense_pmf(pld._pmf_add))

@@ -244,12 +244,13 @@ def _pld_grid(args, value_discretization_interval):
     out = np.empty(b[0].shape, np.float64)
     for idx in np.ndindex(out.shape):
         k, p, qq, n, d = (float(x[idx]) for x in b)
-        out[idx] = vmf_pld_epsilon(k, p, qq, int(round(n)), d, value_discretization_interval=value_discretization_interval)
+        out[idx] = vmf_pld_epsilon(k, p, qq, int(round(n)), d,
+                                   value_discretization_interval=value_discretization_interval)
     return out
 
 
 def vmf_epsilon(kappa, dim, q, compositions, delta, approach="best", *, interpolation: str = "cumulant",
-                value_discretization_interval: float = 1e-4) -> jax.Array:
+                value_discretization_interval: float = 1e-3) -> jax.Array:
     """Epsilon of DP-SGD with VMF noise: Biswas et al.'s approach 1, approach 2, the better of both, or the PLD.
 
     See the module docstring for the two approaches and for what ``compositions`` counts (the paper's
@@ -326,36 +327,34 @@ def _calibrate_kappa_flat(eps, dim, q, n, delta, approach, iters):
 
 
 def _calibrate_kappa_pld(eps, dim, q, n, delta, step, rtol):
-    """Host bisection on log(kappa) for approach="pld", started from the RDP-calibrated kappa (a lower bound)."""
-    def eps_at(k):
-        return vmf_pld_epsilon(k, dim, q, n, delta, value_discretization_interval=step)
+    """Host search on log(kappa) for approach="pld": bracket by doubling from kappa = 1, then bisect."""
+    def ok(k):
+        return vmf_pld_epsilon(k, dim, q, n, delta, value_discretization_interval=step) <= eps
 
-    with jax.enable_x64(True):
-        lo = float(_calibrate_kappa_flat(*pad_batch(*(jnp.asarray([v], jnp.float64) for v in (eps, dim, q, n, delta)))[0],
-                                         "best", 60)[0])
-    if not np.isfinite(lo):
-        lo = 1e-3
-    while eps_at(lo) > eps:  # the PLD bound is tighter than the RDP ones in practice; this keeps the bracket sound
+    lo = 1.0
+    while not ok(lo):
         lo /= 2.0
         if lo < 1e-6:
             return float("nan")
     hi = 2.0 * lo
-    while eps_at(hi) <= eps:
+    while ok(hi):
         lo, hi = hi, 2.0 * hi
+        if hi > 1e8:
+            return float("nan")
     while hi / lo > 1.0 + rtol:
         mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if eps_at(mid) <= eps else (lo, mid)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     return lo
 
 
 def calibrate_vmf_kappa(eps, dim, q, compositions, delta, approach="best", *, iters: int = 60,
-                        value_discretization_interval: float = 1e-4, rtol: float = 1e-3) -> jax.Array:
+                        value_discretization_interval: float = 1e-3, rtol: float = 1e-3) -> jax.Array:
     """Largest kappa whose VMF epsilon (:func:`vmf_epsilon`) is at most ``eps``, by bisection on log(kappa).
 
     Epsilon increases with kappa (Biswas et al. Thm 1 (i)); the search brackets kappa in [1e-3, 1e7] and the
     returned kappa is the lower end of the final bracket, so its epsilon is <= the target. With
-    ``approach="pld"`` the bracket starts at the kappa calibrated with ``"best"``, is widened by doubling, and is
-    bisected on the host until its ends are within a factor ``1 + rtol``.
+    ``approach="pld"`` the bracket is found by doubling (or halving) from kappa = 1 and bisected on the host until
+    its ends are within a factor ``1 + rtol``.
 
     Args:
       eps: target epsilon(s) > 0.

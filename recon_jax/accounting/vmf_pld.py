@@ -18,10 +18,13 @@ Poisson subsampling with probability q (add/remove adjacency, as in ``dp_account
 
 Both losses are monotone in ``theta``. The discretisation is pessimistic (an upper bound on every hockey-stick
 divergence): the angle axis is cut at the preimages of the loss grid ``k * value_discretization_interval`` and on a
-uniform grid, each cell's mass (8-point Gauss-Legendre in ``theta``; the integrand is smooth) goes to the loss
-grid point at or above the largest loss in the cell, and all mass the cells do not cover (tails more than
-``width`` curvature-widths from the modes, quadrature deficit) goes to an infinite loss. Composition over steps and
-conversion to epsilon are ``dp_accounting``'s (``PrivacyLossDistribution.self_compose``, pessimistic tail
+uniform grid, and the cell masses are integrated by 8-point Gauss-Legendre in ``theta`` (the integrand is smooth).
+By default (``connect_dots=True``) the hockey-stick divergences at the grid points are summed from these masses,
+plus all mass the cells do not cover (tails more than ``width`` curvature-widths from the modes, quadrature
+deficit), and turned into a PMF by the pessimistic connect-the-dots construction of Doroshenko et al. (2022);
+with ``connect_dots=False`` each cell's mass goes to the grid point at or above the largest loss in the cell
+("privacy buckets") and the uncovered mass to an infinite loss, which is looser by up to one grid step per step.
+Composition over steps and conversion to epsilon are ``dp_accounting``'s (``PrivacyLossDistribution.self_compose``, pessimistic tail
 truncation). Host-side NumPy; not jittable.
 """
 
@@ -113,8 +116,15 @@ def _dense_pmf(index: np.ndarray, mass: np.ndarray, step: float):
     return pld_pmf.DensePLDPmf(step, lower, probs, infinity, pessimistic_estimate=True)
 
 
+def _connect_dots(k_lo: int, k_hi: int, deltas: np.ndarray, step: float):
+    """Pessimistic connect-the-dots PMF (Doroshenko et al. 2022) from delta(k * step), k = k_lo..k_hi."""
+    from dp_accounting.pld import pld_pmf
+
+    return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(step, k_lo, k_hi, np.clip(deltas, 0.0, 1.0))
+
+
 @functools.lru_cache(maxsize=64)
-def _vmf_pld_cached(kappa: float, dim: float, q: float, step: float, width: float, cells: int):
+def _vmf_pld_cached(kappa: float, dim: float, q: float, step: float, width: float, cells: int, connect_dots: bool):
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
     log_z = _log_normaliser(kappa, dim)
@@ -132,13 +142,38 @@ def _vmf_pld_cached(kappa: float, dim: float, q: float, step: float, width: floa
         right.append(e[1:])
     plus, minus = np.concatenate(plus), np.concatenate(minus)
     left, right = np.concatenate(left), np.concatenate(right)
-    # Remove: the loss decreases in theta, so a cell's largest loss is at its left edge; add: -L, right edge.
-    idx_remove = np.ceil(_remove_loss(left, kappa, q) / step).astype(np.int64)
-    idx_add = np.ceil(-_remove_loss(right, kappa, q) / step).astype(np.int64)
-    remove = _dense_pmf(idx_remove, (1.0 - q) * minus + q * plus, step)
-    if q == 1.0:  # add and remove PLDs coincide (theta -> pi - theta)
+    mix = (1.0 - q) * minus + q * plus
+    if not connect_dots:  # privacy buckets: each cell's mass at the grid point at or above its largest loss
+        # Remove: the loss decreases in theta, so a cell's largest loss is at its left edge; add: -L, right edge.
+        idx_remove = np.ceil(_remove_loss(left, kappa, q) / step).astype(np.int64)
+        idx_add = np.ceil(-_remove_loss(right, kappa, q) / step).astype(np.int64)
+        remove = _dense_pmf(idx_remove, mix, step)
+        add = None if q == 1.0 else _dense_pmf(idx_add, minus, step)
+    else:
+        # Hockey-stick divergences at the loss grid eps_k = k * step, from cumulative cell masses. Uncovered mass
+        # (tails, quadrature deficit) is added to each delta, which keeps them upper bounds.
+        k_lo = math.floor(float(_remove_loss(np.array(windows[-1][1]), kappa, q)) / step)
+        k_hi = math.ceil(float(_remove_loss(np.array(windows[0][0]), kappa, q)) / step)
+        ks = np.arange(k_lo, k_hi + 1, dtype=np.float64)
+        theta = _remove_loss_preimage(ks * step, kappa, q)  # decreasing in k; edges of the cells inside windows
+        eps = ks * step
+        zero = np.zeros(1)
+        # remove: loss > eps_k  <=>  theta < theta_k (cells whose right edge is <= theta_k)
+        j = np.searchsorted(right, theta, side="right")
+        up, low = np.concatenate([zero, np.cumsum(mix)]), np.concatenate([zero, np.cumsum(minus)])
+        d_remove = up[j] + max(0.0, 1.0 - up[-1]) - np.exp(eps) * low[j]
+        remove = _connect_dots(k_lo, k_hi, d_remove, step)
+        add = None
+        if q < 1.0:
+            # add: loss -L > eps  <=>  theta > preimage(-eps) (cells whose left edge is >= it); eps = -k * step
+            j = np.searchsorted(left, theta, side="left")
+            up_t = np.concatenate([np.cumsum(minus[::-1])[::-1], zero])
+            low_t = np.concatenate([np.cumsum(mix[::-1])[::-1], zero])
+            d_add = up_t[j] + max(0.0, 1.0 - up_t[0]) - np.exp(-eps) * low_t[j]
+            add = _connect_dots(-k_hi, -k_lo, d_add[::-1], step)
+    if add is None:  # q = 1: add and remove PLDs coincide (theta -> pi - theta)
         return pld_lib.PrivacyLossDistribution(remove)
-    return pld_lib.PrivacyLossDistribution(remove, _dense_pmf(idx_add, minus, step))
+    return pld_lib.PrivacyLossDistribution(remove, add)
 
 
 def _check(kappa, dim, q, step):
@@ -152,8 +187,8 @@ def _check(kappa, dim, q, step):
         raise ValueError(f"value_discretization_interval must be > 0; got {step}")
 
 
-def vmf_pld(kappa: float, dim: float, q: float, *, value_discretization_interval: float = 1e-4,
-            width: float = 20.0, cells: int = 2048):
+def vmf_pld(kappa: float, dim: float, q: float, *, value_discretization_interval: float = 1e-3,
+            width: float = 20.0, cells: int = 2048, connect_dots: bool = True):
     """One step of the Poisson-subsampled VMF mechanism as a ``dp_accounting`` ``PrivacyLossDistribution``.
 
     Pessimistic (its hockey-stick divergences, also after ``self_compose``, are upper bounds); see the module
@@ -167,6 +202,9 @@ def vmf_pld(kappa: float, dim: float, q: float, *, value_discretization_interval
       width: half-width of the integration windows around each mode, in curvature standard deviations (mass
         outside goes to an infinite loss).
       cells: uniform cells per window, added to the loss-grid preimages.
+      connect_dots: ``True`` (default): pessimistic connect-the-dots discretisation (Doroshenko et al. 2022) from
+        the hockey-stick divergences at the grid points; ``False``: privacy buckets (each cell's mass at the grid
+        point at or above its largest loss), looser by up to one grid step per release.
 
     Returns:
       ``dp_accounting.pld.privacy_loss_distribution.PrivacyLossDistribution`` of one step (add and remove).
@@ -180,11 +218,11 @@ def vmf_pld(kappa: float, dim: float, q: float, *, value_discretization_interval
     """
     kappa, dim, q, step = float(kappa), float(dim), float(q), float(value_discretization_interval)
     _check(kappa, dim, q, step)
-    return _vmf_pld_cached(kappa, dim, q, step, float(width), int(cells))
+    return _vmf_pld_cached(kappa, dim, q, step, float(width), int(cells), bool(connect_dots))
 
 
 def vmf_pld_epsilon(kappa: float, dim: float, q: float, steps: int, delta: float, *,
-                    value_discretization_interval: float = 1e-4) -> float:
+                    value_discretization_interval: float = 1e-3) -> float:
     """Epsilon of ``steps`` Poisson-subsampled VMF releases from the composed pessimistic PLD (an upper bound).
 
     Args:

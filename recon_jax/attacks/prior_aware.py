@@ -198,15 +198,18 @@ def _make_trial(model_fns: ModelFns, optimizer, clip_norm: float, steps: int, us
                 b_target = jax.random.bernoulli(k_target, sample_rate).astype(flat0.dtype)
             else:
                 w_fixed, b_target = None, jnp.ones((), flat0.dtype)
-            tx, ty = cand_x[target_index][None], cand_y[target_index][None]
-            target_grad = _flat_clipped_grads(model_fns, params, tx, ty, clip_norm, loss_fn)[0]
             if use_ghost:
+                tx, ty = cand_x[target_index][None], cand_y[target_index][None]
+                target_grad = _flat_clipped_grads(model_fns, params, tx, ty, clip_norm, loss_fn)[0]
                 _, tree, _ = ghost_clipped_sum(model_fns.tap, params, fixed_x, fixed_y, clip_norm, weights=w_fixed,
                                                loss_fn=loss_fn)
                 base = ravel_pytree(tree)[0]
-            else:
-                g = _flat_clipped_grads(model_fns, params, fixed_x, fixed_y, clip_norm, loss_fn)
-                base = jnp.sum(g, axis=0) if w_fixed is None else w_fixed @ g
+            else:  # one per-example pass over D- and the candidates (the target is one of them)
+                g = _flat_clipped_grads(model_fns, params, jnp.concatenate([fixed_x, cand_x]),
+                                        jnp.concatenate([fixed_y, cand_y]), clip_norm, loss_fn)
+                cand = g[n:]  # [k, P]
+                base = jnp.sum(g[:n], axis=0) if w_fixed is None else w_fixed @ g[:n]
+                target_grad = cand[target_index]
             observed = (base + (include * b_target) * target_grad
                         + noise_std * jax.random.normal(k_noise, base.shape, base.dtype))
             residual = observed - base  # the adversary subtracts the D- sum it recomputes at the released params
@@ -216,7 +219,6 @@ def _make_trial(model_fns: ModelFns, optimizer, clip_norm: float, steps: int, us
                 a = (dots - 0.5 * sqs) / jnp.square(noise_std)
                 scores = scores + jnp.logaddexp(jnp.log1p(-q), jnp.log(q) + a)
             else:
-                cand = _flat_clipped_grads(model_fns, params, cand_x, cand_y, clip_norm, loss_fn)  # [k, P]
                 scores = scores + step_log_likelihoods(residual, cand, noise_std, sample_rate)
             updates, opt_state = optimizer.update(unravel(observed / denom), opt_state, params)
             return (optax.apply_updates(params, updates), opt_state, scores), None

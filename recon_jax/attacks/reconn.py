@@ -96,8 +96,8 @@ def fit_standardizer(features: jax.Array, min_scale: float = 1e-8) -> Standardiz
         raise ValueError(f"min_scale must be >= 0, got {min_scale}")
     # Host-side float64 accumulation in row chunks: exact enough and never holds a second [K, F] copy.
     n, mean, m2 = 0, np.zeros(f.shape[1]), np.zeros(f.shape[1])
-    for start in range(0, f.shape[0], 4096):
-        block = np.asarray(f[start:start + 4096], np.float64)
+    for start in range(0, f.shape[0], 1024):
+        block = np.asarray(f[start:start + 1024], np.float64)
         bn, bmean = block.shape[0], block.mean(axis=0)
         bm2 = ((block - bmean) ** 2).sum(axis=0)
         delta = bmean - mean
@@ -386,7 +386,7 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
         saved epoch (``epochs`` may be larger) and gives the same result as an uninterrupted run.
       checkpoint_key: JSON-able description of what the hash cannot see; required with ``checkpoint_dir`` when
         ``optimizer`` or ``perceptual_fn`` is given (functions have no stable hash).
-      stream_rows: rows gathered per block (rounded down to a multiple of the batch size; default 8,192).
+      stream_rows: rows gathered per block (rounded down to a multiple of the batch size; default 2,048).
       progress: show a tqdm bar over epochs.
 
     Returns:
@@ -434,7 +434,7 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
     bs = min(int(batch_size), f.shape[0])
     dtype = scaler.mean.dtype
     n_steps = f.shape[0] // bs
-    block_steps = max(1, (stream_rows if stream_rows is not None else 8192) // bs)
+    block_steps = max(1, (stream_rows if stream_rows is not None else 2048) // bs)
     params = model.init(jax.random.fold_in(key, 0), _gather(f, np.arange(1), dtype)) if init_params is None \
         else init_params
     opt = optax.rmsprop(learning_rate) if optimizer is None else optimizer
@@ -489,6 +489,8 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
             xs = _gather(f, idx, dtype).reshape(*shape, f.shape[1])
             ts = _gather(t, idx, dtype).reshape(*shape, *t.shape[1:])
             state, block_losses = steps_fn(state, xs, ts, scaler)  # async: the next gather overlaps it
+            if epoch_losses:  # but at most two blocks in flight, never the whole epoch's features
+                epoch_losses[-1].block_until_ready()
             epoch_losses.append(block_losses)
         losses.append(float(np.mean(np.concatenate([np.asarray(x, np.float64) for x in epoch_losses]))))
         seconds.append(time.perf_counter() - t_epoch)

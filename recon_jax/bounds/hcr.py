@@ -17,7 +17,8 @@ the estimator is unbiased (no prior information). As ``||Delta|| -> 0`` with ``a
 best such bound tends to the Cramer-Rao bound ``Var(x_hat_i) >= sigma^2 [(J^T J)^{-1}]_ii`` (eq. 18),
 ``J`` the Jacobian of ``a`` at ``x``, when the Fisher information ``J^T J / sigma^2`` is invertible.
 
-Algorithm 1 (:func:`hcr_bounds`) searches for a good ``Delta``: a perturbation that moves the input far
+Algorithm 1 (:func:`hcr_bounds`, and :func:`hcr_bounds_reference` as the reference code runs it) searches for a
+good ``Delta``: a perturbation that moves the input far
 while moving the features little, i.e. approximately the least singular direction of ``J``. It starts
 from ``z`` proportional to a noise draw, solves ``min_eps ||J eps - z||`` by LSQR (matrix-free: ``J`` by
 jvp, ``J^T`` by vjp), sets ``z <- a(x + eps) - a(x)`` exactly, rescales, repeats, over several random
@@ -379,6 +380,10 @@ def hcr_bounds(
     ``sqrt(hcr_variance_bound(eps_i, ||delta||^2, sigma))`` in the chosen coordinates; set ``z = delta``.
     The result is the maximum over restarts (and, by default, over rounds: every round is a valid
     bound) per coordinate.
+
+    This is the per-example search (results independent of batching; linearised once at ``x``; best round kept
+    by default). :func:`hcr_bounds_reference` runs Algorithm 1 as the paper's reference code does (one LSQR over
+    a batch, re-linearised rounds, LSQR to convergence, last round scored); both give rigorous bounds.
 
     What is bounded: ``std(x_hat_i) >= result_i`` for every unbiased estimator ``x_hat`` of ``x`` from
     ``feature_fn(x) + N(0, sigma^2 I)``, where ``x_hat_i`` is the i-th coordinate of ``x_hat`` in the

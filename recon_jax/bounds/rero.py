@@ -197,6 +197,18 @@ def _rdp_constraints(lg, lk, l1k, a):
     a1, b1 = a * lg + (1.0 - a) * lk, a * l1g + (1.0 - a) * l1k
     a2, b2 = a * lk + (1.0 - a) * lg, a * l1k + (1.0 - a) * l1g
     c1, c2 = jnp.logaddexp(a1, b1), jnp.logaddexp(a2, b2)
+    # Near alpha = 1 both sums are 1 + O((alpha - 1) KL): write them as log1p(p expm1((a-1) x) + (1-p) expm1((a-1) y))
+    # (p + (1 - p) = 1 exactly), which keeps their relative accuracy where the logaddexp form only has absolute.
+    am1 = a - 1.0
+    x1, y1 = am1 * (lg - lk), am1 * (l1g - l1k)
+    x2, y2 = am1 * (lk - lg), am1 * (l1k - l1g)
+    small1 = jnp.maximum(jnp.abs(x1), jnp.abs(y1)) < 1.0
+    small2 = jnp.maximum(jnp.abs(x2), jnp.abs(y2)) < 1.0
+    g, g1 = jnp.exp(lg), -jnp.expm1(lg)
+    k, k1 = jnp.exp(lk), jnp.exp(l1k)
+    near1 = jnp.log1p(g * jnp.expm1(jnp.where(small1, x1, 0.0)) + g1 * jnp.expm1(jnp.where(small1, y1, 0.0)))
+    near2 = jnp.log1p(k * jnp.expm1(jnp.where(small2, x2, 0.0)) + k1 * jnp.expm1(jnp.where(small2, y2, 0.0)))
+    c1, c2 = jnp.where(small1, near1, c1), jnp.where(small2, near2, c2)
     odds = jnp.exp(lg - l1g)  # d(-log(1 - gamma)) / d log gamma
     d1 = a * (jnp.exp(a1 - c1) - jnp.exp(b1 - c1) * odds)
     d2 = (1.0 - a) * (jnp.exp(a2 - c2) - jnp.exp(b2 - c2) * odds)
@@ -283,7 +295,7 @@ def rero_from_dp(kappa: ArrayLike, eps: ArrayLike, *, validate: bool = True) -> 
 
 
 def rero_from_approx_dp(kappa: ArrayLike, eps: ArrayLike, delta: ArrayLike, *, validate: bool = True) -> jax.Array:
-    """ReRo bound for an (eps, delta)-DP mechanism: ``gamma = min(1, kappa e^eps + delta, 1 - e^{-eps} (1 - delta - kappa))``.
+    """ReRo bound for (eps, delta)-DP: ``gamma = min(1, kappa e^eps + delta, 1 - e^{-eps} (1 - delta - kappa))``.
 
     ``1 - f(kappa)`` for the (eps, delta)-DP trade-off curve ``f(a) = max(0, 1 - delta - e^eps a,
     e^{-eps} (1 - delta - a))`` (Dong, Roth and Su 2022, Eq. 5). The first branch is Balle et al.'s argument for

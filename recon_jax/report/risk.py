@@ -151,7 +151,7 @@ def plot_threat_models(final_rows: Sequence[dict], update_rows: Sequence[dict], 
         errbar(ax, xs, [r["success_at_eta"] for r in rows], [r["success_at_eta_ci"] for r in rows], marker="s",
                color="black", label="RecoNN: P[MSE <= eta] (95% CI)")
         ax.plot(xs, [np.nan if r.get("bound_at_eta") is None else r["bound_at_eta"] for r in rows], "-",
-                color="black", label="ReRo bound at kappa(eta) (approx.)")
+                color="black", marker="_", markersize=16, label="ReRo bound at kappa(eta) (approx.)")
     ax.set_title("final model released (informed adversary)", fontsize=10)
     ax.set_ylabel("probability of successful reconstruction")
     ax = axes[1]
@@ -163,7 +163,8 @@ def plot_threat_models(final_rows: Sequence[dict], update_rows: Sequence[dict], 
         c = colors[i % len(colors)]
         errbar(ax, xs, [r["prior_aware_success"] for r in rows], [r["prior_aware_ci"] for r in rows], marker="o",
                color=c, label=f"prior-aware attack, k={k} (95% CI)")
-        ax.plot(xs, [r["prior_aware_bound"] for r in rows], "-", color=c, label=f"ReRo bound, kappa=1/{k}")
+        ax.plot(xs, [r["prior_aware_bound"] for r in rows], "-", color=c, marker="_", markersize=16,
+                label=f"ReRo bound, kappa=1/{k}")
     ax.set_title("every update released (prior-aware adversary)", fontsize=10)
     for ax in axes:
         ax.set_xscale("log")

@@ -4,7 +4,9 @@
 
 - full-batch gradient descent with momentum (Balle et al. Table V: lr 0.2, momentum 0.9, 100 epochs),
 - minibatch SGD whose shuffling seed is known to the adversary (``shuffle="known"``) or fresh per model
-  (``shuffle="fresh"``) (Balle et al. Sec. VI-B d),
+  (``shuffle="fresh"``) (Balle et al. Sec. VI-B d), with shuffled fixed-size batches (``sampling="shuffle"``) or
+  Poisson sampling (``sampling="poisson"``: each point joins each step's batch independently with probability
+  ``q = batch_size / n``; the sampling DP-SGD accountants assume),
 - fixed (adversary-known) or random initialisation (``init="fixed" | "random"``, Sec. VI-B e),
 - any optax optimizer (``optimizer=``; give ``optimizer_id`` so stores can hash the configuration),
 - DP-GD / DP-SGD: per-example clipping (``clip_norm``, ``clipping="flat" | "per_layer"``) and a noise
@@ -25,8 +27,10 @@ from recon_jax.mechanisms.base import GaussianMechanism, Mechanism, NoNoise
 from recon_jax.training.dp import CLIPPING_MODES, softmax_cross_entropy
 
 PER_EXAMPLE_MODES = ("auto", "ghost", "vmap")
+SAMPLING_MODES = ("shuffle", "poisson")
+POISSON_OVERFLOW = 1e-9  # default max_batch_size: P[Binomial(n, q) > max_batch_size] <= this, per step
 
-__all__ = ["Algorithm", "PER_EXAMPLE_MODES", "full_batch_gd", "minibatch_sgd", "dp_gd", "dp_sgd"]
+__all__ = ["Algorithm", "PER_EXAMPLE_MODES", "SAMPLING_MODES", "full_batch_gd", "minibatch_sgd", "dp_gd", "dp_sgd"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -37,10 +41,21 @@ class Algorithm:
       epochs: number of passes over the data (>= 1).
       learning_rate: step size of the default optimizer (SGD with momentum).
       momentum: momentum of the default optimizer (0 for plain GD).
-      batch_size: minibatch size, or ``None`` for full batch. Batches are consecutive slices of a random
-        permutation of the n + 1 training points (fixed set + target), the remainder dropped.
-      shuffle: ``"known"`` (the permutation derives from a shared ``shuffle_key``, identical for every model) or
-        ``"fresh"`` (derives from the model's own key).
+      batch_size: minibatch size, or ``None`` for full batch. With ``sampling="shuffle"`` batches are consecutive
+        slices of a random permutation of the n + 1 training points (fixed set + target), the remainder dropped;
+        with ``sampling="poisson"`` it is the expected batch size B (``q = B / (n + 1)``).
+      sampling: ``"shuffle"`` (fixed-size batches from a permutation per epoch: NOT what the Poisson-subsampling
+        analyses of :mod:`recon_jax.accounting` assume, so accounting them with ``q = B / n`` is a heuristic) or
+        ``"poisson"`` (every step, each point is in the batch independently with probability ``q``; ``(n + 1) // B``
+        steps per epoch; the clipped sum, plus the mechanism's noise, is divided by the expected size B, never by
+        the realised one, exactly the subsampled mechanism those accountants analyse). Under ``jit`` the batch is
+        padded to ``max_batch_size`` rows; padded rows have weight 0 and contribute nothing.
+      max_batch_size: Poisson only: the fixed number of rows a step computes. If more points are sampled, a
+        uniformly random ``max_batch_size`` of them are kept (the truncated mechanism that dp_accounting's
+        ``TruncatedSubsampledGaussianDpEvent`` accounts). Default ``None``: the smallest size with
+        ``P[Binomial(n + 1, q) > size] <= 1e-9`` (:meth:`poisson_max_batch`).
+      shuffle: ``"known"`` (the permutation / Poisson draws derive from a shared ``shuffle_key``, identical for
+        every model) or ``"fresh"`` (derive from the model's own key).
       init: ``"fixed"`` (caller passes ``init_params``; Balle et al.'s default) or ``"random"`` (each model
         draws its own initialisation from its key).
       optimizer: an optax transformation replacing the default SGD(learning_rate, momentum).
@@ -61,6 +76,8 @@ class Algorithm:
     learning_rate: float = 0.2
     momentum: float = 0.9
     batch_size: int | None = None
+    sampling: str = "shuffle"
+    max_batch_size: int | None = None
     shuffle: str = "known"
     init: str = "fixed"
     optimizer: Any = None
@@ -82,6 +99,15 @@ class Algorithm:
                 raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
         if self.batch_size is not None and not (isinstance(self.batch_size, int) and self.batch_size >= 1):
             raise ValueError(f"batch_size must be None (full batch) or an integer >= 1, got {self.batch_size!r}")
+        if self.sampling not in SAMPLING_MODES:
+            raise ValueError(f"sampling must be one of {SAMPLING_MODES}, got {self.sampling!r}")
+        if self.sampling == "poisson" and self.batch_size is None:
+            raise ValueError("sampling='poisson' needs batch_size (the expected batch size)")
+        if self.max_batch_size is not None:
+            if self.sampling != "poisson":
+                raise ValueError("max_batch_size applies to sampling='poisson' only")
+            if not (isinstance(self.max_batch_size, int) and self.max_batch_size >= 1):
+                raise ValueError(f"max_batch_size must be None or an integer >= 1, got {self.max_batch_size!r}")
         if self.shuffle not in ("known", "fresh"):
             raise ValueError(f"shuffle must be 'known' or 'fresh', got {self.shuffle!r}")
         if self.init not in ("fixed", "random"):
@@ -105,6 +131,27 @@ class Algorithm:
         """Whether per-example clipping (DP-GD / DP-SGD) is on."""
         return self.clip_norm is not None
 
+    @property
+    def poisson(self) -> bool:
+        """Whether batches are Poisson-sampled."""
+        return self.sampling == "poisson"
+
+    def poisson_max_batch(self, n_total: int) -> int:
+        """Rows per Poisson step for ``n_total`` training points: ``max_batch_size``, or the smallest m with
+        ``P[Binomial(n_total, B / n_total) > m] <= 1e-9``, at most ``n_total``.
+
+        >>> Algorithm(batch_size=100, sampling="poisson").poisson_max_batch(10_000)
+        165
+        """
+        import scipy.stats
+
+        if not self.poisson:
+            raise ValueError("poisson_max_batch applies to sampling='poisson' only")
+        if self.max_batch_size is not None:
+            return min(self.max_batch_size, n_total)
+        q = min(self.batch_size / n_total, 1.0)
+        return int(min(n_total, scipy.stats.binom.isf(POISSON_OVERFLOW, n_total, q)))
+
     def make_optimizer(self) -> optax.GradientTransformation:
         """The optax transformation used for updates."""
         if self.optimizer is not None:
@@ -122,8 +169,9 @@ class Algorithm:
         out = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name == "optimizer" or (f.name == "per_example" and v == "auto"):
-                continue  # "auto" is left out so that stores written before the field existed still resume
+            if f.name == "optimizer" or (f.name == "per_example" and v == "auto") or (
+                    f.name == "sampling" and v == "shuffle") or (f.name == "max_batch_size" and v is None):
+                continue  # defaults of later fields are left out so that stores written before them still resume
             if f.name == "mechanism" and v is not None:
                 v = {"type": type(v).__name__,
                      **(dataclasses.asdict(v) if dataclasses.is_dataclass(v) else {"repr": repr(v)})}
@@ -170,12 +218,16 @@ def dp_gd(clip_norm: float, noise_multiplier: float | None = None, mechanism: Me
 def dp_sgd(batch_size: int, clip_norm: float, noise_multiplier: float | None = None,
            mechanism: Mechanism | None = None, learning_rate: float = 0.2, momentum: float = 0.0,
            epochs: int = 1, shuffle: str = "fresh", **kwargs) -> Algorithm:
-    """Minibatch DP-SGD (Abadi et al.; Biswas et al. Alg. 1) with shuffled fixed-size batches.
+    """Minibatch DP-SGD (Abadi et al.; Biswas et al. Alg. 1).
 
-    Batches are slices of a random permutation (not Poisson subsampling); account for them with ``q = B / n``.
+    Default: shuffled fixed-size batches (slices of a random permutation), which the Poisson-subsampling
+    accountants do not cover; pass ``sampling="poisson"`` for the sampled mechanism they analyse (``q = B / n``,
+    noisy sum divided by the expected batch size B).
 
     >>> dp_sgd(128, 1.0, noise_multiplier=1.0).batch_size
     128
+    >>> dp_sgd(128, 1.0, noise_multiplier=1.0, sampling="poisson").poisson
+    True
     """
     return Algorithm(batch_size=batch_size, learning_rate=learning_rate, momentum=momentum, epochs=epochs,
                      shuffle=shuffle, clip_norm=clip_norm, mechanism=_mechanism(noise_multiplier, mechanism),

@@ -223,7 +223,11 @@ def ghost_clipped_sum(tap: Callable, params, x: jax.Array, y: jax.Array, clip_no
     for (kernel_path, bias_path, *_), a, d in zip(calls, inputs, deltas):
         a3, d3 = _flat3(a), _flat3(d)
         dw = d3 * factor[:, None, None].astype(d3.dtype)
-        grads[kernel_path] = jnp.einsum("bti,bto->io", a3, dw).astype(leaves[kernel_path].dtype)
+        # (dw^T a)^T rather than a^T dw: the contraction then transposes the small [B, out] operand, not the
+        # [B, in] inputs (under vmap over models the latter was a full copy of every gathered batch per step).
+        dw_t = jnp.swapaxes(dw.reshape((-1, dw.shape[-1])), 0, 1)  # [out, B T], small
+        grads[kernel_path] = jnp.matmul(dw_t, a3.reshape((-1, a3.shape[-1])).astype(dw_t.dtype)).T.astype(
+            leaves[kernel_path].dtype)
         if bias_path is not None:
             grads[bias_path] = jnp.sum(dw, axis=(0, 1)).astype(leaves[bias_path].dtype)
     tree = jax.tree_util.tree_map_with_path(lambda kp, _: grads[tuple(k.key for k in kp)], params)

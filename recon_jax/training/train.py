@@ -104,7 +104,8 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
       init_params: initial parameters; required iff ``algorithm.init == "fixed"``.
       shuffle_key: shared shuffling key; required iff minibatches with ``shuffle == "known"``.
       target_weight: 1 (target trained on) or 0 (target slot kept but ignored: the MIA "out" model).
-      return_trace: also return the per-step flat parameters, released gradients and batch indices.
+      return_trace: also return the per-step flat parameters, released gradients and batch indices (Poisson: one
+        row per slot, -1 where the slot is empty).
 
     Returns:
       A :class:`TrainResult`.
@@ -138,6 +139,10 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
         if alg.shuffle == "known" and shuffle_key is None:
             raise ValueError("shuffle_key is required for minibatch training with shuffle='known'")
     steps_per_epoch = 1 if full_batch else n_total // alg.batch_size
+    poisson = not full_batch and alg.poisson
+    if poisson:
+        sample_q = alg.batch_size / n_total
+        rows = alg.poisson_max_batch(n_total)  # fixed under jit; unsampled slots get weight 0
 
     flat0, unravel = ravel_pytree(params0)
     use_ghost = False
@@ -157,28 +162,43 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
     noise_base = jax.random.fold_in(key, 2)
     shuffle_base = shuffle_key if alg.shuffle == "known" else jax.random.fold_in(key, 1)
 
-    def batch_for(perm, s):
+    def batch_indices(perm, epoch, s):
+        """Indices into fixed set + target (n = the target) of step s and which of them are in the batch."""
+        if poisson:
+            # Point i is in the batch iff u_i < q (independently); the `rows` smallest u are the slots, so when more
+            # than `rows` points are sampled a uniformly random subset of them is kept.
+            u = jax.random.uniform(jax.random.fold_in(jax.random.fold_in(shuffle_base, epoch), s), (n_total,))
+            neg_u, idx = jax.lax.top_k(-u, rows)
+            return idx, -neg_u < sample_q
+        idx = jax.lax.dynamic_slice_in_dim(perm, s * alg.batch_size, alg.batch_size)
+        return idx, jnp.ones(idx.shape, bool)
+
+    def batch_for(perm, epoch, s):
         """(x, y, weight) of the fixed-set part of step s, and the target's weight in this step."""
         if full_batch:
             return fx, fy, jnp.ones((n,), flat0.dtype), (tw if has_target else None)
-        idx = jax.lax.dynamic_slice_in_dim(perm, s * alg.batch_size, alg.batch_size)
+        idx, taken = batch_indices(perm, epoch, s)
         safe = jnp.minimum(idx, n - 1)
         if has_target:
             is_t = idx == n
-            w = jnp.where(is_t, 0.0, 1.0).astype(flat0.dtype)
-            t_w = jnp.any(is_t).astype(flat0.dtype) * tw
+            w = jnp.where(is_t | ~taken, 0.0, 1.0).astype(flat0.dtype)
+            t_w = jnp.any(is_t & taken).astype(flat0.dtype) * tw
         else:
-            w, t_w = jnp.ones((alg.batch_size,), flat0.dtype), None
+            w, t_w = taken.astype(flat0.dtype), None
         return fx[safe], fy[safe], w, t_w
+
+    def normaliser(w, t_w):
+        """Poisson: the expected batch size (as in the accounted mechanism); otherwise the weight in the batch."""
+        if poisson:
+            return jnp.asarray(alg.batch_size, flat0.dtype)
+        return jnp.sum(w) + (t_w if t_w is not None else 0.0)
 
     def nonprivate_grad(params, xb, yb, w, t_w):
         def loss(p):
             total = jnp.sum(w * loss_fn(model_fns.apply(p, xb), yb))
-            count = jnp.sum(w)
             if t_w is not None:
                 total = total + t_w * loss_fn(model_fns.apply(p, tx), ty)[0]
-                count = count + t_w
-            return total / count
+            return total / normaliser(w, t_w)
         value, grads = jax.value_and_grad(loss)(params)
         return value, ravel_pytree(grads)[0]
 
@@ -216,7 +236,6 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
 
             mbs = (xp.reshape((n_mb, m) + xb.shape[1:]), yp.reshape((n_mb, m)), wp.reshape((n_mb, m)))
             (total, loss_sum), _ = jax.lax.scan(body, (jnp.zeros_like(flat0), jnp.zeros((), flat0.dtype)), mbs)
-        count = jnp.sum(w)
         if t_w is not None:
             if use_ghost:
                 vt, gt = ghost_sum(params, tx, ty, None)
@@ -225,12 +244,12 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
                 vt, gt = example_grads(params, tx, ty)
                 total = total + t_w * gt[0]
             loss_sum = loss_sum + t_w * vt[0]
-            count = count + t_w
+        count = normaliser(w, t_w)
         noisy = mechanism.privatize(jax.random.fold_in(noise_base, step), total, alg.clip_norm, count)
         return loss_sum / count, noisy
 
     def epoch_fn(carry, epoch):
-        if full_batch:
+        if full_batch or poisson:
             perm = None
         else:
             perm = jax.random.permutation(jax.random.fold_in(shuffle_base, epoch), n_total)
@@ -238,7 +257,7 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
         def step_fn(carry, s):
             params, opt_state = carry
             step = epoch * steps_per_epoch + s
-            xb, yb, w, t_w = batch_for(perm, s)
+            xb, yb, w, t_w = batch_for(perm, epoch, s)
             if alg.private:
                 value, gflat = private_grad(params, xb, yb, w, t_w, step)
             else:
@@ -250,7 +269,8 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
                 out["params"] = ravel_pytree(params)[0]
                 out["gradients"] = gflat
                 if not full_batch:
-                    out["batch_indices"] = jax.lax.dynamic_slice_in_dim(perm, s * alg.batch_size, alg.batch_size)
+                    idx, taken = batch_indices(perm, epoch, s)
+                    out["batch_indices"] = jnp.where(taken, idx, -1)  # Poisson: -1 marks an empty slot
             return (new_params, opt_state), out
 
         return jax.lax.scan(step_fn, carry, jnp.arange(steps_per_epoch))

@@ -117,6 +117,32 @@ def test_tradeoff_stable_at_a_fine_grid_and_exact_grid_is_tighter(x64):
     assert np.all(on_grid <= coarse + 1e-15)
 
 
+@pytest.mark.parametrize("sigma,q", [(1.0, 0.01), (0.5, 0.3), (3.0, 1.0)])
+def test_vectorised_gaussian_pld_equals_dp_accounting(sigma, q):
+    # The hockey-stick divergences are computed in closed form (vectorised) instead of dp_accounting's per-epsilon
+    # inverse privacy loss; both must give the same divergences (1e-15 absolute: float64 rounding of O(1) terms)
+    # and the same connect-the-dots PMFs (1e-11: the PMF takes second differences of the divergences / grid).
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from dp_accounting.pld import privacy_loss_mechanism as plm
+
+    from recon_jax.accounting.dpsgd import _dense_pmf, _gaussian_pld, _subsampled_gaussian_delta
+
+    for adjacency in (plm.AdjacencyType.REMOVE, plm.AdjacencyType.ADD):
+        loss = plm.GaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
+        b = loss.connect_dots_bounds()
+        eps = np.linspace(b.epsilon_lower, b.epsilon_upper, 400)
+        ours = _subsampled_gaussian_delta(sigma, q, adjacency == plm.AdjacencyType.REMOVE, eps)
+        np.testing.assert_allclose(ours, loss.get_delta_for_epsilon(eps), rtol=0, atol=1e-15)
+    ref = pld_lib.from_gaussian_mechanism(standard_deviation=sigma, sampling_prob=q, value_discretization_interval=1e-3,
+                                          use_connect_dots=True)
+    ours = _gaussian_pld(sigma, q, 1e-3)
+    for name in ("_pmf_remove", "_pmf_add"):
+        (lr, pr, ir), (lo, po, io) = _dense_pmf(getattr(ref, name)), _dense_pmf(getattr(ours, name))
+        np.testing.assert_allclose(lo, lr, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(po, pr, rtol=0, atol=1e-11)
+        np.testing.assert_allclose(io, ir, rtol=1e-12, atol=1e-30)
+
+
 def test_tradeoff_subsampling_helps(x64):
     a = np.array([0.01])
     sub = rero_dpsgd_tradeoff(a, 1.0, 0.01, 100, value_discretization_interval=1e-3)

@@ -247,20 +247,3 @@ def test_ziller_experiment_smoke(tmp_path):
     # C = 50 >= ||X|| (no clipping): E[MSE] = C^2 sigma^2 = 25 exactly (Ziller eq. 4); 3 images x 784 pixels.
     assert row["unclipped"] and abs(row["mse"]["mean"] / 25.0 - 1.0) < 0.1
     assert res["mse_bound_holds_all"]
-
-
-@pytest.mark.slow  # ~30 s CPU (three DP-SGD training compilations + IG); minutes of wall time on a shared CPU
-def test_biswas_experiment_smoke(tmp_path):
-    from experiments import biswas_gaussian_vs_vmf
-    from experiments.configs.biswas_gaussian_vs_vmf import get_config
-
-    c = get_config("smoke")
-    c.num_train, c.num_test, c.kappas, c.batch_sizes = 64, 64, (75,), (16,)
-    c.attack_batch_sizes, c.ig_steps, c.include_dlg = (2,), 5, False
-    res = biswas_gaussian_vs_vmf.run(c, str(tmp_path))
-    for f in ("report.md", "metrics.json", "config.json", "fig_mnist.png"):
-        assert (tmp_path / f).exists(), f
-    d = res["datasets"]["mnist"]
-    assert {r["setting"] for r in d["attacks"]} >= {"None", "None Clip", "VMF 75"}
-    assert all(0.0 <= r["accuracy"] <= 1.0 for r in d["accuracy"])
-    assert all(np.isfinite(r["mse"]) for r in d["attacks"])

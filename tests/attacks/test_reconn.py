@@ -56,7 +56,7 @@ def test_standardizer_matches_numpy_and_uses_training_rows_only():
     train[:, 4] = 1.5  # a constant coordinate: scale 1
     test = rng.normal(-50.0, 9.0, size=(40, 7)).astype(np.float32)
     s = reconn.fit_standardizer(train)
-    # Host float64 accumulation over 4096-row blocks vs one-shot NumPy float64: agree to float32 rounding.
+    # Host float64 accumulation over 1024-row blocks vs one-shot NumPy float64: agree to float32 rounding.
     np.testing.assert_allclose(s.mean, train.astype(np.float64).mean(0), rtol=1e-6)
     ref_std = train.astype(np.float64).std(0)
     ref_std[4] = 1.0

@@ -355,3 +355,18 @@ def test_optimal_rdp_gradient_and_jit(x64):
     np.testing.assert_allclose(np.asarray(z), np.asarray(rero_from_zcdp(jnp.array([1e-3, 0.1]), 0.5)), rtol=1e-14)
     with pytest.raises(ValueError, match="method"):
         rero_from_rdp(0.1, 1.0, 2.0, method="tight")
+
+
+def test_optimal_conversions_float32_match_float64():
+    """float32 (the default dtype) agrees with float64 near alpha = 1 and at eps = 0 (regressions found by
+    hypothesis: the sums of the Renyi constraints are 1 + O((alpha - 1) KL) and need the log1p form)."""
+    cases_z = [(0.25, 1.0), (0.25390625, 1.0), (1e-3, 0.01), (0.5, 3.0)]
+    cases_r = [(0.5, 0.0, 1.5), (0.50005, 0.0, 1.5), (0.1, 0.01, 1.01), (1e-4, 2.0, 8.0)]
+    f32_z = [float(rero_from_zcdp(k, r)) for k, r in cases_z]
+    f32_r = [float(rero_from_rdp(k, e, a)) for k, e, a in cases_r]
+    with jax.enable_x64(True):
+        f64_z = [float(rero_from_zcdp(k, r)) for k, r in cases_z]
+        f64_r = [float(rero_from_rdp(k, e, a)) for k, e, a in cases_r]
+    # 2e-5: float32 rounding of kappa itself and of the bisection's last bracket.
+    np.testing.assert_allclose(f32_z, f64_z, rtol=2e-5)
+    np.testing.assert_allclose(f32_r, f64_r, rtol=2e-5)

@@ -80,3 +80,19 @@ def test_balle_cifar10_smoke(tmp_path):
     row = metrics["rows"][0]
     assert row["setting"] == "logits" and row["num_shadow_models"] == 40 and row["num_validation_models"] == 8
     assert metrics["oracle"]["pool_size"] == 80 and len(metrics["claims"]) == 1
+
+
+def test_paper_and_table2_variants_reach_the_papers_layout():
+    from experiments.configs.balle_mnist import get_config
+
+    images, labels = data.load_dataset("mnist", "train+test")
+    for variant in ("paper", "table2"):
+        c = get_config(variant)
+        sp = data.pool_splits(images, labels, fixed_size=c.fixed_size, num_shadow=c.num_shadow,
+                              num_targets=c.num_targets, eval_size=c.eval_size, key_or_seed=c.seed)
+        # Table V / Fig. 3a: 59K shadow models, 1K evaluation targets, a 69K pool; Table II's 1K fixed set.
+        assert (len(sp.fixed_idx), len(sp.shadow_idx), len(sp.target_idx), len(sp.pool_idx)) == (
+            1000, 59000, 1000, 69000)
+        assert c.recon_epochs == 100 and c.recon_hidden == (1000, 1000) and c.recon_patience is not None
+    with pytest.raises(ValueError, match="variant"):
+        get_config("full")

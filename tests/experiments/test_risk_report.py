@@ -174,3 +174,77 @@ def test_interpretation_points_at_secret_batch_order():
     with config.unlocked():
         config.shuffle = "known"
     assert "--config.shuffle=known" not in risk_report._interpretation([row], 0.1, config)
+
+
+def _image_folder(root, n_train=70, n_test=30, size=16):
+    """Two classes of 16x16 grayscale PNGs (bright left vs bright right half, plus noise) in train/ and test/."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", n_train), ("test", n_test)):
+        for i in range(n):
+            c = i % 2
+            img = rng.uniform(0, 0.3, (size, size))
+            img[:, : size // 2] += 0.6 * (c == 0)
+            img[:, size // 2:] += 0.6 * (c == 1)
+            d = root / split / f"class{c}"
+            d.mkdir(parents=True, exist_ok=True)
+            Image.fromarray((np.clip(img, 0, 1) * 255).astype(np.uint8)).save(d / f"{i:03d}.png")
+    return str(root)
+
+
+def _folder_config(path):
+    config = _smoke()
+    with config.unlocked():
+        config.dataset = "folder"
+        config.data_path = path
+        config.image_size = 16
+        config.channels = 1
+        config.model = "balle_cifar_cnn"
+        config.fixed_size, config.num_shadow, config.num_targets, config.eval_size = 20, 40, 4, 10
+        config.epochs = 3
+        config.prior_sizes = (2, 10)
+        config.prior_aware_trials, config.audit_runs, config.chunk_size = 16, 8, 16
+        config.calibration_models = 2
+    return config
+
+
+def test_cnn_on_image_folder_smoke(tmp_path):
+    """A CNN released model (balle_cifar_cnn) on an image folder: the whole report at smoke size."""
+    config = _folder_config(_image_folder(tmp_path / "images"))
+    metrics = risk_report.run(config, str(tmp_path / "run"))
+    assert [r["setting"] for r in metrics["rows"]] == ["non-private", "DP sigma=2"]
+    assert sorted(r["prior_size"] for r in metrics["prior_aware"]) == [2, 10]
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "`balle_cifar_cnn`" in report and "MLP 2x1000" in report
+    # Two clearly separable classes: the non-private CNN learns them.
+    assert metrics["rows"][0]["test_accuracy"] > 0.9
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (dict(model="no_such_module:model"), "config.model"),
+    (dict(model="numpy:zeros"), "config.model"),  # not a flax module
+    (dict(image_size=4), "config.model"),  # the CNN's VALID convolutions do not fit 4x4 inputs
+    (dict(reconstructor="conv", image_size=18), "config.reconstructor"),  # side not divisible by 4
+    (dict(data_path="/nonexistent"), "config.data_path"),
+])
+def test_unsupported_model_and_data_fail_before_training(tmp_path, monkeypatch, overrides, match):
+    def no_training(*args, **kwargs):
+        raise AssertionError("training started before validation")
+
+    monkeypatch.setattr(risk_report.shadow, "generate_shadow_models", no_training)
+    config = _folder_config(_image_folder(tmp_path / "images", n_train=70, n_test=30))
+    with config.unlocked():
+        for k, v in overrides.items():
+            config[k] = v
+    with pytest.raises(ValueError, match=match):
+        risk_report.run(config, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_folder_fields_refused_for_builtin_datasets(tmp_path):
+    config = _smoke()
+    with config.unlocked():
+        config.image_size = 32
+    with pytest.raises(ValueError, match="config.image_size"):
+        risk_report.run(config, str(tmp_path))

@@ -49,6 +49,19 @@ def test_vmapped_engine_equals_naive_loop():
     assert s.layout == models.layout_of(p0)
 
 
+def test_poisson_dp_sgd_engine_equals_per_model_train():
+    # Poisson-sampled DP-SGD with a per-model (fresh) sampling key: the vmapped engine equals train() per model.
+    fixed, targets, probe = _data(k=3)
+    alg = training.dp_sgd(5, clip_norm=1.0, noise_multiplier=0.5, epochs=2, sampling="poisson", learning_rate=0.2)
+    s = _gen(fixed, targets, probe, alg=alg, chunk_size=2)
+    p0 = training.initial_params(FNS, jax.random.key(0), fixed[0])
+    for i in range(3):
+        res = training.train(FNS, alg, fixed, (targets[0][i], targets[1][i]),
+                             key=jax.random.fold_in(jax.random.key(1), i), init_params=p0)
+        # vmapped vs unbatched float32 matmuls: same math, possibly different accumulation order
+        np.testing.assert_allclose(s["params"][i], np.asarray(models.ravel(res.params)[0]), rtol=1e-5, atol=1e-6)
+
+
 def test_sharded_over_two_devices_equals_one_device_and_chunk_size_invariance():
     assert len(jax.devices()) == 2  # conftest: two fake CPU devices
     fixed, targets, probe = _data()

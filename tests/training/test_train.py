@@ -197,3 +197,85 @@ def test_invalid_arguments_raise(key):
                        init_params=p0)
     with pytest.raises(ValueError, match="clipping"):
         training.clip_gradients(jnp.ones((2, 3)), 1.0, "per_tensor")
+
+
+def _naive_poisson(p0, fixed, target, key, *, batch, epochs, lr, clip_norm=None, sigma=0.0, rows=None):
+    """Poisson-sampled (DP-)SGD written as a plain per-step loop over the variable-size batch (no padding).
+
+    The draws follow the documented derivation: step s of epoch e samples point i (fixed set, then the target)
+    iff u_i < q, u = uniform(fold_in(fold_in(fold_in(key, 1), e), s)); with more than ``rows`` points sampled the
+    ``rows`` smallest u are kept. DP: clip each example's flat gradient to ``clip_norm``, sum, add
+    N(0, (clip_norm sigma)^2) with key fold_in(fold_in(key, 2), step); always divide by the expected size B.
+    """
+    from jax.flatten_util import ravel_pytree
+
+    x = jnp.concatenate([fixed[0], target[0][None]])
+    y = jnp.concatenate([fixed[1], target[1][None]])
+    n_total = x.shape[0]
+    q = batch / n_total
+    flat, unravel = ravel_pytree(p0)
+    grad_one = jax.jit(lambda f, xi, yi: ravel_pytree(jax.grad(lambda p: training.softmax_cross_entropy(
+        FNS.apply(p, xi[None]), yi[None])[0])(unravel(f)))[0])
+    sizes = []
+    for e in range(epochs):
+        for s in range(n_total // batch):
+            u = np.asarray(jax.random.uniform(jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(key, 1), e), s),
+                                              (n_total,)))
+            chosen = [i for i in np.argsort(u, kind="stable") if u[i] < q][:rows]
+            sizes.append(len(chosen))
+            total = jnp.zeros_like(flat)
+            for i in chosen:
+                g = grad_one(flat, x[i], y[i])
+                if clip_norm is not None:
+                    g = g * jnp.minimum(1.0, clip_norm / jnp.linalg.norm(g))
+                total = total + g
+            if clip_norm is not None:
+                step = e * (n_total // batch) + s
+                noise = jax.random.normal(jax.random.fold_in(jax.random.fold_in(key, 2), step), flat.shape, flat.dtype)
+                total = total + clip_norm * sigma * noise
+            flat = flat - lr * total / batch
+    return unravel(flat), sizes
+
+
+@pytest.mark.parametrize("private,max_rows", [(True, None), (False, None), (True, 3)])
+def test_poisson_sampling_matches_naive_per_step_loop(x64, key, private, max_rows):
+    # float64 so that the padded/masked jitted trainer and the loop agree to rounding (1e-10).
+    fixed, target = _data(n=15)
+    fixed = (fixed[0].astype(jnp.float64), fixed[1])
+    target = (target[0].astype(jnp.float64), target[1])
+    p0 = jax.tree_util.tree_map(lambda a: a.astype(jnp.float64), training.initial_params(FNS, key, fixed[0]))
+    kw = dict(sampling="poisson", max_batch_size=max_rows, epochs=3, shuffle="fresh")
+    if private:
+        alg = training.dp_sgd(4, clip_norm=0.5, noise_multiplier=0.8, learning_rate=0.3, **kw)
+    else:
+        alg = training.minibatch_sgd(4, learning_rate=0.3, momentum=0.0, **kw)
+    mkey = jax.random.fold_in(key, 7)
+    res = jax.jit(lambda p: training.train(FNS, alg, fixed, target, key=mkey, init_params=p, return_trace=True))(p0)
+    ref, sizes = _naive_poisson(p0, fixed, target, mkey, batch=4, epochs=3, lr=0.3, rows=max_rows,
+                                clip_norm=0.5 if private else None, sigma=0.8)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12), res.params, ref)
+    got_sizes = np.sum(np.asarray(res.trace["batch_indices"]) >= 0, axis=1)
+    np.testing.assert_array_equal(got_sizes, sizes)
+    assert len(set(sizes)) > 1  # the batch size really varies
+
+
+def test_poisson_batch_sizes_have_the_expected_mean(key):
+    fixed, target = _data(n=24)
+    alg = training.minibatch_sgd(5, sampling="poisson", epochs=20, shuffle="fresh", learning_rate=0.01)
+    res = training.train(FNS, alg, fixed, target, key=key, init_params=training.initial_params(FNS, key, fixed[0]),
+                         return_trace=True)
+    sizes = np.sum(np.asarray(res.trace["batch_indices"]) >= 0, axis=1)
+    assert sizes.shape == (100,)
+    # Binomial(25, 0.2) per step: mean 5, sd 2; the mean of 100 steps has sd 0.2 (5 sd margin).
+    assert abs(sizes.mean() - 5.0) < 1.0
+
+
+def test_poisson_options_validated():
+    with pytest.raises(ValueError, match="sampling"):
+        training.Algorithm(batch_size=4, sampling="bernoulli")
+    with pytest.raises(ValueError, match="batch_size"):
+        training.Algorithm(sampling="poisson")
+    with pytest.raises(ValueError, match="max_batch_size"):
+        training.Algorithm(batch_size=4, max_batch_size=8)
+    assert "sampling" not in training.minibatch_sgd(4).describe()  # old store hashes unchanged
+    assert training.minibatch_sgd(4, sampling="poisson").describe()["sampling"] == "poisson"
