@@ -53,6 +53,7 @@ __all__ = [
     "check_integer",
     "invalid",
     "valid",
+    "all_valid",
     "log_positive",
     "floor_tiny",
     "nan_if",
@@ -189,6 +190,22 @@ def valid(value, rng: Range | Callable) -> jax.Array:
     return jnp.logical_not(invalid(value, rng))
 
 
+def all_valid(*pairs) -> jax.Array:
+    """``valid(value_1, rng_1) & valid(value_2, rng_2) & ...`` for ``(value, rng)`` pairs of an elementwise function.
+
+    Shapes that do not broadcast together raise ``ValueError`` naming them (not JAX's ``TypeError``).
+    """
+    shapes = [np.shape(value) for value, _ in pairs]
+    try:
+        np.broadcast_shapes(*shapes)
+    except ValueError as e:
+        raise ValueError(f"the arguments' shapes {shapes} do not broadcast together") from e
+    out = valid(*pairs[0])
+    for value, rng in pairs[1:]:
+        out = out & valid(value, rng)
+    return out
+
+
 def log_positive(value, dtype) -> jax.Array:
     """``log(value)`` in ``dtype``, taken in float64 on the host when ``value`` is concrete.
 
@@ -216,9 +233,18 @@ def nan_if(bad: jax.Array, out: jax.Array) -> jax.Array:
     return jnp.where(bad, jnp.nan, out)
 
 
-def as_float(*values):
-    """Converts array-likes to JAX arrays of one common floating dtype (float64 under x64, else float32)."""
+def as_float(*values, broadcast: bool = True):
+    """Converts array-likes to JAX arrays of one common floating dtype (float64 under x64, else float32).
+
+    With ``broadcast`` (elementwise functions), shapes that do not broadcast together raise ``ValueError``
+    naming them, instead of JAX's ``TypeError`` from deep inside the computation.
+    """
     arrays = [jnp.asarray(v) for v in values]
+    if broadcast:
+        try:
+            np.broadcast_shapes(*(a.shape for a in arrays))
+        except ValueError as e:
+            raise ValueError(f"the arguments' shapes {[a.shape for a in arrays]} do not broadcast together") from e
     dtype = jnp.result_type(*arrays, float)
     if not jnp.issubdtype(dtype, jnp.floating):  # pragma: no cover - result_type with float is always floating
         dtype = jnp.result_type(float)

@@ -37,3 +37,8 @@ def test_data_range_invalid_eager_error_and_nan_under_jit(fn):
 def test_shape_mismatch_is_a_value_error_naming_shapes():
     with pytest.raises(ValueError, match=r"same shape.*\(2, 3\).*\(2, 4\)"):
         metrics.mse(jnp.zeros((2, 3)), jnp.zeros((2, 4)))
+
+
+def test_ncc_of_identical_examples_is_at_most_one():
+    x = jnp.linspace(0.0, 1.0, 144).reshape(1, 12, 12)  # found by tests/test_fuzz.py: 1.0000001 in float32
+    assert float(metrics.ncc(x, x)[0]) == 1.0

@@ -289,7 +289,8 @@ def interpolate_rdp(int_orders, rdp_at_int_orders, orders) -> jax.Array:
       Array ``[..., len(orders)]``.
 
     Raises:
-      ValueError: if the integer orders are not 2..L or a requested order is outside (1, L].
+      ValueError: if the integer orders are not 2..L, an RDP value is negative (NaN under ``jit``), or a
+        requested order is outside (1, L].
 
     >>> import numpy as np
     >>> r = interpolate_rdp([2, 3], np.array([1.0, 2.0]), [1.5, 2.5, 3.0])
@@ -303,14 +304,16 @@ def interpolate_rdp(int_orders, rdp_at_int_orders, orders) -> jax.Array:
     top = int_orders[-1]
     if np.any(orders_np > top):
         raise ValueError(f"orders must be in (1, {top}] (the largest integer order given)")
-    rdp = jnp.asarray(rdp_at_int_orders)
+    check_range("rdp_at_int_orders", rdp_at_int_orders, lambda r: r >= 0, ">= 0 (inf allowed)")
+    rdp = jnp.asarray(rdp_at_int_orders, jnp.result_type(rdp_at_int_orders, float))
     k_int = rdp * (int_orders - 1.0)
     fl, ce = np.floor(orders_np), np.ceil(orders_np)
     v = orders_np - fl
     k_fl = jnp.where(fl >= 2, k_int[..., np.maximum(fl, 2).astype(int) - 2], 0.0)
     k_ce = k_int[..., np.maximum(ce, 2).astype(int) - 2]
     k = jnp.where(v == 0, k_ce, (1.0 - v) * k_fl + v * k_ce)
-    return k / (orders_np - 1.0)
+    bad = jnp.any(invalid(rdp, lambda r: r >= 0), axis=-1)[..., None]  # the whole curve
+    return nan_if(bad, k / (orders_np - 1.0))
 
 
 def rdp_poisson_subsampled(rdp_at_integer_orders, q, orders) -> jax.Array:

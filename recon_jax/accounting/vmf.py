@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax.accounting._checks import check_range, concrete_or_none, pad_batch
+from recon_jax.accounting._checks import check_range, concrete_or_none, invalid, nan_if, pad_batch
 from recon_jax.accounting.conversions import delta_from_rdp, eps_from_rdp, kov_composition
 from recon_jax.accounting.rdp import rdp_poisson_subsampled
 from recon_jax.accounting.vmf_pld import vmf_pld_epsilon
@@ -130,7 +130,10 @@ def rdp_vmf(kappa, dim, orders) -> jax.Array:
     check_range("orders", orders, lambda a: a > 1, "> 1")
     orders_arr = jnp.asarray(orders, jnp.result_type(float))
     out = _rdp_vmf_jit(kappa, dim, jnp.atleast_1d(orders_arr))
-    return out.reshape(out.shape[:-1] + orders_arr.shape)
+    out = out.reshape(out.shape[:-1] + orders_arr.shape)
+    bad = invalid(kappa, lambda k: k > 0) | invalid(dim, lambda p: p >= 2)  # traced input: NaN, not RDP 0
+    bad = bad[(...,) + (None,) * orders_arr.ndim] | invalid(orders_arr, lambda a: a > 1)
+    return nan_if(bad, out)
 
 
 def rdp_vmf_multi(kappas, dims, orders) -> jax.Array:

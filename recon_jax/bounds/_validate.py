@@ -2,6 +2,7 @@
 metrics; see its docstring for the convention: ``ValueError`` for concrete invalid input, NaN under ``jit``)."""
 
 from recon_jax._validation import (  # noqa: F401
+    all_valid,
     as_float,
     check,
     check_at_least,

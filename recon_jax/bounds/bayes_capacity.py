@@ -155,7 +155,7 @@ def log_bayes_capacity_vmf(kappa: ArrayLike, dim: ArrayLike, *, validate: bool =
     p_s = jnp.where(ok, p, 2.0)
     nu = 0.5 * p_s - 1.0
     log2 = jnp.log(2.0)
-    out = (
+    direct = (
         log2
         - lax.lgamma(0.5 * p_s)
         + nu * jnp.log(kappa_s)
@@ -163,4 +163,21 @@ def log_bayes_capacity_vmf(kappa: ArrayLike, dim: ArrayLike, *, validate: bool =
         - log_iv(nu, kappa_s, validate=False)
         + kappa_s
     )
+    # The terms above are ~(p/2) log(p / kappa) each (1e4 at p = 3000, kappa = 1e-3) while log C may be ~1e-10:
+    # float32 returned -1e-3. With I_nu(k) = (k/2)^nu / Gamma(nu + 1) 0F1(; nu + 1; k^2/4) they cancel exactly:
+    # log C = kappa - log 0F1(; p/2; kappa^2/4), summed directly while z = kappa^2/4 <= 4 (nu + 1) (terms
+    # <= 4^j / j!, 48 of them are far below float64 rounding).
+    z = 0.25 * kappa_s * kappa_s
+    b = nu + 1.0
+    use_series = z <= 4.0 * b
+    zs = jnp.where(use_series, z, 0.0)
+
+    def term(carry, j):
+        t, total = carry
+        t = t * zs / ((j + 1.0) * (b + j))
+        return (t, total + t), None
+
+    (_, series), _ = lax.scan(term, (jnp.ones_like(zs), jnp.zeros_like(zs)), jnp.arange(48, dtype=zs.dtype))
+    out = jnp.where(use_series, kappa_s - jnp.log1p(series), direct)
+    out = jnp.maximum(out, 0.0)  # C >= 1 (the peak density is at least the mean): rounding only can go below
     return v.nan_if(~ok, out)

@@ -213,8 +213,7 @@ def psnr_upper_bound(
     """
     _check_common(sigma, clip_norm, steps, validate)
     v.check_positive("data_range", data_range, validate)
-    ok = (v.valid(sigma, v.POSITIVE) & v.valid(clip_norm, v.POSITIVE) & v.valid(steps, v.at_least(1))
-          & v.valid(data_range, v.POSITIVE))
+    ok = v.all_valid((sigma, v.POSITIVE), (clip_norm, v.POSITIVE), (steps, v.at_least(1)), (data_range, v.POSITIVE))
     dtype = v.as_float(sigma, clip_norm, data_range, steps)[0].dtype
 
     def log10(a):  # logs taken in float64 for concrete input: sigma = 1e-300 is 0 in float32, its log is not
@@ -244,7 +243,8 @@ def expected_ncc(
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
 
     Returns:
-      The expected NCC, in [0, 1).
+      The expected NCC, in [0, 1] (below 1 in exact arithmetic; it rounds to 1 when the noise is negligible
+      at the dtype's precision, e.g. sigma C = 1e-3 in float32).
 
     Raises:
       ValueError: an argument is outside its range.

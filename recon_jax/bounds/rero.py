@@ -75,7 +75,7 @@ def baseline_kappa_uniform_ball(eta: ArrayLike, dim: ArrayLike, *, validate: boo
     """
     v.check_positive("eta", eta, validate)
     v.check_at_least("dim", dim, 1, validate)
-    ok = v.valid(eta, v.POSITIVE) & v.valid(dim, v.at_least(1))
+    ok = v.all_valid((eta, v.POSITIVE), (dim, v.at_least(1)))
     log_eta = v.log_positive(eta, v.as_float(eta).dtype)
     eta, dim = v.as_float(eta, dim)
     out = v.floor_tiny(jnp.exp(dim * jnp.minimum(log_eta, 0.0)))  # 0.5^200 underflows float32: smallest normal
@@ -284,7 +284,7 @@ def rero_from_dp(kappa: ArrayLike, eps: ArrayLike, *, validate: bool = True) -> 
     """
     v.check_open_unit("kappa", kappa, validate)
     v.check_nonnegative("eps", eps, validate)
-    ok = v.valid(kappa, v.OPEN_UNIT) & v.valid(eps, v.NONNEGATIVE)  # judged before the float32 cast
+    ok = v.all_valid((kappa, v.OPEN_UNIT), (eps, v.NONNEGATIVE))  # judged before the float32 cast
     log_kappa = v.log_positive(kappa, v.as_float(kappa, eps)[0].dtype)  # float64 log: kappa = 1e-40 is 0 in float32
     log1m_kappa = _log1m(kappa, log_kappa.dtype)  # likewise: 1 - 1e-9 is 1 in float32
     kappa, eps = v.as_float(kappa, eps)
@@ -322,7 +322,7 @@ def rero_from_approx_dp(kappa: ArrayLike, eps: ArrayLike, delta: ArrayLike, *, v
     v.check_open_unit("kappa", kappa, validate)
     v.check_nonnegative("eps", eps, validate)
     v.check("delta", delta, lambda d: (d >= 0) & (d <= 1), "in [0, 1]", validate)
-    ok = v.valid(kappa, v.OPEN_UNIT) & v.valid(eps, v.NONNEGATIVE) & v.valid(delta, v.UNIT)
+    ok = v.all_valid((kappa, v.OPEN_UNIT), (eps, v.NONNEGATIVE), (delta, v.UNIT))
     log_kappa = v.log_positive(kappa, v.as_float(kappa, eps, delta)[0].dtype)
     kappa, eps, delta = v.as_float(kappa, eps, delta)
     log_first = jnp.minimum(jnp.where(ok, log_kappa, 0.0) + eps, 0.0)
@@ -374,7 +374,7 @@ def rero_from_rdp(kappa: ArrayLike, eps: ArrayLike, order: ArrayLike, *, method:
     v.check_open_unit("kappa", kappa, validate)
     v.check_nonnegative("eps", eps, validate)
     _check_order(order, validate)
-    ok = v.valid(kappa, v.OPEN_UNIT) & v.valid(eps, v.NONNEGATIVE) & v.valid(order, v.greater_than(1))
+    ok = v.all_valid((kappa, v.OPEN_UNIT), (eps, v.NONNEGATIVE), (order, v.greater_than(1)))
     log_kappa = v.log_positive(kappa, v.as_float(kappa, eps, order)[0].dtype)
     kappa_in = kappa
     kappa, eps, order = v.as_float(kappa, eps, order)
@@ -426,7 +426,7 @@ def rero_from_rdp_curve(kappa: ArrayLike, orders: ArrayLike, rdp: ArrayLike, *, 
     v.check_open_unit("kappa", kappa, validate)
     _check_order(orders, validate)
     v.check_nonnegative("rdp", rdp, validate)
-    kappa, orders, rdp = v.as_float(kappa, orders, rdp)
+    kappa, orders, rdp = v.as_float(kappa, orders, rdp, broadcast=False)  # kappa: leading axes only
     orders, rdp = jnp.broadcast_arrays(orders, rdp)
     kappa_b = kappa[..., None]
     ok_k = (kappa > 0) & (kappa < 1)
@@ -580,7 +580,7 @@ def rero_gdp(kappa: ArrayLike, mu: ArrayLike, *, validate: bool = True) -> jax.A
     """
     v.check_open_unit("kappa", kappa, validate)
     v.check_nonnegative("mu", mu, validate)
-    ok = v.valid(kappa, v.OPEN_UNIT) & v.valid(mu, v.NONNEGATIVE)  # judged before the float32 cast
+    ok = v.all_valid((kappa, v.OPEN_UNIT), (mu, v.NONNEGATIVE))  # judged before the float32 cast
     kappa, mu = v.as_float(kappa, mu)
     kappa = jnp.maximum(kappa, jnp.finfo(kappa.dtype).tiny)  # raising kappa (1e-40 flushes to 0) is conservative
     out = jsp.ndtr(jsp.ndtri(jnp.where(ok, kappa, 0.5)) + jnp.where(ok, mu, 0.0))

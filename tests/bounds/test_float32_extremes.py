@@ -67,3 +67,34 @@ def test_baseline_kappa_uniform_ball_underflow_stays_positive_and_feeds_rero():
 
 def test_baseline_kappa_uniform_ball_float64_exact(x64):
     np.testing.assert_allclose(float(bounds.baseline_kappa_uniform_ball(0.5, 200)), 0.5**200, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kappa,dim", [(1e-3, 3162.2776), (1e-3, 2.0), (3.0, 13700.0), (1.0, 3.0)])
+def test_log_bayes_capacity_vmf_small_kappa_float32(kappa, dim):
+    """Found by tests/test_fuzz.py: float32 gave log C = -9.5e-4 (< 0, impossible) at kappa 1e-3, p 3162."""
+    import mpmath as mp
+
+    mp.mp.dps = 40
+    k, p = mp.mpf(kappa), mp.mpf(float(np.float32(dim)))
+    nu = p / 2 - 1
+    want = float(mp.log(2) + nu * mp.log(k) + k - mp.loggamma(p / 2) - p / 2 * mp.log(2) - mp.log(mp.besseli(nu, k)))
+    got = _f32(bounds.log_bayes_capacity_vmf(kappa, dim))
+    np.testing.assert_allclose(got, want, rtol=1e-5)  # float32: a few ulps after the exact cancellation
+
+
+@pytest.mark.parametrize("call", [
+    lambda: bounds.baseline_kappa_gaussian(1e-3, 1e8, 1e4),
+    lambda: bounds.rero_mse(1e-25, 1.0, 1.0, 1e4),
+    lambda: bounds.rero_psnr(250.0, 1.0, 1.0, 1e4),
+])
+def test_gammainc_lower_tail_at_large_a_is_zero_not_nan(call):
+    """P(a, x) for a >= 5000 and x < 1e-19 was NaN; the true values here are below 1e-300 (underflow to 0)."""
+    got = _f32(call())
+    assert got == 0.0
+
+
+def test_shape_mismatch_is_a_value_error_naming_the_shapes():
+    with pytest.raises(ValueError, match=r"shapes \[\(2,\), \(3,\)\] do not broadcast"):  # was JAX's TypeError
+        bounds.rero_gdp(np.full(2, 0.1), np.ones(3))
+    with pytest.raises(ValueError, match="do not broadcast"):
+        bounds.psnr_upper_bound(np.ones(2), np.ones(3))
