@@ -190,6 +190,21 @@ def valid(value, rng: Range | Callable) -> jax.Array:
     return jnp.logical_not(invalid(value, rng))
 
 
+def check_shapes(**named) -> None:
+    """Raises ``ValueError`` naming the arguments when their shapes do not broadcast together.
+
+    >>> check_shapes(eps=(2,), q=(3,))
+    Traceback (most recent call last):
+    ...
+    ValueError: shapes do not broadcast together: eps (2,), q (3,)
+    """
+    shapes = {k: tuple(v) for k, v in named.items()}
+    try:
+        np.broadcast_shapes(*shapes.values())
+    except ValueError as e:
+        raise ValueError("shapes do not broadcast together: " + ", ".join(f"{k} {v}" for k, v in shapes.items())) from e
+
+
 def all_valid(*pairs) -> jax.Array:
     """``valid(value_1, rng_1) & valid(value_2, rng_2) & ...`` for ``(value, rng)`` pairs of an elementwise function.
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from recon_jax._validation import check_range, concrete_or_none, invalid, nan_if, static_orders  # noqa: F401
+from recon_jax._validation import check_range, check_shapes, concrete_or_none, invalid, nan_if, static_orders  # noqa: F401
 
-__all__ = ["concrete_or_none", "check_range", "invalid", "nan_if", "static_orders", "pad_batch"]
+__all__ = ["concrete_or_none", "check_range", "check_shapes", "invalid", "nan_if", "static_orders", "pad_batch"]
 
 
 def pad_batch(*arrays):

@@ -17,8 +17,9 @@ together with the KL bound ``delta >= sqrt(1 - exp(-rdp))`` => eps = 0 (valid si
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
-from recon_jax.accounting._checks import check_range, invalid, nan_if
+from recon_jax.accounting._checks import check_range, check_shapes, invalid, nan_if
 
 __all__ = ["eps_from_rdp", "delta_from_rdp", "amplify_dp_poisson", "kov_composition"]
 
@@ -133,6 +134,7 @@ def amplify_dp_poisson(eps, delta, q):
     check_range("eps", eps, lambda e: e >= 0, ">= 0")
     check_range("delta", delta, lambda d: (d >= 0) & (d <= 1), "in [0, 1]")
     check_range("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
+    check_shapes(eps=np.shape(eps), delta=np.shape(delta), q=np.shape(q))
     dt = jnp.result_type(float)
     eps, delta, q = (jnp.asarray(v, dt) for v in (eps, delta, q))
     bad = invalid(eps, lambda e: e >= 0) | invalid(delta, lambda d: (d >= 0) & (d <= 1)) \

@@ -37,7 +37,8 @@ import numpy as np
 from jax.scipy.special import log_ndtr, logsumexp
 from scipy import special as sps
 
-from recon_jax.accounting._checks import check_range, concrete_or_none, invalid, nan_if, pad_batch, static_orders
+from recon_jax.accounting._checks import (check_range, check_shapes, concrete_or_none, invalid, nan_if, pad_batch,
+                                          static_orders)
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -399,6 +400,7 @@ def compose_rdp(rdp, count) -> jax.Array:
     check_range("rdp", rdp, lambda r: r >= 0, ">= 0 (inf allowed)")
     rdp = jnp.asarray(rdp, jnp.result_type(float))
     count = jnp.asarray(count, rdp.dtype)
+    check_shapes(count=count.shape, **{"rdp batch": rdp.shape[:-1]})
     out = jnp.where(count[..., None] == 0, 0.0, count[..., None] * rdp)  # 0 compositions: 0, even for inf
     bad = invalid(count, lambda c: c >= 0) | jnp.any(invalid(rdp, lambda r: r >= 0), axis=-1)  # whole curve
     return nan_if(bad[..., None], out)

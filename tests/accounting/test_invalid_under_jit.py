@@ -1,6 +1,8 @@
 """Invalid accounting input: ValueError naming the argument when concrete, NaN (never a plausible number) under
 jit. Each case is a reproduction from the reliability issue, where jit returned e.g. eps = 0 for sigma = NaN."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -68,3 +70,16 @@ def test_calibrate_sigma_needs_positive_integer_iters(iters):
 def test_calibrate_sigma_invalid_traced_target_is_nan():
     f = jax.jit(lambda e: acc.calibrate_sigma(e, 0.01, 100, 1e-5, orders=ORDERS, iters=8))
     assert np.isnan(f(-1.0)) and np.isfinite(f(1.0))
+
+
+@pytest.mark.parametrize(
+    "call, names",
+    [
+        (lambda: acc.amplify_dp_poisson(np.ones(2), np.full(3, 0.1), np.full(3, 0.1)), "eps (2,), delta (3,)"),
+        (lambda: acc.compose_rdp(np.ones((2, 3)), np.ones(4)), "count (4,), rdp batch (2,)"),
+    ],
+)
+def test_shape_mismatch_is_a_value_error_naming_the_arguments(call, names):
+    # Was JAX's TypeError ("incompatible shapes for broadcasting") with no argument names.
+    with pytest.raises(ValueError, match=re.escape(names)):
+        call()
