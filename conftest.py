@@ -75,6 +75,16 @@ def _cost_rank(item) -> int:
     return _EXPENSIVE_FIRST.index(path) if path in _EXPENSIVE_FIRST else len(_EXPENSIVE_FIRST)
 
 
+@pytest.fixture(autouse=True)
+def _restore_x64():
+    """Keeps one test's global ``jax_enable_x64`` from leaking into the next test of the same worker (a leak makes
+    float32 expectations depend on which files a worker happened to run before)."""
+    before = jax.config.jax_enable_x64
+    yield
+    if jax.config.jax_enable_x64 != before:
+        jax.config.update("jax_enable_x64", before)
+
+
 def pytest_collection_modifyitems(config, items):
     items.sort(key=_cost_rank)  # stable: the order within a file and among the other files is kept
     run_slow = config.getoption("--runslow")
