@@ -99,10 +99,14 @@ def _newton(x, y, l2, tol, family, max_iter):
         f0 = objective(theta)
         slope = jnp.vdot(g, step)
 
-        # Backtracking (Armijo) line search: halve until sufficient decrease, at most 30 times.
+        # Backtracking (Armijo) line search: halve until sufficient decrease, at most 30 times. Near the optimum the
+        # decrease falls below the rounding error of the summed objective; without the slack the search would then
+        # reject the full Newton step on rounding noise alone and stall at a gradient of ~1e-8 (seen in float64).
+        slack = 64 * jnp.finfo(x.dtype).eps * (jnp.abs(f0) + 1.0)
+
         def ls_cond(s):
             alpha, k = s
-            return (objective(theta - alpha * step) > f0 - 1e-4 * alpha * slope) & (k < 30)
+            return (objective(theta - alpha * step) > f0 - 1e-4 * alpha * slope + slack) & (k < 30)
 
         alpha, _ = jax.lax.while_loop(ls_cond, lambda s: (s[0] * 0.5, s[1] + 1), (jnp.asarray(1.0, x.dtype), 0))
         theta = theta - alpha * step
