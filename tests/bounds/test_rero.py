@@ -370,3 +370,18 @@ def test_optimal_conversions_float32_match_float64():
     # 2e-5: float32 rounding of kappa itself and of the bisection's last bracket.
     np.testing.assert_allclose(f32_z, f64_z, rtol=2e-5)
     np.testing.assert_allclose(f32_r, f64_r, rtol=2e-5)
+
+
+def test_optimal_conversions_in_float32_never_below_exact_gdp():
+    # Regression: before the log1p form, float32 rero_from_zcdp(0.5, 100 / 512) gave 0.527, below the exact GDP
+    # value 0.734 of the same Gaussian mechanism (sigma 16, 100 full-batch steps): an unsound bound that the risk
+    # report's "attack below bound" claim caught. zCDP rho and the RDP curve of mu-GDP both dominate mu-GDP.
+    from scipy.stats import norm
+
+    for sigma, steps in [(16.0, 100), (4.0, 100), (1.0, 10)]:
+        mu, rho = np.sqrt(steps) / sigma, steps / (2 * sigma**2)
+        orders = np.geomspace(1.01, 512, 200)
+        for kappa in [0.5, 0.3, 0.1, 0.01]:
+            exact = norm.cdf(norm.ppf(kappa) + mu)
+            assert float(rero_from_zcdp(kappa, rho)) >= exact * (1 - 1e-5), (sigma, kappa)
+            assert float(rero_from_rdp_curve(kappa, orders, orders * rho)) >= exact * (1 - 1e-5), (sigma, kappa)
