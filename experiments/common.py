@@ -69,12 +69,24 @@ def prepare_workdir(workdir: str) -> str:
 
 
 def _git(*args: str) -> str | None:
+    """git's output, or ``None`` outside a git checkout. Not stripped: ``status --porcelain`` lines begin with
+    a two-letter status in which a space is significant."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         out = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=10, check=True)
     except (OSError, subprocess.SubprocessError):
         return None  # not a git checkout (an installed wheel): recorded as unknown, never guessed
-    return out.stdout.strip()
+    return out.stdout
+
+
+def _dirty_files(status: str) -> list[str]:
+    r"""Changed tracked files from ``git status --porcelain`` output, without committed results and run outputs.
+
+    >>> _dirty_files(" M results/x/default/metrics.json\n M recon_jax/io.py\nM  runs/a\n")
+    ['recon_jax/io.py']
+    """
+    paths = [line[3:] for line in status.splitlines() if len(line) > 3]
+    return [p for p in paths if p.split("/")[0] not in ("results", "runs")]
 
 
 def _cpu_model() -> str:
@@ -99,14 +111,14 @@ def provenance() -> dict:
     """Where and with what a run was made: git commit (and whether the tree had uncommitted changes), date,
     machine (CPU model, cores, memory, accelerators), Python and package versions."""
     status = _git("status", "--porcelain", "--untracked-files=no")
-    dirty = None if status is None else [line[3:] for line in status.splitlines() if line[3:].split("/")[0] not in ("results", "runs")]
+    dirty = None if status is None else _dirty_files(status)
     try:
         mem_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     except (ValueError, OSError, AttributeError):
         mem_gib = None
     devices = jax.devices()
     return {
-        "git_commit": _git("rev-parse", "HEAD"),
+        "git_commit": (_git("rev-parse", "HEAD") or "").strip() or None,
         "git_dirty_files": dirty,
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {

@@ -45,7 +45,12 @@ def _strict_load(path: str):
 
 def resolve(obj, path: str):
     """Follows a dotted key path; list items by index or by ``field=value`` (first dict whose field matches)."""
-    for seg in path.split("."):
+    segs = path.split(".")
+    while segs:
+        seg = segs.pop(0)
+        # a key that itself holds dots ("size_0.005"): the shortest run of segments that names a key
+        while isinstance(obj, dict) and seg not in obj and segs:
+            seg = f"{seg}.{segs.pop(0)}"
         if isinstance(obj, list):
             if "=" in seg:
                 field, want = seg.split("=", 1)
@@ -108,6 +113,7 @@ def test_number_matching_rules():
     assert number_matches("13.5", 13.46)
     assert resolve({"rows": [{"name": "a", "v": 1}, {"name": "b", "v": 2}]}, "rows.name=b.v") == 2
     assert resolve({"x": [5, 6]}, "x.1") == 6
+    assert resolve({"hcr": {"size_0.005": {"median": 0.3}}}, "hcr.size_0.005.median") == 0.3  # a key with a dot
 
 
 @pytest.mark.parametrize("run", _result_dirs())

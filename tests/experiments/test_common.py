@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from experiments import common
 from experiments.common import (NonFiniteResult, claim, finish_run, keyed_dir, publish, require_finite,
                                 start_run)
 
@@ -83,3 +84,11 @@ def test_unknown_config_field_gives_a_clear_error():
     assert out.returncode != 0
     assert "unknown config field 'learning_rat' in --config.learning_rat" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_dirty_files_keep_the_first_path_whole_and_skip_results():
+    """git status --porcelain begins a line with a status whose first letter may be a space; a run that started
+    with a published result uncommitted once recorded "esults/..." as a dirty code file."""
+    status = " M results/tygert_hcr/default/report.md\n M recon_jax/io.py\nM  experiments/common.py\n"
+    assert common._dirty_files(status) == ["recon_jax/io.py", "experiments/common.py"]
+    assert common._dirty_files("") == []
