@@ -37,6 +37,7 @@ from benchmarks.common import bench_line
 from recon_jax import data
 from recon_jax.bounds import feature_rms, hcr_bounds_batch
 from recon_jax.models import tygert
+from recon_jax.training import train_classifier
 
 
 def _baseline(feature_fn, xs, sigma, key, restarts, rounds, size, atol, btol, conlim, iter_lim):
@@ -145,8 +146,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.train_examples:
             x_train, y_train = x_train[: args.train_examples], y_train[: args.train_examples]
         t0 = time.perf_counter()
-        params = tygert.train_classifier(
-            model, tygert.normalize_mnist(x_train), y_train, jax.random.key(0), epochs=args.epochs
+        params = train_classifier(
+            model, tygert.normalize_mnist(x_train), y_train, jax.random.key(0), epochs=args.epochs, weight_decay=1e-2
         )
         print(f"trained {args.epochs} epoch(s) in {time.perf_counter() - t0:.1f} s")
     params = jax.device_get(params)

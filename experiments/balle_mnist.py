@@ -182,7 +182,8 @@ def run(config, workdir: str) -> dict:
         cx = sp.pool_images[np.isin(sp.pool_idx, sp.fixed_idx, invert=True)][: c.kl_classifier_size]
         cy = sp.pool_labels[np.isin(sp.pool_idx, sp.fixed_idx, invert=True)][: c.kl_classifier_size]
         net = models.lenet()
-        variables = oracle.train_classifier(net, cx, cy, jax.random.fold_in(key, 5), epochs=c.kl_classifier_epochs)
+        variables = training.train_classifier(net, cx, cy, jax.random.fold_in(key, 5), epochs=c.kl_classifier_epochs,
+                                     batch_size=128)
         classifier = jax.jit(functools.partial(net.apply, variables))
         classifier_acc = float(np.mean(np.argmax(np.asarray(classifier(sp.target_images)), -1) == sp.target_labels))
 

@@ -32,19 +32,11 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
-from ml_collections import config_flags
-
-from experiments.common import claim, finish_run, keyed_dir, require_finite, run_app, start_run
+from experiments.common import claim, experiment_flags, finish_run, keyed_dir, require_finite, run_app, start_run
 from recon_jax.io import atomic_write_json
 
-_FLAGS: dict = {}
-
-
-def _define_flags() -> None:
-    """Defines --config / --workdir (only when run as a script, so several experiments can be imported together)."""
-    _FLAGS["config"] = config_flags.DEFINE_config_file("config", None, "experiment config (file[:variant])")
-    _FLAGS["workdir"] = flags.DEFINE_string("workdir", None, "output directory")
+_CONFIG, _WORKDIR = experiment_flags("experiments/configs/biswas_gaussian_vs_vmf.py:default",
+                                     "runs/biswas_gaussian_vs_vmf")
 
 # Paper values (Biswas et al.) printed next to ours.
 PAPER_TABLE_II = {  # mechanism -> dataset -> (SSIM, MSE); batch 128, 10,000 IG iterations, normalised images
@@ -484,11 +476,9 @@ def _report(config, results) -> str:
 
 def main(argv):
     del argv
-    res = run(_FLAGS["config"].value, _FLAGS["workdir"].value)
+    res = run(_CONFIG.value, _WORKDIR.value)
     print(json.dumps(res.get("claims", []), indent=1))
 
 
 if __name__ == "__main__":
-    _define_flags()
-    flags.mark_flags_as_required(["config", "workdir"])
     run_app(main)

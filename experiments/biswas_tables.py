@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 import time
 
-from absl import app, flags
-from ml_collections import config_flags
 import jax
 import numpy as np
 

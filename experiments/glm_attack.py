@@ -14,8 +14,6 @@ import json
 import os
 import time
 
-from absl import app, flags
-from ml_collections import config_flags
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -44,7 +44,7 @@ from experiments.common import (claim, config_to_dict, experiment_flags, finish_
 from recon_jax.attacks import dimred
 from recon_jax.io import atomic_save_npz, atomic_write_json
 
-_CONFIG, _WORKDIR = experiment_flags("experiments/configs/lumbut_dimred.py", "runs/lumbut_dimred")
+_CONFIG, _WORKDIR = experiment_flags("experiments/configs/lumbut_dimred.py:default", "runs/lumbut_dimred")
 
 # Paper values (Lumbut & Ponnoprat, Table 4, MNIST, |D-| = 199): (mean, std) of the test MSE.
 PAPER_TABLE4 = {

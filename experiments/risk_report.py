@@ -22,8 +22,6 @@ import math
 import os
 import time
 
-from absl import app, flags
-from ml_collections import config_flags
 import jax
 import jax.numpy as jnp
 import numpy as np

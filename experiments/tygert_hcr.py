@@ -36,6 +36,7 @@ from recon_jax import data
 from recon_jax.bounds import hcr as hcr_lib
 from recon_jax.io import atomic_save_npz, atomic_write_bytes
 from recon_jax.models import tygert
+from recon_jax.training import train_classifier
 from recon_jax.report import hcr as hcr_plots
 
 PAPER = {"mnist": {"clean": 0.979, "dithered": 0.951}, "cifar10": {"clean": 0.70, "dithered": 0.50}}
@@ -45,7 +46,7 @@ PAPER_FIG1_RANGE = {"all": 1.0, "low_freq": 1.5}
 QUANTILES = (10, 25, 50, 75, 90)
 ISTOP_LIMIT = 7  # LSQR's "iteration limit reached"
 
-_CONFIG, _WORKDIR = experiment_flags(None, None)
+_CONFIG, _WORKDIR = experiment_flags("experiments/configs/tygert_hcr.py:default", "runs/tygert_hcr")
 
 
 def _load(config, split):
@@ -100,9 +101,9 @@ def _train(config, model, normalize, train_key, workdir):
         bar.update(1)
         bar.set_postfix(loss=float(loss))
 
-    params = tygert.train_classifier(model, normalize(x_train_raw), y_train, train_key, epochs=config.epochs,
-                                     batch_size=config.batch_size, learning_rate=config.learning_rate,
-                                     weight_decay=config.weight_decay, epoch_callback=on_epoch)
+    params = train_classifier(model, normalize(x_train_raw), y_train, train_key, epochs=config.epochs,
+                              batch_size=config.batch_size, learning_rate=config.learning_rate,
+                              weight_decay=config.weight_decay, epoch_callback=on_epoch)
     bar.close()
     require_finite(losses, "training loss", "learning rate too large?")
     params = jax.device_get(params)
@@ -348,7 +349,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from absl import flags
-
-    flags.mark_flags_as_required(["config", "workdir"])
     run_app(main)

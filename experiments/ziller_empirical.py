@@ -37,7 +37,7 @@ from recon_jax import bounds, metrics
 from recon_jax.attacks.gradient import linear_layer_attack, linear_layer_observations
 from recon_jax.mechanisms import GaussianMechanism
 
-_CONFIG, _WORKDIR = experiment_flags("experiments/configs/ziller_empirical.py:smoke", "/tmp/ziller_empirical")
+_CONFIG, _WORKDIR = experiment_flags("experiments/configs/ziller_empirical.py:default", "runs/ziller_empirical")
 
 
 def _resize(images: np.ndarray, resolution: int) -> np.ndarray:

@@ -13,13 +13,11 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
-from ml_collections import config_flags
 
 from experiments.common import claim, experiment_flags, finish_run, run_app, start_run
 from recon_jax import bounds
 
-_CONFIG, _WORKDIR = experiment_flags("experiments/configs/ziller_table1.py", "/tmp/ziller_table1")
+_CONFIG, _WORKDIR = experiment_flags("experiments/configs/ziller_table1.py:default", "runs/ziller_table1")
 
 # Ziller et al., Table 1, as printed: (varying, sigma, C, N, T, kappa, worst-case %, min E[MSE], max E[PSNR],
 # max E[NCC] %). These are the paper's values (data to compare against), not inputs to the computation.

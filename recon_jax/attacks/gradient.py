@@ -36,6 +36,8 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from recon_jax.models.losses import softmax_cross_entropy
+
 __all__ = [
     "linear_layer_observations",
     "linear_layer_attack",
@@ -167,16 +169,6 @@ def total_variation(x: jax.Array) -> jax.Array:
     dx = jnp.mean(jnp.abs(x[:, :, 1:, :] - x[:, :, :-1, :]))
     dy = jnp.mean(jnp.abs(x[:, 1:, :, :] - x[:, :-1, :, :]))
     return dx + dy
-
-
-def softmax_cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
-    """Per-example softmax cross-entropy with (soft or one-hot) targets ``[B, K]``; returns ``[B]``.
-
-    >>> import jax.numpy as jnp
-    >>> round(float(softmax_cross_entropy(jnp.zeros((1, 4)), jnp.eye(4)[:1])[0]), 4)  # log 4
-    1.3863
-    """
-    return optax.softmax_cross_entropy(logits, targets)
 
 
 def _flat(tree_or_array, params) -> jax.Array:

@@ -21,7 +21,6 @@ from typing import Callable, NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from recon_jax import metrics as _metrics
 
@@ -32,7 +31,6 @@ __all__ = [
     "success",
     "classifier_kl",
     "reconstruction_metrics",
-    "train_classifier",
     "empirical_kappa",
     "estimate_kappa",
 ]
@@ -243,65 +241,6 @@ def reconstruction_metrics(targets: jax.Array, reconstructions: jax.Array, oracl
     if classifier_apply is not None:
         out["kl"] = classifier_kl(classifier_apply, targets, reconstructions)
     return out
-
-
-def train_classifier(model, images: jax.Array, labels: jax.Array, key: jax.Array, *, epochs: int = 3,
-                     batch_size: int = 128, learning_rate: float = 1e-3):
-    """Trains a flax classifier (e.g. :func:`recon_jax.models.lenet`) with Adam, for the classifier-KL metric.
-
-    Seeded shuffling: epoch ``e`` uses ``fold_in(key, e + 1)``; initialisation uses ``fold_in(key, 0)``. The
-    epoch loop is one jitted ``lax.scan`` over minibatches (the last partial batch is dropped).
-
-    Args:
-      model: a flax.linen module mapping images to logits.
-      images: ``[N, ...]``; labels: ``[N]`` ints.
-      key: a typed key.
-      epochs, batch_size, learning_rate: Adam training hyper-parameters (each > 0).
-
-    Returns:
-      The trained variables (``{"params": ...}``), to use as ``functools.partial(model.apply, variables)``.
-
-    >>> import jax, jax.numpy as jnp
-    >>> from recon_jax.models import MLP
-    >>> x = jax.random.normal(jax.random.key(1), (64, 4)); y = (x[:, 0] > 0).astype(jnp.int32)
-    >>> v = train_classifier(MLP(features=(8, 2)), x, y, jax.random.key(0), epochs=30, batch_size=16,
-    ...                      learning_rate=1e-2)
-    >>> float(jnp.mean(MLP(features=(8, 2)).apply(v, x).argmax(-1) == y)) > 0.9
-    True
-    """
-    images, labels = jnp.asarray(images), jnp.asarray(labels)
-    if images.shape[0] != labels.shape[0]:
-        raise ValueError(f"images and labels must have the same length, got {images.shape[0]}, {labels.shape[0]}")
-    for name, v in (("epochs", epochs), ("batch_size", batch_size)):
-        if not (isinstance(v, int) and v >= 1):
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    if not learning_rate > 0:
-        raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
-    bs = min(batch_size, images.shape[0])
-    steps = images.shape[0] // bs
-    variables = model.init(jax.random.fold_in(key, 0), images[:1])
-    opt = optax.adam(learning_rate)
-    opt_state = opt.init(variables)
-
-    def loss_fn(v, x, y):
-        return optax.softmax_cross_entropy_with_integer_labels(model.apply(v, x), y).mean()
-
-    @jax.jit
-    def epoch(carry, ekey):
-        perm = jax.random.permutation(ekey, images.shape[0])[: steps * bs].reshape(steps, bs)
-
-        def step(c, idx):
-            v, s = c
-            loss, g = jax.value_and_grad(loss_fn)(v, images[idx], labels[idx])
-            upd, s = opt.update(g, s, v)
-            return (optax.apply_updates(v, upd), s), loss
-
-        return jax.lax.scan(step, carry, perm)
-
-    carry = (variables, opt_state)
-    for e in range(epochs):
-        carry, _ = epoch(carry, jax.random.fold_in(key, e + 1))
-    return carry[0]
 
 
 def empirical_kappa(pool: jax.Array, eta: float | jax.Array, candidates: jax.Array | None = None,

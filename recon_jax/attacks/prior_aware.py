@@ -49,7 +49,8 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from recon_jax.models.adapters import ModelFns
-from recon_jax.training.dp import clip_gradients, per_example_gradients, softmax_cross_entropy
+from recon_jax.models.losses import softmax_cross_entropy
+from recon_jax.training.dp import clip_gradients, per_example_gradients
 from recon_jax.training.ghost import ghost_clipped_sum, ghost_supported
 
 __all__ = [

@@ -22,6 +22,8 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from recon_jax.models.taps import flax_tap, haiku_tap
+
 __all__ = ["ModelFns", "from_flax", "from_haiku", "model_identity"]
 
 Params = Any
@@ -77,8 +79,6 @@ def from_flax(module, name: str | None = None) -> ModelFns:
     def apply(params: Params, x: jax.Array) -> jax.Array:
         return module.apply({"params": params}, x)
 
-    from recon_jax.training.ghost import flax_tap
-
     return ModelFns(init=init, apply=apply, name=name if name is not None else repr(module), tap=flax_tap(module))
 
 
@@ -113,8 +113,6 @@ def from_haiku(transformed, name: str | None = None) -> ModelFns:
         if takes_rng:
             return transformed.apply(params, None, x)
         return transformed.apply(params, x)
-
-    from recon_jax.training.ghost import haiku_tap
 
     return ModelFns(init=init, apply=apply, name=name, tap=haiku_tap(transformed, takes_rng))
 

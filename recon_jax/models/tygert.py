@@ -43,7 +43,6 @@ __all__ = [
     "denormalize_cifar10",
     "torch_uniform_init",
     "feature_and_classifier_fns",
-    "train_classifier",
 ]
 
 MNIST_MEAN = 0.1307
@@ -250,90 +249,3 @@ def feature_and_classifier_fns(model: nn.Module, params) -> tuple[Callable, Call
         return model.apply(params, features, method=type(model).classify)
 
     return feature_fn, classifier_fn
-
-
-def train_classifier(
-    model: nn.Module,
-    images: jax.Array,
-    labels: jax.Array,
-    key: jax.Array,
-    *,
-    epochs: int = 6,
-    batch_size: int = 32,
-    learning_rate: float = 1e-3,
-    weight_decay: float = 1e-2,
-    params=None,
-    epoch_callback: Callable[[int, object, jax.Array], None] | None = None,
-):
-    """Trains ``model`` by minibatch AdamW on the mean cross-entropy (Tygert et al. Sec. 3 settings).
-
-    Paper settings: AdamW, learning rate 1e-3, batches of 32, 6 epochs (MNIST) / 7 (CIFAR-10). The
-    weight decay defaults to PyTorch's AdamW default (1e-2), which the paper's code uses. Each epoch is
-    one jitted ``lax.scan`` over a fresh permutation (the last incomplete
-    batch is dropped).
-
-    Args:
-        model: a flax module mapping images to logits.
-        images: ``[N, ...]`` normalised inputs.
-        labels: ``[N]`` integer labels.
-        key: typed PRNG key, split into an initialisation key (used when ``params`` is None) and a
-            shuffling key; epoch ``e`` uses ``fold_in(shuffle_key, e)``.
-        epochs, batch_size, learning_rate, weight_decay: optimiser settings.
-        params: initial parameters (default: ``model.init``).
-        epoch_callback: called as ``epoch_callback(epoch, params, mean_loss)`` after each epoch.
-
-    Returns:
-        The trained parameters.
-
-    Raises:
-        ValueError: if ``batch_size`` exceeds the number of examples or a setting is out of range.
-
-    >>> import numpy as np
-    >>> x = jnp.asarray(np.random.default_rng(0).normal(size=(64, 28, 28, 1)), jnp.float32)
-    >>> y = (x.reshape(64, -1).mean(axis=1) > 0).astype(jnp.int32)
-    >>> p = train_classifier(MNISTFeatureNet(width=16), x, y, jax.random.key(0), epochs=1, batch_size=16)
-    >>> sorted(p["params"])[:2]
-    ['classifier', 'feature_layer']
-    """
-    import optax
-
-    images = jnp.asarray(images)
-    labels = jnp.asarray(labels)
-    n = images.shape[0]
-    if int(epochs) != epochs or epochs < 0:
-        raise ValueError(f"epochs must be an integer >= 0; got {epochs!r}")
-    if int(batch_size) != batch_size or not 1 <= batch_size <= n:
-        raise ValueError(f"batch_size must be an integer in [1, {n}]; got {batch_size!r}")
-    if not learning_rate > 0:
-        raise ValueError(f"learning_rate must be in (0, inf); got {learning_rate!r}")
-    if not weight_decay >= 0:
-        raise ValueError(f"weight_decay must be in [0, inf); got {weight_decay!r}")
-    init_key, shuffle_key = jax.random.split(key)
-    if params is None:
-        params = model.init(init_key, images[:1])
-    tx = optax.adamw(learning_rate, weight_decay=weight_decay)
-    opt_state = tx.init(params)
-    steps = n // batch_size
-
-    def loss_fn(p, xb, yb):
-        logits = model.apply(p, xb)
-        return optax.softmax_cross_entropy_with_integer_labels(logits, yb).mean()
-
-    @jax.jit
-    def run_epoch(params, opt_state, epoch_key):
-        perm = jax.random.permutation(epoch_key, n)[: steps * batch_size].reshape(steps, batch_size)
-
-        def step(carry, idx):
-            p, s = carry
-            loss, grads = jax.value_and_grad(loss_fn)(p, images[idx], labels[idx])
-            updates, s = tx.update(grads, s, p)
-            return (optax.apply_updates(p, updates), s), loss
-
-        (params, opt_state), losses = jax.lax.scan(step, (params, opt_state), perm)
-        return params, opt_state, losses.mean()
-
-    for epoch in range(int(epochs)):
-        params, opt_state, mean_loss = run_epoch(params, opt_state, jax.random.fold_in(shuffle_key, epoch))
-        if epoch_callback is not None:
-            epoch_callback(epoch, params, mean_loss)
-    return params

@@ -33,13 +33,13 @@ from recon_jax.models.flatten import layout_of
 from recon_jax.shadow.devices import MODEL_AXIS, default_mesh
 from recon_jax.shadow.store import ShadowSet, ShadowStore, array_digest, host_key_data, key_fingerprint
 from recon_jax.training.algorithms import Algorithm
-from recon_jax.training.gram import _algorithm_fits, _first_dense, fixed_set_gram, gram_saves_work, train_gram
+from recon_jax.training.ghost import ghost_supported
+from recon_jax.training.gram import FIRST_LAYER_MODES, choose_first_layer, fixed_set_gram, train_gram
 from recon_jax.training.train import train
 
 __all__ = ["FIRST_LAYER_MODES", "OUTPUTS", "generate_shadow_models", "shadow_model_fn"]
 
 OUTPUTS = ("params", "probe_logits", "eval_accuracy", "target_loss", "final_loss")
-FIRST_LAYER_MODES = ("auto", "gram", "direct")
 
 
 def shadow_model_fn(model_fns: ModelFns, algorithm: Algorithm, outputs: Sequence[str] = ("params",),
@@ -113,32 +113,10 @@ def _default_chunk_per_device(mesh: Mesh, model_fns: ModelFns, init_params, fx) 
     trains one model per call (Balle CIFAR-10 CNN, 2 single-threaded devices: 14.2 vs 11.1 models/s at 16)."""
     if not all(d.platform == "cpu" for d in mesh.devices.flat):
         return 256
-    from recon_jax.training.ghost import ghost_supported
-
     params = init_params
     if params is None:
         params = jax.eval_shape(model_fns.init, jax.random.key(0), jnp.asarray(fx[:1]))
     return 16 if ghost_supported(model_fns.tap, params, jnp.asarray(fx[:2])) else 1
-
-
-def _resolve_first_layer(mode: str, model_fns: ModelFns, algorithm: Algorithm, params, fx: np.ndarray,
-                         count: int) -> tuple | None:
-    """The first dense kernel's path when the Gram formulation is used, else ``None``.
-
-    ``"auto"`` uses it when it applies and saves work (:func:`~recon_jax.training.gram.gram_saves_work`).
-    """
-    if mode == "direct":
-        return None
-    found = _first_dense(model_fns, params, fx) if _algorithm_fits(algorithm) else None
-    if found is None:
-        if mode == "gram":
-            raise ValueError("first_layer='gram' needs full-batch, non-private training with the default optimizer "
-                             "and a model whose first dense layer reads the flattened input; use 'auto' or 'direct'")
-        return None
-    kernel_path, d, h = found
-    if mode == "gram" or gram_saves_work(fx.shape[0], d, h, algorithm.epochs, count):
-        return kernel_path
-    return None
 
 
 @functools.lru_cache(maxsize=64)
@@ -295,7 +273,7 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
     else:
         layout_params = jax.eval_shape(lambda k: model_fns.init(k, jnp.asarray(fx[:1])), jax.random.key(0))
     layout = layout_of(layout_params)
-    first_kernel = _resolve_first_layer(first_layer, model_fns, algorithm, layout_params, fx, count)
+    first_kernel = choose_first_layer(first_layer, model_fns, algorithm, layout_params, fx, count)
 
     fn, batched, replicated = _compiled(model_fns, algorithm, outputs, mesh, key_impl, first_kernel)
     shared_host = {"fx": fx, "fy": fy, "init_params": init_params, "key": key_data, "shuffle_key": shuffle_data,

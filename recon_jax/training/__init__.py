@@ -6,20 +6,22 @@
   :func:`recon_jax.shadow.generate_shadow_models` for many.
 - :func:`train_gram`: the same full-batch training with the first dense layer expressed through the fixed set's
   Gram matrix (cheaper per step when many models share the fixed set; :mod:`recon_jax.training.gram`).
+- :func:`train_classifier`: ordinary minibatch Adam(W) training of a flax classifier (evaluation networks).
 - :func:`per_example_gradients`, :func:`clip_gradients`, :func:`privatized_gradient`: DP-SGD building blocks
   (a noise ``mechanism`` from :mod:`recon_jax.mechanisms`).
 """
 
 from recon_jax.training.algorithms import Algorithm, dp_gd, dp_sgd, full_batch_gd, minibatch_sgd
+from recon_jax.training.classifier import train_classifier
 from recon_jax.training.dp import (
     CLIPPING_MODES,
     clip_gradients,
     layer_groups,
     per_example_gradients,
     privatized_gradient,
-    softmax_cross_entropy,
 )
-from recon_jax.training.gram import fixed_set_gram, gram_saves_work, gram_supported, train_gram
+from recon_jax.models.losses import softmax_cross_entropy
+from recon_jax.training.gram import choose_first_layer, fixed_set_gram, gram_saves_work, gram_supported, train_gram
 from recon_jax.training.train import TrainResult, initial_params, train
 
 __all__ = [
@@ -37,8 +39,10 @@ __all__ = [
     "TrainResult",
     "initial_params",
     "train",
+    "choose_first_layer",
     "fixed_set_gram",
     "gram_saves_work",
     "gram_supported",
     "train_gram",
+    "train_classifier",
 ]

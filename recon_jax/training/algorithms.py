@@ -24,7 +24,8 @@ from typing import Any, Callable
 import optax
 
 from recon_jax.mechanisms.base import GaussianMechanism, Mechanism, NoNoise
-from recon_jax.training.dp import CLIPPING_MODES, softmax_cross_entropy
+from recon_jax.models.losses import softmax_cross_entropy
+from recon_jax.training.dp import CLIPPING_MODES
 
 PER_EXAMPLE_MODES = ("auto", "ghost", "vmap")
 SAMPLING_MODES = ("shuffle", "poisson")

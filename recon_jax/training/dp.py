@@ -24,6 +24,7 @@ from jax.flatten_util import ravel_pytree
 
 from recon_jax.mechanisms.base import Mechanism
 from recon_jax.models.adapters import ModelFns
+from recon_jax.models.losses import softmax_cross_entropy
 from recon_jax.models.flatten import Layout, layout_of
 
 __all__ = [
@@ -36,18 +37,6 @@ __all__ = [
 ]
 
 CLIPPING_MODES = ("flat", "per_layer")
-
-
-def softmax_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Per-example softmax cross-entropy with integer labels: ``[N, C], [N] -> [N]``.
-
-    >>> float(softmax_cross_entropy(jnp.zeros((1, 4)), jnp.array([2]))[0])  # log 4
-    1.3862943649291992
-    """
-    logz = jax.nn.logsumexp(logits, axis=-1)
-    # a one-hot product (fused elementwise) rather than a gather, whose gradient is a scatter (slow on CPU)
-    onehot = jax.nn.one_hot(labels, logits.shape[-1], dtype=logits.dtype)
-    return logz - jnp.sum(onehot * logits, axis=-1)
 
 
 def per_example_gradients(model_fns: ModelFns, params, x: jax.Array, y: jax.Array,

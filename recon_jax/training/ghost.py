@@ -14,121 +14,22 @@ This applies when *every* parameter belongs to a dense layer called once per for
 haiku ``hk.Linear``): MLPs such as the Balle and Biswas models. Other models (convolutions, normalisation,
 shared layers) fall back to ``vmap(grad)``; :func:`ghost_supported` tells which path a model takes.
 
-:func:`recon_jax.models.from_flax` and :func:`~recon_jax.models.from_haiku` attach the ``tap`` used here: a
-function ``tap(params, x, perturbations) -> (logits, records)`` that adds ``perturbations[k]`` to the output of
-the k-th dense call (a shorter list, or ``None`` entries, leave the remaining calls unchanged) and returns, per
-call, a :class:`DenseCall` (its input and the paths of its parameters).
+The model's *tap* (:mod:`recon_jax.models.taps`, attached by :func:`recon_jax.models.from_flax` and
+:func:`~recon_jax.models.from_haiku`) gives each dense call's input and adds perturbations to its output, which is
+what the weighted outer products need.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 
+from recon_jax.models.taps import DenseCall, flax_tap, haiku_tap, leaf_paths, static_calls, tap_calls
+
+# DenseCall and the taps live in recon_jax.models.taps (re-exported here for existing imports).
 __all__ = ["DenseCall", "ghost_supported", "ghost_clipped_sum", "flax_tap", "haiku_tap"]
-
-
-@dataclasses.dataclass(frozen=True)
-class DenseCall:
-    """One dense-layer call seen by a tap: its input ``[B, ..., d_in]`` and its parameters' pytree paths."""
-
-    inputs: Any
-    kernel_path: tuple
-    bias_path: tuple | None
-    out_shape: tuple
-    out_dtype: Any = None
-
-
-def flax_tap(module) -> Callable:
-    """The tap of a ``flax.linen`` module: intercepts every ``nn.Dense.__call__``.
-
-    >>> import jax, jax.numpy as jnp
-    >>> from recon_jax.models.zoo import balle_mnist_mlp
-    >>> m = balle_mnist_mlp()
-    >>> params = m.init(jax.random.key(0), jnp.zeros((1, 784)))["params"]
-    >>> _, calls = flax_tap(m)(params, jnp.zeros((2, 784)), None)
-    >>> [c.kernel_path for c in calls]
-    [('Dense_0', 'kernel'), ('Dense_1', 'kernel')]
-    """
-    import flax.linen as nn
-
-    def tap(params, x, perturbations):
-        calls: list[DenseCall] = []
-
-        def interceptor(next_fun, args, kwargs, context):
-            if not (type(context.module) is nn.Dense and context.method_name == "__call__"):
-                return next_fun(*args, **kwargs)
-            inputs = args[0] if args else kwargs["inputs"]
-            out = next_fun(*args, **kwargs)
-            path = tuple(context.module.scope.path)
-            bias = path + ("bias",) if context.module.use_bias else None
-            k = len(calls)
-            calls.append(DenseCall(inputs, path + ("kernel",), bias, tuple(out.shape), out.dtype))
-            if perturbations is not None and k < len(perturbations) and perturbations[k] is not None:
-                out = out + perturbations[k].astype(out.dtype)
-            return out
-
-        with nn.intercept_methods(interceptor):
-            logits = module.apply({"params": params}, x)
-        return logits, calls
-
-    return tap
-
-
-def haiku_tap(transformed, takes_rng: bool) -> Callable:
-    """The tap of a ``haiku.transform``-ed function: intercepts every ``hk.Linear.__call__``."""
-    import haiku as hk
-
-    def tap(params, x, perturbations):
-        calls: list[DenseCall] = []
-
-        def interceptor(method, args, kwargs, context):
-            if not (type(context.module) is hk.Linear and context.method_name == "__call__"):
-                return method(*args, **kwargs)
-            inputs = args[0] if args else kwargs["inputs"]
-            out = method(*args, **kwargs)
-            name = context.module.module_name
-            bias = (name, "b") if context.module.with_bias else None
-            k = len(calls)
-            calls.append(DenseCall(inputs, (name, "w"), bias, tuple(out.shape), out.dtype))
-            if perturbations is not None and k < len(perturbations) and perturbations[k] is not None:
-                out = out + perturbations[k].astype(out.dtype)
-            return out
-
-        with hk.intercept_methods(interceptor):
-            logits = transformed.apply(params, None, x) if takes_rng else transformed.apply(params, x)
-        return logits, calls
-
-    return tap
-
-
-def _leaf_paths(params) -> dict:
-    """``{path tuple of dict keys: leaf}`` of a nested-dict parameter pytree."""
-    out = {}
-    for kp, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-        keys = []
-        for k in kp:
-            if not isinstance(k, jax.tree_util.DictKey):
-                return {}
-            keys.append(k.key)
-        out[tuple(keys)] = leaf
-    return out
-
-
-def _static_calls(tap, params, x):
-    """The dense calls of one forward pass, as shapes only (nothing enters the computation)."""
-    box = []
-
-    def run(p, xx):
-        logits, calls = tap(p, xx, None)
-        box.append([(c.kernel_path, c.bias_path, tuple(c.inputs.shape), c.out_shape, c.out_dtype) for c in calls])
-        return logits
-
-    jax.eval_shape(run, params, x)
-    return box[0]
 
 
 def ghost_supported(tap: Callable | None, params, x) -> bool:
@@ -146,12 +47,11 @@ def ghost_supported(tap: Callable | None, params, x) -> bool:
     """
     if tap is None:
         return False
-    leaves = _leaf_paths(params)
+    leaves = leaf_paths(params)
     if not leaves:
         return False
-    try:
-        calls = _static_calls(tap, params, x)
-    except Exception:  # a model the tap cannot run (e.g. a custom apply signature)
+    calls = tap_calls(tap, params, x)
+    if calls is None:  # the tap cannot run the model (e.g. a custom apply signature)
         return False
     seen: set = set()
     for kernel_path, bias_path, in_shape, out_shape, _ in calls:
@@ -194,7 +94,7 @@ def ghost_clipped_sum(tap: Callable, params, x: jax.Array, y: jax.Array, clip_no
     if loss_fn is None:
         from recon_jax.training.dp import softmax_cross_entropy
         loss_fn = softmax_cross_entropy
-    calls = _static_calls(tap, params, x)
+    calls = static_calls(tap, params, x)
     zeros = [jnp.zeros(out_shape, out_dtype) for *_, out_shape, out_dtype in calls]
 
     def total_loss(perturbations):
@@ -218,7 +118,7 @@ def ghost_clipped_sum(tap: Callable, params, x: jax.Array, y: jax.Array, clip_no
     if weights is not None:
         factor = factor * jnp.asarray(weights, factor.dtype)
 
-    leaves = _leaf_paths(params)
+    leaves = leaf_paths(params)
     grads = {}
     for (kernel_path, bias_path, *_), a, d in zip(calls, inputs, deltas):
         a3, d3 = _flat3(a), _flat3(d)

@@ -32,26 +32,30 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax.models.adapters import ModelFns
+from recon_jax.models.taps import leaf_paths, tap_calls
 from recon_jax.training.algorithms import Algorithm
-from recon_jax.training.ghost import _leaf_paths, _static_calls
 from recon_jax.training.train import TrainResult, starting_params
 
-__all__ = ["gram_supported", "gram_saves_work", "fixed_set_gram", "train_gram"]
+__all__ = ["FIRST_LAYER_MODES", "choose_first_layer", "first_dense_layer", "gram_algorithm", "gram_supported",
+           "gram_saves_work", "fixed_set_gram", "train_gram"]
+
+FIRST_LAYER_MODES = ("auto", "gram", "direct")
 
 
-def _first_dense(model_fns: ModelFns, params, x):
-    """The first dense call's (kernel_path, d, h) if it reads the flattened input ``x`` and its kernel is used once;
-    else ``None``. Works on abstract parameters (inside ``jit``/``vmap``) too."""
-    if model_fns.tap is None:
-        return None
-    leaves = _leaf_paths(params)
+def first_dense_layer(model_fns: ModelFns, params, x) -> tuple[tuple, int, int] | None:
+    """The first dense call's ``(kernel_path, d, h)`` if it reads the flattened input ``x`` and its kernel is used
+    once; else ``None``. Works on abstract parameters (inside ``jit``/``vmap``) too.
+
+    >>> from recon_jax.models import from_flax, balle_mnist_mlp
+    >>> mlp = from_flax(balle_mnist_mlp())
+    >>> first_dense_layer(mlp, jax.eval_shape(mlp.init, jax.random.key(0), jnp.zeros((1, 784))), jnp.zeros((4, 784)))
+    (('Dense_0', 'kernel'), 784, 10)
+    """
+    leaves = leaf_paths(params)
     if not leaves:
         return None
-    try:
-        calls = _static_calls(model_fns.tap, params, x[:2])
-    except Exception:  # a model the tap cannot run
-        return None
-    if not calls:
+    calls = tap_calls(model_fns.tap, params, x[:2])
+    if not calls:  # no tap, a model the tap cannot run, or no dense call
         return None
     kernel_path = calls[0][0]
     if sum(c[0] == kernel_path for c in calls) != 1 or kernel_path not in leaves:
@@ -71,8 +75,9 @@ def _first_dense(model_fns: ModelFns, params, x):
     return kernel_path, d, int(out_shape[1])
 
 
-def _algorithm_fits(algorithm: Algorithm) -> bool:
-    """Full batch, no clipping or noise, the default optimizer: the updates are linear in the gradients."""
+def gram_algorithm(algorithm: Algorithm) -> bool:
+    """Whether :func:`train_gram` can run ``algorithm``: full batch, no clipping or noise, the default optimizer
+    (the updates are then linear in the gradients)."""
     return algorithm.batch_size is None and not algorithm.private and algorithm.optimizer is None
 
 
@@ -90,7 +95,7 @@ def gram_supported(model_fns: ModelFns, algorithm: Algorithm, params, x) -> bool
     >>> gram_supported(mlp, minibatch_sgd(2), p, jnp.zeros((4, 784)))
     False
     """
-    return _algorithm_fits(algorithm) and _first_dense(model_fns, params, x) is not None
+    return gram_algorithm(algorithm) and first_dense_layer(model_fns, params, x) is not None
 
 
 def gram_saves_work(n: int, d: int, h: int, steps: int, models: int) -> bool:
@@ -102,6 +107,44 @@ def gram_saves_work(n: int, d: int, h: int, steps: int, models: int) -> bool:
     (True, False)
     """
     return n <= 1.5 * d and models * steps * (2 * n * d * h - n * n * h) > n * n * d
+
+
+def choose_first_layer(mode: str, model_fns: ModelFns, algorithm: Algorithm, params, fixed_x,
+                       models: int) -> tuple | None:
+    """How many-model training treats the first layer: the first dense kernel's path when it goes through the fixed
+    set's Gram matrix (:func:`train_gram`), ``None`` for direct training (:func:`~recon_jax.training.train`).
+
+    Args:
+      mode: ``"direct"`` (never the Gram path), ``"gram"`` (always; ``ValueError`` where it does not apply) or
+        ``"auto"`` (where it applies, :func:`gram_algorithm` and :func:`first_dense_layer`, and saves work,
+        :func:`gram_saves_work`).
+      model_fns, algorithm, params: the model, the training algorithm, (abstract) initial parameters.
+      fixed_x: the fixed set's inputs ``[n, ...]``.
+      models: how many models share the fixed set.
+
+    >>> from recon_jax.models import from_flax, balle_mnist_mlp
+    >>> from recon_jax.training import full_batch_gd
+    >>> mlp = from_flax(balle_mnist_mlp())
+    >>> p = jax.eval_shape(mlp.init, jax.random.key(0), jnp.zeros((1, 784)))
+    >>> choose_first_layer("auto", mlp, full_batch_gd(), p, jnp.zeros((100, 784)), models=64)
+    ('Dense_0', 'kernel')
+    >>> choose_first_layer("direct", mlp, full_batch_gd(), p, jnp.zeros((100, 784)), models=64) is None
+    True
+    """
+    if mode not in FIRST_LAYER_MODES:
+        raise ValueError(f"first_layer must be one of {FIRST_LAYER_MODES}; got {mode!r}")
+    if mode == "direct":
+        return None
+    found = first_dense_layer(model_fns, params, fixed_x) if gram_algorithm(algorithm) else None
+    if found is None:
+        if mode == "gram":
+            raise ValueError("first_layer='gram' needs full-batch, non-private training with the default optimizer "
+                             "and a model whose first dense layer reads the flattened input; use 'auto' or 'direct'")
+        return None
+    kernel_path, d, h = found
+    if mode == "gram" or gram_saves_work(fixed_x.shape[0], d, h, algorithm.epochs, models):
+        return kernel_path
+    return None
 
 
 def fixed_set_gram(fx) -> jax.Array:
@@ -162,7 +205,7 @@ def train_gram(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None
     True
     """
     alg = algorithm
-    if not _algorithm_fits(alg):
+    if not gram_algorithm(alg):
         raise ValueError("train_gram needs full-batch, non-private training with the default optimizer "
                          "(algorithm.batch_size None, clip_norm None, optimizer None)")
     if model_fns.tap is None:
@@ -171,7 +214,7 @@ def train_gram(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None
     n = fx.shape[0]
     params0 = starting_params(model_fns, alg, key, init_params, fx)
     if first_kernel is None:
-        found = _first_dense(model_fns, params0, fx)
+        found = first_dense_layer(model_fns, params0, fx)
         if found is None:
             raise ValueError("train_gram needs a model whose first dense layer reads the flattened input "
                              "(see gram_supported)")

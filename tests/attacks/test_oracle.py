@@ -101,15 +101,6 @@ def test_empirical_kappa_matches_brute_force():
                                [max(np.mean(d[i] <= e) for i in range(40)) for e in (0.05, 0.1)])
 
 
-def test_train_classifier_learns_separable_data(key):
-    from recon_jax.models import MLP
-
-    x = jax.random.normal(jax.random.key(1), (128, 6))
-    y = (x[:, 1] + x[:, 2] > 0).astype(jnp.int32)
-    v = oracle.train_classifier(MLP(features=(16, 2)), x, y, key, epochs=20, batch_size=32, learning_rate=1e-2)
-    assert float(jnp.mean(MLP(features=(16, 2)).apply(v, x).argmax(-1) == y)) > 0.95
-
-
 def test_estimate_kappa_matches_brute_force_over_records_and_means():
     rng = np.random.default_rng(3)
     pool = rng.uniform(size=(40, 6)).astype(np.float32)

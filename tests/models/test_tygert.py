@@ -51,15 +51,3 @@ def test_normalisations_roundtrip():
     np.testing.assert_allclose(np.asarray(tygert.normalize_cifar10(x)), np.linspace(-1, 1, 5), atol=1e-6)
 
 
-def test_train_classifier_learns_separable_data():
-    rng = np.random.default_rng(0)
-    y = rng.integers(0, 2, size=256)
-    x = rng.normal(size=(256, 28, 28, 1)).astype(np.float32) * 0.3
-    x[:, :8, :8, 0] += 2.0 * (2.0 * y - 1.0)[:, None, None]  # strong class signal in one corner
-    model = tygert.MNISTFeatureNet(width=32, num_classes=2)
-    losses = []
-    params = tygert.train_classifier(model, jnp.asarray(x), jnp.asarray(y), jax.random.key(0), epochs=3,
-                                     batch_size=32, epoch_callback=lambda e, p, loss: losses.append(float(loss)))
-    assert losses[-1] < losses[0] * 0.5, losses
-    acc = float(jnp.mean(jnp.argmax(model.apply(params, jnp.asarray(x)), -1) == jnp.asarray(y)))
-    assert acc > 0.95
