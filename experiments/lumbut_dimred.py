@@ -6,7 +6,8 @@ Reproduces, on the embedded MNIST: Figure 2 (test MSE vs |D-| per method, mean +
 (split encoder vs the Balle et al. MLP at |D-| = 199), Figure 3 (reconstruction grid), Figure 6 (additive
 noise defence, networks trained on clean data) and adds known-seed vs fresh-seed results for the randomised
 methods. Every grid point is saved atomically as it finishes (``points/``) and the shadow embeddings are stored
-in resumable chunk stores (``shadows/``): re-running the same command resumes.
+in resumable shadow stores (``shadow_stores/``, :func:`recon_jax.shadow.fill_store`): re-running the same command
+resumes. (``shadows/`` directories of runs before the shared store are not read.)
 
 Shadow splits: a random subset of the images is split into public train / validation / test points; the known
 members D- are drawn from the remaining images (one draw per (|D-|, repeat), shared by all methods). The test
@@ -185,7 +186,7 @@ def run(config, workdir: str) -> dict:
             n_jobs=config.n_jobs,
             progress=config.progress,
         )
-        sdir = os.path.join(cache, "shadows", tag)
+        sdir = os.path.join(cache, "shadow_stores", tag)
         emb = {}
         for name, idx, off in (("train", tr_idx[:ntr], 0), ("val", va_idx[:nva], ntr), ("test", te_idx[:nte], ntr + nva)):
             emb[name] = dimred.shadow_embeddings(
@@ -210,11 +211,11 @@ def run(config, workdir: str) -> dict:
                 batch_size=config.batch_size, max_epochs=config.max_epochs, patience=config.patience,
                 l1_weight=config.l1_weight, progress=config.progress,
             )
-            require_finite(atk.fit.val_loss, f"{kind} network validation loss ({tag})", "learning rate too large?")
+            require_finite(atk.eval_loss, f"{kind} network validation loss ({tag})", "learning rate too large?")
             rec_img = np.asarray(dimred.reconstruct(atk, emb["test"]))
             rec[f"{kind}_mse"] = float(np.mean(dimred.per_example_mse(rec_img, y["test"])))
-            rec[f"{kind}_best_epoch"] = int(atk.fit.best_epoch)
-            rec[f"{kind}_epochs"] = int(len(atk.fit.val_loss))
+            rec[f"{kind}_best_epoch"] = int(atk.best_epoch) - 1  # 0-based, as in points written before
+            rec[f"{kind}_epochs"] = int(atk.epochs_run)
             recon_arrays[kind] = rec_img[: max(1, config.n_grid_images)]
             attacks[kind] = atk
         # Noise defence (Sec. 6): split network trained on clean shadows, victim data noised before embedding.

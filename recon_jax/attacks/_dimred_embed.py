@@ -1,7 +1,8 @@
 """Dimensionality-reduction methods M: R^{n x d} -> R^{n x 2} for the Lumbut & Ponnoprat attack.
 
 PCA and sparse random projection are pure ``jnp`` (jittable, vmappable); MDS (SMACOF), Isomap and t-SNE come
-from scikit-learn and UMAP from umap-learn (host-side NumPy; imported lazily).
+from scikit-learn and UMAP from umap-learn (host-side NumPy; imported lazily). The public names are re-exported
+by :mod:`recon_jax.attacks.dimred`; import them from there.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ __all__ = [
     "METHODS",
     "DETERMINISTIC_METHODS",
     "JNP_METHODS",
+    "SKLEARN_METHODS",
     "SEED_POLICIES",
     "pca_embed",
     "srp_matrix",
     "srp_embed",
     "embed",
+    "sklearn_embed",
     "seed_from_key",
     "run_key",
 ]
@@ -169,9 +172,25 @@ def srp_embed(data: jax.Array, key: jax.Array, n_components: int = 2, density: f
     return jnp.asarray(data) @ r
 
 
-def seed_from_key(key: jax.Array) -> int:
-    """A non-negative 31-bit integer seed derived from a typed key (for scikit-learn / umap / NumPy)."""
-    return int(jax.random.randint(key, (), 0, 2**31 - 1))
+def _seed(key: jax.Array) -> jax.Array:
+    return jax.random.randint(key, (), 0, 2**31 - 1)
+
+
+def seed_from_key(key: jax.Array) -> int | np.ndarray:
+    """Non-negative 31-bit integer seeds derived from typed keys (for scikit-learn / umap / NumPy).
+
+    The one key-to-seed conversion of the DR attack: a scalar key gives an ``int``; an array of keys (e.g. the
+    per-run keys of :func:`run_key`) gives an ``int64`` array of the same shape, equal to the per-key seeds.
+
+    Example:
+        >>> import jax
+        >>> keys = jax.random.split(jax.random.key(0), 3)
+        >>> seed_from_key(keys).tolist() == [seed_from_key(k) for k in keys]
+        True
+    """
+    if key.ndim == 0:
+        return int(_seed(key))
+    return np.asarray(jax.vmap(_seed)(key.reshape(-1)), dtype=np.int64).reshape(key.shape)
 
 
 def run_key(key: jax.Array, seed_policy: str, run_index: int | jax.Array) -> jax.Array:

@@ -9,6 +9,12 @@ Attack (Algorithms 1-2): for each public point ``x'_j`` embed ``D- u {x'_j}`` wi
 paper's split encoder + transposed-conv decoder or the Balle et al. MLP from :mod:`recon_jax.models.dimred`),
 then apply it to the released embedding (:func:`reconstruct`).
 
+Shared machinery: the shadow embeddings are rows of a resumable shadow store
+(:func:`recon_jax.shadow.fill_store`: atomic chunks, SHA-256 checks, keyed by a hash of everything that
+determines them), and the network is trained by the shared reconstructor trainer
+(:func:`recon_jax.attacks.reconn.train_reconstructor`) with the paper's settings: Adam, MSE + L1, min-max input
+scaling, early stopping on the validation objective, BatchNorm in training mode.
+
 Randomness and the adversary's knowledge are explicit: every method takes a typed key, and the
 ``seed_policy`` of :func:`shadow_embeddings` says whether all runs share the victim's key (``"known"``) or
 draw fresh randomness per run (``"fresh"``, the paper's setting).
@@ -23,35 +29,31 @@ Methods: :func:`embed` (PCA and SRP in ``jnp``; MDS, Isomap, t-SNE from scikit-l
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+import functools
+import json
+from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
+import optax
 
 from recon_jax.attacks._dimred_embed import (
     DETERMINISTIC_METHODS,
+    JNP_METHODS,
     METHODS,
     SEED_POLICIES,
     embed,
     pca_embed,
     run_key,
     seed_from_key,
+    sklearn_embed,
     srp_embed,
     srp_matrix,
 )
-from recon_jax.attacks._dimred_shadow import insert_row, shadow_embeddings
-from recon_jax.attacks._dimred_train import (
-    EarlyStopping,
-    MinMaxScaler,
-    ReconstructorFit,
-    early_stopping_update,
-    fit_minmax,
-    predict,
-    recon_loss,
-    train_reconstructor,
-)
+from recon_jax.attacks.reconn import ReconstructorFit, reconstruct, train_reconstructor
 from recon_jax.models.dimred import make_reconstructor
+from recon_jax.shadow import array_digest, fill_store, key_fingerprint
 
 __all__ = [
     "METHODS",
@@ -65,29 +67,207 @@ __all__ = [
     "seed_from_key",
     "insert_row",
     "shadow_embeddings",
-    "EarlyStopping",
-    "early_stopping_update",
-    "MinMaxScaler",
-    "fit_minmax",
-    "recon_loss",
-    "ReconstructorFit",
-    "train_reconstructor",
-    "predict",
-    "DimRedAttack",
     "fit_attack",
     "reconstruct",
     "per_example_mse",
     "noise_defence_mse",
 ]
 
+_STORE_FORMAT = "recon_jax.attacks.dimred.shadow_embeddings/2"  # 2: rows of the shared shadow store
 
-class DimRedAttack(NamedTuple):
-    """A trained attack: the network, its best-validation variables, the input scaler and the training fit."""
 
-    net: nn.Module
-    variables: Any
-    scaler: MinMaxScaler
-    fit: ReconstructorFit
+def insert_row(known: jax.Array, x: jax.Array, target_row: int) -> jax.Array:
+    """Returns ``known`` [n-1, d] with ``x`` [d] inserted as row ``target_row`` ([n, d]).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> insert_row(jnp.zeros((2, 3)), jnp.ones(3), 1)[:, 0].tolist()
+        [0.0, 1.0, 0.0]
+    """
+    return jnp.concatenate([known[:target_row], x[None, :], known[target_row:]], axis=0)
+
+
+def _run_keys(key: jax.Array, seed_policy: str, indices: np.ndarray) -> jax.Array:
+    return jax.vmap(lambda i: run_key(key, seed_policy, i))(jnp.asarray(indices, dtype=jnp.uint32))
+
+
+def _noise_keys(noise_key: jax.Array, indices: np.ndarray) -> jax.Array:
+    return jax.vmap(lambda i: jax.random.fold_in(noise_key, i))(jnp.asarray(indices, dtype=jnp.uint32))
+
+
+@functools.lru_cache(maxsize=32)
+def _jnp_chunk_fn(method: str, target_row: int, noisy: bool, density: Any, solver: str = "auto"):
+    """``jit(vmap(...))`` embedding one chunk of candidates with PCA or SRP (cached: one trace per setting)."""
+
+    def one(known, x, key, noise_key, run_index, scale, sigma):
+        z = insert_row(known, x, target_row) * scale
+        if noisy:
+            z = z + sigma * jax.random.normal(jax.random.fold_in(noise_key, run_index), z.shape, z.dtype)
+        if method == "pca":
+            out = pca_embed(z, 2, solver)
+        else:
+            out = z @ srp_matrix(key, z.shape[1], 2, density)
+        return out.reshape(-1)
+
+    return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, None, 0, None, None)))
+
+
+def _sklearn_chunk(method, known, xs, seeds, noise_seeds, target_row, scale, sigma, opts):
+    """Worker: embeds each candidate of one chunk (host NumPy, runs in a joblib process)."""
+    out = []
+    for x, seed, nseed in zip(xs, seeds, noise_seeds):
+        z = np.concatenate([known[:target_row], x[None], known[target_row:]], axis=0).astype(np.float64) * scale
+        if sigma > 0:
+            z = z + sigma * np.random.default_rng(int(nseed)).standard_normal(z.shape)
+        out.append(np.asarray(sklearn_embed(method, z, int(seed), **opts), dtype=np.float32).reshape(-1))
+    return np.stack(out)
+
+
+def shadow_embeddings(
+    method: str,
+    known: Any,
+    candidates: Any,
+    key: jax.Array,
+    *,
+    seed_policy: str = "fresh",
+    index_offset: int = 0,
+    target_row: int = 0,
+    data_scale: float = 1.0,
+    noise_sigma: float = 0.0,
+    noise_key: jax.Array | None = None,
+    method_opts: dict | None = None,
+    store_dir: str | None = None,
+    chunk_size: int = 128,
+    n_jobs: int = 1,
+    progress: bool = True,
+) -> np.ndarray:
+    """Embeds ``D- u {x'_j}`` for every candidate (Lumbut & Ponnoprat, Alg. 1 lines 4-10), optionally with noise.
+
+    Run ``j`` (global run index ``index_offset + j``) uses the method key
+    ``run_key(key, seed_policy, index_offset + j)`` and, when ``noise_sigma > 0``, input noise
+    ``N(0, noise_sigma^2)`` added to every row of the scaled dataset (Sec. 6 defence) drawn from
+    ``fold_in(noise_key, index_offset + j)``; the scikit-learn / umap methods get these keys as integer seeds
+    (:func:`seed_from_key`). PCA and SRP run as one ``jax.jit(jax.vmap(...))`` per chunk; MDS / Isomap / t-SNE /
+    UMAP in joblib worker processes. Results do not depend on ``chunk_size``, ``n_jobs`` or resume point. Give
+    the train / validation / test candidate sets disjoint ``index_offset`` ranges so that under the ``"fresh"``
+    policy every run has its own randomness.
+
+    With ``store_dir`` the rows are a resumable shadow store (:func:`recon_jax.shadow.fill_store`): each chunk
+    is written atomically as it finishes, a re-run computes only the missing or corrupted chunks, and the
+    directory is keyed by a hash of everything that determines the rows (method and options, seed policy,
+    offsets, scale, noise, the keys, and the digests of ``known`` and ``candidates``).
+
+    Args:
+        method: one of ``METHODS``.
+        known: the known members D- ``[n-1, d]`` (images are flattened).
+        candidates: ``[m, d]`` public points x'_j (or the victim's targets).
+        key: typed key of the method's randomness (shadows: the adversary's; victim: the curator's).
+        seed_policy: ``"known"`` or ``"fresh"`` (see :func:`run_key`).
+        index_offset: global index of the first run.
+        target_row: row of the candidate in each embedded dataset (0 in the paper's code).
+        data_scale: the data are multiplied by this before noise and embedding (255 reproduces the
+            reference implementation, which embedded raw 8-bit MNIST pixels).
+        noise_sigma: standard deviation of the additive Gaussian input noise, in units of the scaled data.
+        noise_key: typed key of the noise (required when ``noise_sigma > 0``).
+        method_opts: options passed to the method (see :func:`embed`).
+        store_dir: directory of the resumable store (None: in memory only).
+        chunk_size: runs per chunk (and per worker task).
+        n_jobs: joblib worker processes for the scikit-learn / umap methods.
+        progress: show a tqdm progress bar.
+
+    Returns:
+        ``[m, 2n]`` float32 array; row ``j`` is the flattened embedding of run ``j`` (row-major, so the
+        candidate's two coordinates are entries ``2*target_row`` and ``2*target_row + 1``).
+
+    Raises:
+        ValueError: for invalid arguments, or (:class:`recon_jax.shadow.ShadowStoreMismatchError`) when
+            ``store_dir`` holds a different configuration.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> known, cands = rng.random((9, 16)), rng.random((4, 16))
+        >>> shadow_embeddings("pca", known, cands, jax.random.key(0), progress=False).shape
+        (4, 20)
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if seed_policy not in SEED_POLICIES:
+        raise ValueError(f"seed_policy must be one of {SEED_POLICIES}, got {seed_policy!r}")
+    known = np.asarray(known, dtype=np.float32)
+    candidates = np.asarray(candidates, dtype=np.float32)
+    known = known.reshape(known.shape[0], -1)
+    candidates = candidates.reshape(candidates.shape[0], -1)
+    if known.shape[0] < 2 or known.shape[1] != candidates.shape[1]:
+        raise ValueError(f"known must be [n-1 >= 2, d] matching candidates [m, d]; got {known.shape}, {candidates.shape}")
+    n = known.shape[0] + 1
+    if not 0 <= target_row < n:
+        raise ValueError(f"target_row must be in [0, {n - 1}], got {target_row}")
+    if index_offset < 0:
+        raise ValueError(f"index_offset must be >= 0, got {index_offset}")
+    if chunk_size < 1 or n_jobs < 1:
+        raise ValueError(f"chunk_size and n_jobs must be >= 1, got {chunk_size}, {n_jobs}")
+    if noise_sigma < 0:
+        raise ValueError(f"noise_sigma must be >= 0, got {noise_sigma}")
+    if noise_sigma > 0 and noise_key is None:
+        raise ValueError("noise_key is required when noise_sigma > 0")
+    if data_scale <= 0:
+        raise ValueError(f"data_scale must be > 0, got {data_scale}")
+    opts = dict(method_opts or {})
+    m = candidates.shape[0]
+    if m == 0:
+        return np.zeros((0, 2 * n), np.float32)
+    noisy = noise_sigma > 0
+    config = {
+        "format": _STORE_FORMAT,
+        "method": method,
+        "opts": json.loads(json.dumps(opts, sort_keys=True, default=str)),
+        "seed_policy": seed_policy,
+        "index_offset": int(index_offset),
+        "target_row": int(target_row),
+        "data_scale": float(data_scale),
+        "noise_sigma": float(noise_sigma),
+        "key": key_fingerprint(key),
+        "noise_key": key_fingerprint(noise_key) if noisy else None,
+        "known": array_digest(known),
+        "candidates": array_digest(candidates),
+    }
+
+    def compute_jnp(pieces):
+        fn = _jnp_chunk_fn(method, target_row, noisy, opts.get("density", "paper"), opts.get("solver", "auto"))
+        nkey = noise_key if noisy else jax.random.key(0)  # unused without noise
+        known_j = jnp.asarray(known)
+        for s, e in pieces:
+            idx = np.arange(index_offset + s, index_offset + e)
+            theta = fn(known_j, jnp.asarray(candidates[s:e]), _run_keys(key, seed_policy, idx), nkey,
+                       jnp.asarray(idx, jnp.uint32), jnp.float32(data_scale), jnp.float32(noise_sigma))
+            yield {"theta": np.asarray(theta, dtype=np.float32)}
+
+    def compute_sklearn(pieces):
+        all_idx = np.arange(index_offset, index_offset + m)
+        seeds = seed_from_key(_run_keys(key, seed_policy, all_idx))
+        nseeds = seed_from_key(_noise_keys(noise_key, all_idx)) if noisy else np.zeros(m, np.int64)
+        tasks = [(method, known, candidates[s:e], seeds[s:e], nseeds[s:e], target_row, float(data_scale),
+                  float(noise_sigma), opts) for s, e in pieces]
+        if n_jobs == 1:
+            chunks = (_sklearn_chunk(*t) for t in tasks)
+        else:
+            from joblib import Parallel, delayed
+
+            chunks = Parallel(n_jobs=n_jobs, return_as="generator")(delayed(_sklearn_chunk)(*t) for t in tasks)
+        for theta in chunks:
+            yield {"theta": theta}
+
+    rows = fill_store(store_dir, config, m, {"theta": ((2 * n,), "float32")},
+                      compute_jnp if method in JNP_METHODS else compute_sklearn, chunk_size=int(chunk_size),
+                      mmap=False, progress=progress, desc=f"shadow {method} n={n}")
+    return rows["theta"]
+
+
+@functools.lru_cache(maxsize=8)
+def _adam(learning_rate: float) -> optax.GradientTransformation:
+    """One Adam object per learning rate, so repeated fits of one network reuse one compiled training step."""
+    return optax.adam(learning_rate)
 
 
 def fit_attack(
@@ -100,24 +280,46 @@ def fit_attack(
     *,
     width: int = 64,
     target_row: int = 0,
-    **train_kwargs: Any,
-) -> DimRedAttack:
-    """Trains the reconstruction network on shadow pairs (Lumbut & Ponnoprat, Alg. 1 lines 11-12).
+    learning_rate: float = 1e-5,
+    batch_size: int = 64,
+    max_epochs: int = 500,
+    patience: int = 5,
+    l1_weight: float = 1.0,
+    checkpoint_dir: str | None = None,
+    progress: bool = False,
+) -> ReconstructorFit:
+    """Trains the reconstruction network on shadow pairs (Lumbut & Ponnoprat, Alg. 1 lines 11-12, Sec. 4.1).
 
-    Inputs are min-max scaled per feature with statistics of the shadow training set (as in the reference
-    implementation); the targets are the images in [0, 1].
+    The shared trainer (:func:`recon_jax.attacks.reconn.train_reconstructor`) with the paper's settings: Adam,
+    loss MSE + ``l1_weight`` * L1, inputs min-max scaled per feature with statistics of the shadow training set
+    (as in the reference implementation), targets the images in [0, 1], BatchNorm / dropout in training mode,
+    one jitted step per minibatch. After each epoch the objective over the whole validation set is computed in
+    evaluation mode; training stops after ``patience`` epochs without improvement and the parameters of the
+    best epoch are returned. (The public reference implementation compares only the last validation batch's
+    loss and keeps a reference to the live model, i.e. returns the final weights.)
 
     Args:
         kind: ``"split"`` (paper, Tables 1 + 3/5) or ``"mlp"`` (Balle et al. 2 x 1000 baseline).
         train_theta, val_theta: ``[m, 2n]`` shadow embeddings (:func:`shadow_embeddings`).
         train_images, val_images: ``[m, H, W, 1]`` the corresponding public points.
-        key: typed key.
+        key: typed key (initialisation, shuffling, dropout).
         width: decoder channel scale of the split network (64 = paper).
         target_row: the target's row used when the shadows were made.
-        **train_kwargs: passed to :func:`train_reconstructor` (learning_rate, batch_size, max_epochs, ...).
+        learning_rate: Adam step size (paper: 1e-5).
+        batch_size: minibatch size (paper: 64); clipped to ``m``.
+        max_epochs: maximum epochs (paper: 500).
+        patience: epochs without validation improvement before stopping (reference code: 5).
+        l1_weight: weight of the L1 term (paper: 1).
+        checkpoint_dir: resume training from per-epoch checkpoints in this directory (see the shared trainer).
+        progress: show a tqdm bar over epochs.
 
     Returns:
-        :class:`DimRedAttack`.
+        A :class:`recon_jax.attacks.reconn.ReconstructorFit`: ``model``, the best epoch's ``params``, the
+        min-max ``standardizer``, the curves ``losses`` / ``eval_loss`` (the early-stopping objective) /
+        ``eval_mse`` and ``best_epoch`` (1-based).
+
+    Raises:
+        ValueError: for malformed data or out-of-range hyper-parameters.
 
     Example:
         >>> import jax, numpy as np
@@ -127,22 +329,26 @@ def fit_attack(
         >>> reconstruct(atk, th[:3]).shape
         (3, 28, 28, 1)
     """
-    train_images = jnp.asarray(train_images, jnp.float32)
+    train_images = np.asarray(train_images, np.float32)
+    val_images = np.asarray(val_images, np.float32)
     if train_images.ndim != 4:
         raise ValueError(f"train_images must be [m, H, W, C], got shape {train_images.shape}")
-    scaler = fit_minmax(train_theta)
+    train_theta, val_theta = np.asarray(train_theta, np.float32), np.asarray(val_theta, np.float32)
+    if train_theta.ndim != 2 or train_theta.shape[0] < 1 or val_theta.ndim != 2 or val_theta.shape[0] < 1 \
+            or val_images.shape[0] != val_theta.shape[0]:
+        raise ValueError(f"train/val sets must be non-empty and matched, got {train_theta.shape}, "
+                         f"{train_images.shape}, {val_theta.shape}, {val_images.shape}")
+    if not (learning_rate > 0 and l1_weight >= 0):
+        raise ValueError(f"learning_rate > 0 and l1_weight >= 0 required, got {learning_rate}, {l1_weight}")
     net = make_reconstructor(kind, image_shape=train_images.shape[1:], width=width, target_row=target_row)
-    fit = train_reconstructor(net, scaler(train_theta), train_images, scaler(val_theta), val_images, key, **train_kwargs)
-    return DimRedAttack(net, fit.variables, scaler, fit)
-
-
-def reconstruct(attack: DimRedAttack, theta: Any) -> jax.Array:
-    """Reconstructs the target of each released embedding ``theta`` [N, 2n] (Alg. 2). Returns [N, H, W, 1].
-
-    Example:
-        >>> # see fit_attack
-    """
-    return predict(attack.net, attack.variables, attack.scaler(theta))
+    return train_reconstructor(
+        net, train_theta, train_images, key, epochs=max_epochs, batch_size=batch_size,
+        optimizer=_adam(float(learning_rate)), mae_weight=float(l1_weight), mse_weight=1.0, scaling="minmax",
+        eval_set=(val_theta, val_images), patience=patience, monitor="loss", train_flag=True,
+        step_loop="host",  # one jitted step per minibatch: no loop around the conv decoder (slow on XLA:CPU)
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_key=None if checkpoint_dir is None else {"optimizer": "adam", "learning_rate": learning_rate},
+        progress=progress)
 
 
 def per_example_mse(a: Any, b: Any) -> jax.Array:
@@ -159,11 +365,12 @@ def per_example_mse(a: Any, b: Any) -> jax.Array:
     return jnp.mean((a - b).reshape(a.shape[0], -1) ** 2, axis=1)
 
 
-def noise_defence_mse(attack: DimRedAttack, clean_theta: Any, noisy_theta: Any) -> jax.Array:
+def noise_defence_mse(attack: ReconstructorFit, clean_theta: Any, noisy_theta: Any) -> jax.Array:
     """Per-example MSE between reconstructions from clean and from noisy-data embeddings (paper Sec. 6, eq. 12).
 
-    The network was trained on clean shadows; the curator added noise before embedding. Eq. 12 sums over the
-    784 pixels; this returns the per-pixel mean (divide eq. 12 by d) so it is on the scale of the attack MSE.
+    The network (:func:`fit_attack`) was trained on clean shadows; the curator added noise before embedding.
+    Eq. 12 sums over the 784 pixels; this returns the per-pixel mean (divide eq. 12 by d) so it is on the scale
+    of the attack MSE.
 
     Example:
         >>> # see fit_attack; noise_defence_mse(atk, theta, theta) is all zeros

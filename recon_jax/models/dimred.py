@@ -67,8 +67,9 @@ class TorchConvTranspose(nn.Module):
       then interleaved (the sub-pixel / pixel-shuffle form; no multiplications by inserted zeros).
 
     Anything else is ``lax.conv_transpose``'s input-dilated convolution (:func:`recon_jax.models.conv.conv_transpose`).
-    ``conv_impl`` (:mod:`recon_jax.models.conv`) defaults to ``"lax"``: the DR trainer runs one jitted step per
-    minibatch, outside loops, where XLA's convolution is ~15% faster than the patch form for these decoders;
+    ``conv_impl`` (:mod:`recon_jax.models.conv`) defaults to ``"lax"``: the DR attack trains with one jitted step
+    per minibatch, outside loops (``step_loop="host"`` of the shared reconstructor trainer), where XLA's
+    convolution is ~15% faster than the patch form for these decoders;
     use ``"auto"`` when training inside ``lax.scan`` on CPU. ``tests/models/test_dimred_models.py`` checks all
     three paths against ``nn.ConvTranspose``.
     """

@@ -5,6 +5,9 @@
   first dense layer through the shared fixed set's Gram matrix where that saves work (``first_layer``).
 - :func:`load_shadow_models`, :class:`ShadowSet`, :class:`ShadowStore`, :class:`ShadowStoreMismatchError`,
   :class:`ShadowStoreLostError`, :class:`ShadowStoreCorruptError`.
+- :func:`fill_store`: the store's resume / write / consolidate protocol for any generator of fixed-shape rows (the
+  DR attack's shadow embeddings); :func:`config_hash`, :func:`array_digest`, :func:`key_fingerprint`: how a store
+  configuration is described and hashed.
 - :func:`default_mesh`, :func:`cpu_xla_flags`: device set-up (see :mod:`recon_jax.shadow.devices`).
 """
 
@@ -16,6 +19,10 @@ from recon_jax.shadow.store import (
     ShadowStoreCorruptError,
     ShadowStoreLostError,
     ShadowStoreMismatchError,
+    array_digest,
+    config_hash,
+    fill_store,
+    key_fingerprint,
     load_shadow_models,
 )
 
@@ -32,5 +39,9 @@ __all__ = [
     "ShadowStoreCorruptError",
     "ShadowStoreLostError",
     "ShadowStoreMismatchError",
+    "array_digest",
+    "config_hash",
+    "fill_store",
+    "key_fingerprint",
     "load_shadow_models",
 ]

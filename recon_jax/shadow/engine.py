@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from recon_jax.models.adapters import ModelFns, model_identity
 from recon_jax.models.flatten import layout_of
 from recon_jax.shadow.devices import MODEL_AXIS, default_mesh
-from recon_jax.shadow.store import ShadowSet, ShadowStore, array_digest
+from recon_jax.shadow.store import ShadowSet, ShadowStore, array_digest, host_key_data, key_fingerprint
 from recon_jax.training.algorithms import Algorithm
 from recon_jax.training.ghost import ghost_supported
 from recon_jax.training.gram import FIRST_LAYER_MODES, choose_first_layer, fixed_set_gram, train_gram
@@ -141,14 +141,6 @@ def _to_host(tree) -> dict:
         from jax.experimental import multihost_utils
         tree = multihost_utils.process_allgather(tree, tiled=True)
     return jax.tree_util.tree_map(np.asarray, tree)
-
-
-def _key_data(key):
-    if key is None:
-        return None
-    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        raise ValueError("keys must be typed keys from jax.random.key(...), not legacy uint32 PRNGKey arrays")
-    return np.asarray(jax.random.key_data(key))
 
 
 def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set, targets, key: jax.Array, *,
@@ -272,8 +264,8 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
         chunk_size = _default_chunk_per_device(mesh, model_fns, init_params, fx) * n_dev
     chunk = -(-chunk_size // n_dev) * n_dev
     key_impl = str(jax.random.key_impl(key)) if hasattr(key, "dtype") else "threefry2x32"
-    key_data = _key_data(key)
-    shuffle_data = _key_data(shuffle_key)
+    key_data = host_key_data(key)
+    shuffle_data = host_key_data(shuffle_key)
 
     if init_params is not None:
         init_params = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype), init_params)
@@ -303,7 +295,7 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
             "count": count,
             "dtype": np.dtype(dtype).name,
             "outputs": list(outputs),
-            "key": [key_impl, array_digest(key_data)],
+            "key": key_fingerprint(key),  # [key_impl, array_digest(key_data)]
             "shuffle_key": None if shuffle_data is None else array_digest(shuffle_data),
             "fixed_set": [array_digest(fx), array_digest(fy)],
             "targets": [array_digest(tx), array_digest(ty), array_digest(tw)],

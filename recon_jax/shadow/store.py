@@ -1,5 +1,10 @@
 """The resumable on-disk store of a shadow set: atomic chunk files plus a manifest.
 
+A store holds named outputs of fixed shape per row (``[count, *shape]``), computed and written chunk by chunk. The
+shadow-model engine stores one row per model (flat parameters with their :class:`~recon_jax.models.Layout`, probe
+logits, ...); the dimensionality-reduction attack stores one row per shadow embedding (no layout). Any other
+generator of fixed-shape rows uses :func:`fill_store`, which runs the resume / write / consolidate protocol below.
+
 Layout of a store directory::
 
     manifest.json                      format, config hash + description, count, layout, output shapes/dtypes
@@ -12,8 +17,11 @@ Every file is written atomically (temporary name, fsync, rename; :mod:`recon_jax
 ``kill -9``) leaves only complete files. On a re-run with the same configuration the engine recomputes only
 the missing models; a chunk that fails to load (truncated, corrupt zip CRC, SHA-256 mismatch, another
 configuration's hash, wrong indices or shapes) is deleted and recomputed. A different configuration on the
-same directory is refused (:class:`ShadowStoreMismatchError`). Chunk size and device count are not part of the
-configuration: the models do not depend on them.
+same directory is refused (:class:`ShadowStoreMismatchError`). The configuration is identified by
+:func:`recon_jax.io.stable_hash` of its description (:func:`config_hash`); stores written before that hash was
+adopted carry the older digest of the same description and still resume. Chunk size and device count are not
+part of the configuration: the rows do not depend on them. Typed keys enter a description as
+:func:`key_fingerprint` (implementation name and SHA-256 of the key data), arrays as :func:`array_digest`.
 
 One writer at a time: the writer holds an exclusive ``flock`` on ``<directory>.lock``, a file beside the store,
 so the lock outlives a deleted store directory; a second writer waits for it (then resumes, loads the finished
@@ -37,15 +45,18 @@ import re
 import socket
 import time
 import zipfile
-from typing import Any
+from typing import Any, Callable, Iterable
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from tqdm.auto import tqdm
 
-from recon_jax.io import atomic_save_npz, atomic_write_json
+from recon_jax.io import atomic_save_npz, atomic_write_json, stable_hash
 from recon_jax.models.flatten import Layout
 
 __all__ = ["ShadowSet", "ShadowStore", "ShadowStoreCorruptError", "ShadowStoreLostError", "ShadowStoreMismatchError",
-           "load_shadow_models", "config_hash"]
+           "load_shadow_models", "fill_store", "config_hash", "array_digest", "host_key_data", "key_fingerprint"]
 
 FORMAT = "recon_jax.shadow/2"  # 2: chunk checksums + config hash, .npy checksums in the manifest, writer lock
 _CHUNK_RE = re.compile(r"^chunk-(\d{9})-(\d{9})\.npz$")
@@ -74,14 +85,15 @@ class ShadowSet:
       arrays: output name -> array with a leading model axis ``[K, ...]`` (NumPy; memory-mapped when loaded
         from a completed store). Names: ``params`` ``[K, P]``, ``probe_logits`` ``[K, n_probe, classes]``,
         ``eval_accuracy`` ``[K]``, ``target_loss`` ``[K]``, ``final_loss`` ``[K]``.
-      layout: the :class:`~recon_jax.models.Layout` of the flat parameters.
+      layout: the :class:`~recon_jax.models.Layout` of the flat parameters (None for rows that are not model
+        parameters, e.g. the DR attack's shadow embeddings).
       count: K.
       directory: the store directory, if any.
       config: the configuration description that was hashed.
     """
 
     arrays: dict[str, np.ndarray]
-    layout: Layout
+    layout: Layout | None
     count: int
     directory: str | None = None
     config: dict | None = None
@@ -98,12 +110,18 @@ class ShadowSet:
         return self.arrays["params"]
 
 
-def _sha(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+def _legacy_config_hash(config: dict) -> str:
+    """The digest stores were keyed by before :func:`config_hash` became :func:`recon_jax.io.stable_hash`."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def array_digest(a) -> str:
-    """SHA-256 of an array's dtype, shape and bytes."""
+    """SHA-256 of an array's dtype, shape and bytes.
+
+    >>> import numpy as np
+    >>> array_digest(np.zeros(2)) == array_digest(np.zeros(2)) != array_digest(np.zeros(2, np.float32))
+    True
+    """
     a = np.ascontiguousarray(np.asarray(a))
     h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
     h.update(a.tobytes())
@@ -111,8 +129,42 @@ def array_digest(a) -> str:
 
 
 def config_hash(config: dict) -> str:
-    """Stable hash of a JSON-compatible configuration description."""
-    return _sha(config)
+    """Stable hash of a JSON-compatible configuration description (:func:`recon_jax.io.stable_hash`).
+
+    >>> config_hash({"a": 1, "b": [2]}) == config_hash({"b": [2], "a": 1})
+    True
+    """
+    return stable_hash(config)
+
+
+def host_key_data(key: jax.Array | None) -> np.ndarray | None:
+    """The raw data of a typed key as a host array (None for None).
+
+    Raises:
+      ValueError: for a legacy ``uint32`` ``PRNGKey`` array (the engine and the stores take typed keys only).
+
+    >>> import jax
+    >>> host_key_data(jax.random.key(0)).shape
+    (2,)
+    """
+    if key is None:
+        return None
+    if not (hasattr(key, "dtype") and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)):
+        raise ValueError("keys must be typed keys from jax.random.key(...), not legacy uint32 PRNGKey arrays")
+    return np.asarray(jax.random.key_data(key))
+
+
+def key_fingerprint(key: jax.Array | None) -> list[str] | None:
+    """How a store configuration names a typed key: ``[implementation, SHA-256 of the key data]`` (None for None).
+
+    >>> import jax
+    >>> key_fingerprint(jax.random.key(0)) == key_fingerprint(jax.random.key(0)) != key_fingerprint(jax.random.key(1))
+    True
+    """
+    if key is None:
+        return None
+    data = host_key_data(key)
+    return [str(jax.random.key_impl(key)), array_digest(data)]
 
 
 def _file_sha256(path: str) -> str:
@@ -199,24 +251,33 @@ class ShadowStore:
         with open(self.manifest_path) as f:
             return json.load(f)
 
-    def open(self, config: dict, count: int, layout: Layout, output_specs: dict[str, tuple[tuple, str]]) -> dict:
-        """Creates the manifest, or checks that the existing one has the same configuration hash."""
+    def open(self, config: dict, count: int, layout: Layout | None,
+             output_specs: dict[str, tuple[tuple, str]]) -> dict:
+        """Creates the manifest, or checks that the existing one has the same configuration hash.
+
+        Args:
+          config: JSON-compatible description of everything that determines the rows (hashed).
+          count: number of rows.
+          layout: the parameter layout of model rows (None for other rows).
+          output_specs: output name -> (per-row shape, dtype string).
+        """
         digest = config_hash(config)
         existing = self.read_manifest()
         if existing is not None:
-            if existing.get("format") != FORMAT or existing.get("config_hash") != digest:
+            if existing.get("format") != FORMAT or existing.get("config_hash") not in (digest,
+                                                                                    _legacy_config_hash(config)):
                 raise ShadowStoreMismatchError(
                     f"{self.directory} holds a shadow set with a different configuration "
                     f"(hash {existing.get('config_hash', '?')[:12]} != {digest[:12]}); "
                     "use a new directory, or delete this one to regenerate")
-            self._own(digest)
+            self._own(existing["config_hash"])
             return existing
         manifest = {
             "format": FORMAT,
             "config_hash": digest,
             "config": config,
             "count": int(count),
-            "layout": layout.to_json(),
+            "layout": None if layout is None else layout.to_json(),
             "outputs": {k: {"shape": list(s), "dtype": d} for k, (s, d) in output_specs.items()},
             "complete": False,
         }
@@ -371,8 +432,8 @@ class ShadowStore:
         if manifest is None:
             raise FileNotFoundError(f"no shadow store manifest in {self.directory}")
         if not manifest.get("complete"):
-            raise RuntimeError(f"shadow store {self.directory} is incomplete; re-run generate_shadow_models "
-                               "with the same arguments to resume it")
+            raise RuntimeError(f"shadow store {self.directory} is incomplete; re-run the call that wrote it "
+                               "(e.g. generate_shadow_models) with the same arguments to resume it")
         if verify:
             self.verify(manifest)
         arrays = {}
@@ -386,8 +447,9 @@ class ShadowStore:
                 raise ShadowStoreCorruptError(f"{name}.npy in {self.directory} has shape {a.shape}, manifest says "
                                    f"{(manifest['count'], *spec['shape'])}")
             arrays[name] = a
-        return ShadowSet(arrays=arrays, layout=Layout.from_json(manifest["layout"]), count=manifest["count"],
-                         directory=self.directory, config=manifest["config"])
+        layout = None if manifest.get("layout") is None else Layout.from_json(manifest["layout"])
+        return ShadowSet(arrays=arrays, layout=layout, count=manifest["count"], directory=self.directory,
+                         config=manifest["config"])
 
 
 def load_shadow_models(directory: str | os.PathLike, mmap: bool = True, verify: bool = True) -> ShadowSet:
@@ -412,3 +474,95 @@ def load_shadow_models(directory: str | os.PathLike, mmap: bool = True, verify: 
     FileNotFoundError: no shadow store manifest in ...
     """
     return ShadowStore(directory).load(mmap=mmap, verify=verify)
+
+
+def fill_store(directory: str | os.PathLike | None, config: dict, count: int,
+               output_specs: dict[str, tuple[tuple, str]],
+               compute: Callable[[list[tuple[int, int]]], Iterable[dict[str, np.ndarray]]], *, chunk_size: int,
+               layout: Layout | None = None, mmap: bool = True, progress: bool = False,
+               desc: str = "rows") -> ShadowSet:
+    """Computes ``count`` rows chunk by chunk and returns them; with ``directory``, resumably through a store.
+
+    ``compute(pieces)`` gets the row ranges ``[(start, stop), ...]`` still to do, in order, and yields one dict
+    ``{output: [stop - start, *shape]}`` per range in the same order (a generator, so each chunk is written as
+    soon as it is done). Rows must not depend on how they are chunked.
+
+    With ``directory`` (see the module docstring): takes the writer lock, opens or creates the manifest of
+    ``config`` (:class:`ShadowStoreMismatchError` if the directory holds another configuration), computes only
+    the ranges no valid chunk covers (chunks of at most ``chunk_size`` rows), writes each chunk atomically,
+    consolidates and returns the loaded store (memory-mapped if ``mmap``). A complete store is loaded (and its
+    checksums verified) without computing anything. Without ``directory`` everything stays in memory.
+
+    Args:
+      directory: the store directory, or None.
+      config: JSON-compatible description of everything that determines the rows (:func:`config_hash`).
+      count: number of rows (>= 1).
+      output_specs: output name -> (per-row shape, dtype string).
+      compute: see above.
+      chunk_size: rows per chunk (>= 1).
+      layout: parameter layout recorded with model rows (None otherwise).
+      mmap: memory-map the loaded store's arrays.
+      progress: show a tqdm bar over rows.
+      desc: the bar's label.
+
+    Returns:
+      A :class:`ShadowSet` with one ``[count, *shape]`` array per output.
+
+    Raises:
+      ValueError: for a bad ``count`` or ``chunk_size``, or a chunk of the wrong shape or dtype;
+      ShadowStoreMismatchError, ShadowStoreCorruptError: see :class:`ShadowStore`.
+
+    >>> import numpy as np, tempfile
+    >>> rows = lambda pieces: ({"x": np.arange(s, e, dtype=np.float32)[:, None]} for s, e in pieces)
+    >>> d = tempfile.mkdtemp() + "/store"
+    >>> fill_store(d, {"what": "arange"}, 5, {"x": ((1,), "float32")}, rows, chunk_size=2)["x"].ravel().tolist()
+    [0.0, 1.0, 2.0, 3.0, 4.0]
+    """
+    if not (isinstance(count, (int, np.integer)) and count >= 1):
+        raise ValueError(f"count must be an integer >= 1, got {count!r}")
+    if not (isinstance(chunk_size, (int, np.integer)) and chunk_size >= 1):
+        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    specs = {k: (tuple(int(d) for d in s), np.dtype(t).str) for k, (s, t) in output_specs.items()}
+
+    def checked(start, stop, arrays):
+        for name, (shape, dtype) in specs.items():
+            a = arrays.get(name)
+            if a is None or tuple(a.shape) != (stop - start, *shape) or np.dtype(a.dtype).str != dtype:
+                got = None if a is None else (tuple(a.shape), np.dtype(a.dtype).str)
+                raise ValueError(f"compute gave output {name!r} as {got} for rows [{start}, {stop}), "
+                                 f"expected ({(stop - start, *shape)}, {dtype!r})")
+        return {k: np.asarray(arrays[k]) for k in specs}
+
+    def run(ranges, write):
+        pieces = [(s, min(s + chunk_size, e)) for a, e in ranges for s in range(a, e, chunk_size)]
+        bar = tqdm(total=count, initial=count - sum(e - s for s, e in pieces), desc=desc, unit="row",
+                   disable=not progress or not pieces, leave=False)
+        done = 0
+        for (start, stop), arrays in zip(pieces, compute(pieces)):
+            write(start, stop, checked(start, stop, arrays))
+            bar.update(stop - start)
+            done += 1
+        bar.close()
+        if done != len(pieces):
+            raise ValueError(f"compute yielded {done} chunks for {len(pieces)} row ranges")
+
+    if directory is None:
+        arrays = {k: np.empty((count, *s), d) for k, (s, d) in specs.items()}
+
+        def keep(start, stop, chunk):
+            for k, v in chunk.items():
+                arrays[k][start:stop] = v
+
+        run([(0, count)], keep)
+        return ShadowSet(arrays=arrays, layout=layout, count=int(count), config=config)
+    store = ShadowStore(directory)
+    store.acquire()  # one writer at a time: waits while another process writes this store
+    try:
+        manifest = store.open(config, count, layout, {k: (s, d) for k, (s, d) in specs.items()})
+        store.clean_leftovers(manifest)
+        if not manifest.get("complete"):
+            run(store.missing_ranges(manifest), store.write_chunk)
+            store.consolidate(manifest)
+    finally:
+        store.release()
+    return store.load(mmap=mmap)

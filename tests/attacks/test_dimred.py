@@ -1,5 +1,6 @@
 """Tests for recon_jax.attacks.dimred (Lumbut & Ponnoprat): embeddings, shadow store, training, experiment."""
 
+import dataclasses
 import glob
 import json
 import os
@@ -7,9 +8,12 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
+from recon_jax import shadow
 from recon_jax.attacks import dimred as D
+from recon_jax.attacks import reconn as R
 
 
 def _data(n=12, d=16, seed=0):
@@ -187,13 +191,23 @@ def test_chunking_and_noise_reproducible():
         D.shadow_embeddings("pca", known, cands, key, noise_sigma=1.0, progress=False)
 
 
-def test_store_resume_corruption_and_config_guard(tmp_path):
+def test_store_resume_corruption_and_config_guard(tmp_path, monkeypatch):
     known, cands = _data(6, 10), _data(7, 10, seed=1)
     key = jax.random.key(0)
     store = str(tmp_path / "s")
     kw = dict(chunk_size=3, progress=False, store_dir=store, method_opts={"n_neighbors": 3})
-    a = D.shadow_embeddings("isomap", known, cands, key, **kw)
-    chunks = sorted(glob.glob(os.path.join(store, "chunk_*.npz")))
+    in_memory = D.shadow_embeddings("isomap", known, cands, key, **{**kw, "store_dir": None})
+    # A run that dies after writing its chunks (before consolidating them) leaves three chunk files.
+    real_consolidate = shadow.ShadowStore.consolidate
+
+    def die(self, manifest):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shadow.ShadowStore, "consolidate", die)
+    with pytest.raises(KeyboardInterrupt):
+        D.shadow_embeddings("isomap", known, cands, key, **kw)
+    monkeypatch.setattr(shadow.ShadowStore, "consolidate", real_consolidate)
+    chunks = sorted(glob.glob(os.path.join(store, "chunks", "chunk-*.npz")))
     assert len(chunks) == 3 and os.path.exists(os.path.join(store, "manifest.json"))
     # Corrupt one chunk (truncate) and tamper with another's data (digest mismatch): both are recomputed.
     with open(chunks[0], "r+b") as f:
@@ -202,10 +216,20 @@ def test_store_resume_corruption_and_config_guard(tmp_path):
         parts = dict(f)
     parts["theta"] = parts["theta"] + 1.0
     np.savez(chunks[1], **parts)
-    mtimes = {c: os.path.getmtime(c) for c in chunks}
+    written = []
+    real_write = shadow.ShadowStore.write_chunk
+
+    def record(self, start, stop, arrays):
+        written.append((start, stop))
+        real_write(self, start, stop, arrays)
+
+    monkeypatch.setattr(shadow.ShadowStore, "write_chunk", record)
     b = D.shadow_embeddings("isomap", known, cands, key, **kw)
-    np.testing.assert_array_equal(a, b)
-    assert os.path.getmtime(chunks[2]) == mtimes[chunks[2]]  # the intact chunk was not rewritten
+    np.testing.assert_array_equal(in_memory, b)
+    assert written == [(0, 3), (3, 6)]  # the intact chunk [6, 7) was not recomputed or rewritten
+    # The finished store is reloaded without computing anything, and another configuration is refused.
+    np.testing.assert_array_equal(D.shadow_embeddings("isomap", known, cands, key, **kw), in_memory)
+    assert written == [(0, 3), (3, 6)]
     with pytest.raises(ValueError, match="different configuration"):
         D.shadow_embeddings("isomap", known, cands, jax.random.key(1), **kw)
 
@@ -214,17 +238,17 @@ def test_store_resume_corruption_and_config_guard(tmp_path):
 
 
 def test_early_stopping_update_sequence():
+    # The shared trainer's rule (recon_jax.attacks.reconn.early_stopping), which the DR attack trains with.
     losses = [3.0, 2.0, 2.5, 1.0, 1.5, 1.2, 1.1, 0.5]
-    state, best_epochs, stopped = D.EarlyStopping(), [], None
-    for epoch, loss in enumerate(losses):
-        state, improved, stop = D.early_stopping_update(state, loss, epoch, patience=3)
-        best_epochs.append(state.best_epoch)
+    stopped = None
+    for epoch in range(len(losses)):
+        best_epoch, stop = R.early_stopping(losses[: epoch + 1], patience=3)
         if stop:
             stopped = epoch
             break
-    assert stopped == 6 and state.best_epoch == 3 and state.best_loss == 1.0
-    state, improved, _ = D.early_stopping_update(D.EarlyStopping(), float("nan"), 0, patience=2)
-    assert not improved and state.best_epoch == -1
+    assert stopped == 6 and best_epoch == 4 and losses[best_epoch - 1] == 1.0  # best_epoch is 1-based
+    best_epoch, stop = R.early_stopping([float("nan")], patience=2)
+    assert best_epoch == 0 and not stop  # a NaN is never an improvement
 
 
 def test_training_keeps_best_validation_model():
@@ -235,13 +259,16 @@ def test_training_keeps_best_validation_model():
     y_train = np.ones((64, 2, 2, 1), np.float32)
     y_val = np.full((16, 2, 2, 1), 0.4, np.float32)  # val loss falls while outputs rise to 0.4, then grows
     net = BalleMLP(image_shape=(2, 2, 1), hidden=(16,))
-    fit = D.train_reconstructor(net, x, y_train, x[:16], y_val, jax.random.key(0), learning_rate=3e-3,
-                                batch_size=16, max_epochs=60, patience=4)
-    hist = fit.val_loss
-    assert fit.best_epoch == int(np.argmin(hist))
-    assert fit.best_epoch < len(hist) - 1  # training went past the best epoch, so the choice matters
-    best = float(D.recon_loss(D.predict(net, fit.variables, x[:16]), y_val))
-    final = float(D.recon_loss(D.predict(net, fit.final_variables, x[:16]), y_val))
+    # The DR attack's training settings (fit_attack) on the shared trainer.
+    fit = R.train_reconstructor(net, x, y_train, jax.random.key(0), eval_set=(x[:16], y_val),
+                                optimizer=optax.adam(3e-3), scaling="minmax", monitor="loss", train_flag=True,
+                                batch_size=16, epochs=60, patience=4, stream_rows=16, progress=False)
+    hist = fit.eval_loss
+    assert fit.best_epoch == int(np.argmin(hist)) + 1  # 1-based
+    assert fit.best_epoch < len(hist)  # training went past the best epoch, so the choice matters
+    best = float(R.reconstruction_loss(y_val, R.reconstruct(fit, x[:16])))
+    final = float(R.reconstruction_loss(y_val, R.reconstruct(dataclasses.replace(fit, params=fit.final_params),
+                                                             x[:16])))
     np.testing.assert_allclose(best, hist.min(), rtol=1e-5)  # float32 recomputation of the same quantity
     assert final > best + 1e-4
 
@@ -284,8 +311,8 @@ def test_fit_attack_trains_the_split_network():
     th = D.shadow_embeddings("pca", known, imgs.reshape(n, -1), jax.random.key(0), progress=False)
     atk = D.fit_attack("split", th[:256], imgs[:256], th[256:288], imgs[256:288], jax.random.key(1), width=2,
                        learning_rate=3e-3, batch_size=32, max_epochs=40, patience=40, progress=False)
-    assert atk.net.__class__.__name__ == "SplitReconstructor"
-    assert atk.fit.val_loss[-1] < 0.5 * atk.fit.val_loss[0]
+    assert atk.model.__class__.__name__ == "SplitReconstructor"
+    assert atk.eval_loss[-1] < 0.5 * atk.eval_loss[0]
     mse = float(jnp.mean(D.per_example_mse(D.reconstruct(atk, th[288:]), imgs[288:])))
     baseline = float(np.mean((imgs[288:] - imgs[:256].mean(0)) ** 2))
     assert mse < 0.8 * baseline, (mse, baseline)

@@ -231,3 +231,110 @@ def test_early_stopping_returns_best_epoch():
     with pytest.raises(ValueError, match="checkpoint_key"):
         reconn.train_reconstructor(reconstructors.reconstructor_mlp((6,), (8,)), f, t, jax.random.key(0),
                                    optimizer=optax.sgd(0.1), checkpoint_dir="unused", progress=False)
+
+
+# ---------------------------------------------------------------- options of the DR attack (Lumbut & Ponnoprat)
+
+def test_fit_minmax_and_the_scaling_option():
+    rng = np.random.default_rng(4)
+    f = rng.normal(size=(3000, 5)).astype(np.float32)
+    f[:, 2] = 7.0  # constant: span 1
+    s = reconn.fit_minmax(f)
+    np.testing.assert_array_equal(s.mean, f.min(0))  # min and max are exact in any block order
+    np.testing.assert_array_equal(s.scale, np.where(np.ptp(f, 0) > 0, np.ptp(f, 0), 1))
+    z = np.asarray(reconn.standardize(s, f))
+    assert z.min() == 0.0 and z.max() == 1.0
+    t = f[:, :2]
+    fit = reconn.train_reconstructor(reconstructors.reconstructor_mlp((2,), (8,)), f[:64], t[:64], jax.random.key(0),
+                                     epochs=1, batch_size=16, scaling="minmax", progress=False)
+    np.testing.assert_array_equal(fit.standardizer.mean, f[:64].min(0))
+    with pytest.raises(ValueError, match="scaling"):
+        reconn.train_reconstructor(reconstructors.reconstructor_mlp((2,), (8,)), f, t, jax.random.key(0),
+                                   scaling="robust", progress=False)
+
+
+def test_early_stopping_rule():
+    assert reconn.early_stopping([], patience=2) == (0, False)
+    assert reconn.early_stopping([1.0, 0.95, 0.94], patience=2, min_delta=0.1) == (1, True)  # too small to count
+    assert reconn.early_stopping([float("nan"), 2.0, float("nan"), 3.0], patience=2) == (2, True)
+    assert reconn.early_stopping([3.0, 2.0, 1.0], patience=None) == (3, False)
+
+
+def test_monitor_loss_keeps_the_best_objective_and_the_final_params():
+    f, t = _toy_task(200)
+    t_noise = np.random.default_rng(1).uniform(size=t.shape).astype(np.float32)
+    kw = dict(optimizer=optax.adam(3e-2), mae_weight=0.5, monitor="loss")
+    fit = _fit(f, t_noise, epochs=60, patience=2, **kw)
+    assert fit.stopped_early and fit.best_epoch == int(np.argmin(fit.eval_loss)) + 1
+    out = reconn.reconstruct(fit, f[160:])
+    np.testing.assert_allclose(reconn.reconstruction_loss(t_noise[160:], out, 0.5, 1.0), fit.eval_loss.min(),
+                               rtol=1e-5)  # float32 recomputation of the same quantity
+    np.testing.assert_allclose(np.mean((np.asarray(out) - t_noise[160:]) ** 2), fit.eval_mse[fit.best_epoch - 1],
+                               rtol=1e-5)
+    # final_params are the last epoch's: a run of that many epochs without early stopping ends with them.
+    last = _fit(f, t_noise, epochs=fit.epochs_run, **kw)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, fit.final_params, last.params)
+    with pytest.raises(ValueError, match="monitor"):
+        _fit(f, t, monitor="mae")
+
+
+def _bn_dropout_model():
+    import flax.linen as nn
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x, train: bool = False):
+            h = nn.Dense(16)(x)
+            h = nn.BatchNorm(use_running_average=not train, momentum=0.9)(h)
+            h = nn.Dropout(0.3, deterministic=not train)(nn.relu(h))
+            return nn.sigmoid(nn.Dense(6)(h))
+
+    return Net()
+
+
+def test_train_flag_trains_batchnorm_and_dropout_models():
+    f, t = _toy_task(200)
+    model = _bn_dropout_model()
+    kw = dict(epochs=3, batch_size=16, progress=False, eval_set=(f[160:], t[160:]), train_flag=True)
+    fit = reconn.train_reconstructor(model, f[:160], t[:160], jax.random.key(3), **kw)
+    init = model.init(jax.random.fold_in(jax.random.key(3), 0), jnp.zeros((1, 10)), train=False)
+    assert set(fit.params) == {"params", "batch_stats"}
+    assert not np.allclose(fit.params["batch_stats"]["BatchNorm_0"]["mean"], init["batch_stats"]["BatchNorm_0"]["mean"])
+    # Evaluation mode (running statistics, no dropout): deterministic, and what the recorded eval MSE measured.
+    out = reconn.reconstruct(fit, f[160:])
+    np.testing.assert_array_equal(out, reconn.reconstruct(fit, f[160:]))
+    np.testing.assert_allclose(np.mean((np.asarray(out) - t[160:]) ** 2), fit.eval_mse[-1], rtol=1e-5)
+    # Dropout keys come from the step index: the result does not depend on the streaming block size, and the host
+    # loop of jitted steps agrees with the scan up to float rounding.
+    streamed = reconn.train_reconstructor(model, f[:160], t[:160], jax.random.key(3), stream_rows=48, **kw)
+    np.testing.assert_array_equal(streamed.losses, fit.losses)
+    host = reconn.train_reconstructor(model, f[:160], t[:160], jax.random.key(3), step_loop="host", **kw)
+    np.testing.assert_allclose(host.losses, fit.losses, rtol=1e-4)
+    np.testing.assert_allclose(host.eval_mse, fit.eval_mse, rtol=1e-4)
+    with pytest.raises(ValueError, match="step_loop"):
+        reconn.train_reconstructor(model, f, t, jax.random.key(3), step_loop="python", progress=False)
+
+
+def test_train_flag_resumes_from_a_checkpoint(tmp_path):
+    f, t = _toy_task(200)
+    model = _bn_dropout_model()
+    kw = dict(batch_size=16, progress=False, eval_set=(f[160:], t[160:]), train_flag=True, monitor="loss")
+    full = reconn.train_reconstructor(model, f[:160], t[:160], jax.random.key(3), epochs=4, **kw)
+    reconn.train_reconstructor(model, f[:160], t[:160], jax.random.key(3), epochs=2, checkpoint_dir=str(tmp_path),
+                               **kw)
+    resumed = reconn.train_reconstructor(model, f[:160], t[:160], jax.random.key(3), epochs=4,
+                                         checkpoint_dir=str(tmp_path), **kw)
+    assert resumed.resumed_from == 2
+    _same_fit(full, resumed)
+    np.testing.assert_array_equal(full.eval_loss, resumed.eval_loss)
+
+
+def test_repeated_fits_with_one_optimizer_compile_once():
+    f, t = _toy_task(64)
+    model = reconstructors.reconstructor_mlp((6,), (8,))
+    opt = optax.adam(1e-2)
+    reconn.train_reconstructor(model, f, t, jax.random.key(0), epochs=1, batch_size=16, optimizer=opt, progress=False)
+    before = reconn._make_steps.cache_info()
+    reconn.train_reconstructor(model, f, t, jax.random.key(1), epochs=1, batch_size=16, optimizer=opt, progress=False)
+    after = reconn._make_steps.cache_info()
+    assert after.hits == before.hits + 1 and after.misses == before.misses
