@@ -33,6 +33,7 @@ from recon_jax import data
 from recon_jax.bounds import dithered_accuracy, feature_rms, hcr_bounds_batch, rademacher_perturbation
 from recon_jax.models import tygert
 from recon_jax.report.hcr import plot_bound_histograms, plot_rademacher_grid
+from recon_jax.training import train_classifier
 
 SMOKE = bool(os.environ.get("RECON_JAX_SMOKE"))
 
@@ -55,7 +56,7 @@ if num_train:
     x_train, y_train, x_test, y_test = x_train[:num_train], y_train[:num_train], x_test[:num_train], y_test[:num_train]
 x_train, x_test = tygert.normalize_mnist(x_train), tygert.normalize_mnist(x_test)
 model = tygert.MNISTFeatureNet(width=width)
-params = tygert.train_classifier(model, x_train, y_train, jax.random.key(0), epochs=epochs)
+params = train_classifier(model, x_train, y_train, jax.random.key(0), epochs=epochs, weight_decay=1e-2)
 feature_fn, classifier_fn = tygert.feature_and_classifier_fns(model, params)
 
 # %%
