@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 import math
 import os
 import time
@@ -43,7 +41,7 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
-from recon_jax.io import atomic_save_npz
+from recon_jax.io import array_digest, atomic_save_npz, stable_hash
 from recon_jax.models.flatten import Layout, select
 
 __all__ = [
@@ -409,18 +407,9 @@ def _eval_loss(outputs, targets, mae_weight, mse_weight):
     return reconstruction_loss(targets, outputs, mae_weight, mse_weight)
 
 
-def _digest_rows(a, block: int = 4096) -> str:
-    """SHA-256 of an array's dtype, shape and bytes, read in row blocks (no whole copy of a memory map)."""
-    a_host = a if not isinstance(a, jax.Array) else np.asarray(a)
-    h = hashlib.sha256(f"{np.dtype(a_host.dtype).str}{tuple(a_host.shape)}".encode())
-    for start in range(0, a_host.shape[0], block):
-        h.update(np.ascontiguousarray(a_host[start:start + block]).tobytes())
-    return h.hexdigest()
-
-
 def _tree_digest(tree) -> str:
     leaves = jax.tree_util.tree_leaves(tree)
-    return hashlib.sha256("".join(_digest_rows(np.atleast_1d(np.asarray(x))) for x in leaves).encode()).hexdigest()
+    return stable_hash([array_digest(np.atleast_1d(np.asarray(x))) for x in leaves])
 
 
 class _Checkpoint:
@@ -432,7 +421,7 @@ class _Checkpoint:
     """
 
     def __init__(self, directory: str, key_description: dict):
-        digest = hashlib.sha256(json.dumps(key_description, sort_keys=True, default=str).encode()).hexdigest()
+        digest = stable_hash(key_description)
         self.path = os.path.join(os.fspath(directory), f"reconstructor-{digest[:24]}.npz")
         self.description = key_description
 
@@ -617,10 +606,10 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
             "weights": [float(mae_weight), float(mse_weight), float(adversarial_weight), float(perceptual_weight)],
             "discriminator_learning_rate": float(discriminator_learning_rate), "batch_size": bs,
             "key": np.asarray(jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
-                              else key).tolist(), "features": _digest_rows(f),
-            "targets": _digest_rows(t), "standardizer": _tree_digest(tuple(scaler)),
+                              else key).tolist(), "features": array_digest(f),
+            "targets": array_digest(t), "standardizer": _tree_digest(tuple(scaler)),
             "init_params": None if init_params is None else _tree_digest(init_params),
-            "eval_set": None if eval_set is None else [_digest_rows(ef), _digest_rows(et)],
+            "eval_set": None if eval_set is None else [array_digest(ef), array_digest(et)],
             "dtype": str(dtype), "extra": checkpoint_key}
         if train_flag:  # only when set, so checkpoints written before these options existed still resume
             description["train_flag"] = True

@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from recon_jax.io import atomic_save_npz, atomic_write_json, stable_hash
+from recon_jax.io import array_digest, atomic_save_npz, atomic_write_json, stable_hash
 from recon_jax.models.flatten import Layout
 
 __all__ = ["ShadowSet", "ShadowStore", "ShadowStoreCorruptError", "ShadowStoreLostError", "ShadowStoreMismatchError",
@@ -113,19 +113,6 @@ class ShadowSet:
 def _legacy_config_hash(config: dict) -> str:
     """The digest stores were keyed by before :func:`config_hash` became :func:`recon_jax.io.stable_hash`."""
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def array_digest(a) -> str:
-    """SHA-256 of an array's dtype, shape and bytes.
-
-    >>> import numpy as np
-    >>> array_digest(np.zeros(2)) == array_digest(np.zeros(2)) != array_digest(np.zeros(2, np.float32))
-    True
-    """
-    a = np.ascontiguousarray(np.asarray(a))
-    h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
-    h.update(a.tobytes())
-    return h.hexdigest()
 
 
 def config_hash(config: dict) -> str:
