@@ -35,7 +35,8 @@ from recon_jax.attacks import audit, prior_aware, reconn
 from recon_jax.attacks import oracle as roracle
 from recon_jax.models.reconstructors import reconstructor_mlp, transposed_conv_decoder
 from recon_jax.report import image_grid, markdown_table
-from recon_jax.report.risk import plot_threat_models, privacy_bounds, tightest_rero
+from recon_jax.accounting import privacy_bounds, tightest_rero
+from recon_jax.report.risk import plot_threat_models
 
 _CONFIG, _WORKDIR = experiment_flags("experiments/configs/risk_report.py:default", "runs/risk_report")
 
@@ -422,12 +423,12 @@ def run(config, workdir: str) -> dict:
             kappas = sorted(set(config.kappas) | {1.0 / k for k in config.prior_sizes})
             b = privacy_bounds(sigma, q, steps, config.delta, config.clip_norm, data_dim, kappas,
                                eta_mse=eta, kappa_at_eta=kappa_eta, num_params=num_params)
-            row["eps_rdp"], row["eps_pld"] = b["eps_rdp"], b["eps_pld"]
-            at = [r for r in b["rero"] if r["kappa"] == kappa_eta]
+            row["eps_rdp"], row["eps_pld"] = b.eps_rdp, b.eps_pld
+            at = [r for r in b.rero if r.kappa == kappa_eta]
             if at:
-                row.update(bound_rdp=at[0]["rero_rdp"], bound_zcdp=at[0]["rero_zcdp"], bound_gdp=at[0]["rero_gdp"],
+                row.update(bound_rdp=at[0].rero_rdp, bound_zcdp=at[0].rero_zcdp, bound_gdp=at[0].rero_gdp,
                            bound_at_eta=tightest_rero(at[0])[0])
-            row["bounds"] = b
+            row["bounds"] = b.to_dict()
         rows.append(row)
         timings[name] = time.time() - t_set
 
