@@ -7,8 +7,9 @@
 - :func:`train_gram`: the same full-batch training with the first dense layer expressed through the fixed set's
   Gram matrix (cheaper per step when many models share the fixed set; :mod:`recon_jax.training.gram`).
 - :func:`train_classifier`: ordinary minibatch Adam(W) training of a flax classifier (evaluation networks).
-- :func:`per_example_gradients`, :func:`clip_gradients`, :func:`privatized_gradient`: DP-SGD building blocks
-  (a noise ``mechanism`` from :mod:`recon_jax.mechanisms`).
+- :func:`per_example_gradients`, :func:`clip_gradients`, :func:`clipped_gradient_sum`,
+  :func:`privatized_loss_and_gradient` (the one DP gradient) and :func:`privatized_gradient`:
+  DP-SGD building blocks (a noise ``mechanism`` from :mod:`recon_jax.mechanisms`).
 """
 
 from recon_jax.training.algorithms import Algorithm, dp_gd, dp_sgd, full_batch_gd, minibatch_sgd
@@ -16,9 +17,12 @@ from recon_jax.training.classifier import train_classifier
 from recon_jax.training.dp import (
     CLIPPING_MODES,
     clip_gradients,
+    clipped_gradient_sum,
     layer_groups,
     per_example_gradients,
     privatized_gradient,
+    privatized_loss_and_gradient,
+    use_ghost_clipping,
 )
 from recon_jax.models.losses import softmax_cross_entropy
 from recon_jax.training.gram import choose_first_layer, fixed_set_gram, gram_saves_work, gram_supported, train_gram
@@ -34,7 +38,10 @@ __all__ = [
     "clip_gradients",
     "layer_groups",
     "per_example_gradients",
+    "clipped_gradient_sum",
+    "privatized_loss_and_gradient",
     "privatized_gradient",
+    "use_ghost_clipping",
     "softmax_cross_entropy",
     "TrainResult",
     "initial_params",
