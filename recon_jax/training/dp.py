@@ -17,8 +17,9 @@ Per-example gradients (``per_example``): ``"vmap"`` materialises the ``[B, P]`` 
 (:mod:`recon_jax.training.ghost`; flat clipping, dense-layer models), ``"auto"`` takes ghost clipping where it
 applies (:func:`use_ghost_clipping`). Both give the same result up to rounding.
 
-The DP gradient is implemented in :func:`privatized_loss_and_gradient` (on top of :func:`clipped_gradient_sum`);
-:func:`privatized_gradient` calls it.
+The DP gradient is implemented once, in :func:`privatized_loss_and_gradient` (on top of
+:func:`clipped_gradient_sum`): the training step (:func:`recon_jax.training.make_train_step`, scanned by
+:func:`recon_jax.training.train`) and :func:`privatized_gradient` both call it.
 """
 
 from __future__ import annotations
@@ -267,7 +268,8 @@ def privatized_loss_and_gradient(model_fns: ModelFns, params, x: jax.Array, y: j
                                  normaliser: float | jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """The mean loss and the released (clipped, summed, noised, normalised) flat gradient of one DP-SGD step.
 
-    The one implementation of the DP gradient (:func:`privatized_gradient` calls it). With the clipped
+    The one implementation of the DP gradient: :func:`privatized_gradient` and the training step
+    (:func:`recon_jax.training.make_train_step`, hence :func:`recon_jax.training.train`) call it. With the clipped
     sum ``S = sum_i w_i clip_C(g_i) + t clip_C(g_target)`` (:func:`clipped_gradient_sum`; the target term only
     with ``target``) it returns ``mechanism.privatize(key, S, C, normaliser)`` and the loss
     ``(sum_i w_i loss_i + t loss_target) / normaliser``.
