@@ -109,3 +109,23 @@ for name, a, init in (("known init", alg, p0), ("random init", training.full_bat
         learning_rate=0.2, momentum=0.9, epochs=epochs, init="random"), None)):
     r = mia.informed_mia(fns, a, fixed, cand, jax.random.fold_in(key, 4), num_shadow=k, num_eval=k, init_params=init)
     print(f"{name}: accuracy {r.accuracy:.2f}, AUC {r.auc:.2f}")
+
+# %% [markdown]
+# ## 5. The training step, by hand
+#
+# Every model above comes from `training.train`, which scans one public training step over epochs and batches.
+# The step is `step(state, batch, key) -> (state, metrics)`, pure and jittable: here it trains the first target's
+# released model in a Python loop (full batch: one step per epoch; `key` is the step's mechanism-noise key, unused
+# without noise) and lands on the model `train` returns.
+
+# %%
+step = jax.jit(training.make_train_step(fns, alg))
+batch = training.Batch(sp.fixed_images, sp.fixed_labels, target_x=sp.target_images[0], target_y=sp.target_labels[0])
+state = training.TrainState.create(p0, alg)
+for t in range(epochs):
+    state, step_metrics = step(state, batch, training.noise_key(key, t))
+released = training.train(fns, alg, (sp.fixed_images, sp.fixed_labels), (sp.target_images[0], sp.target_labels[0]),
+                          key=key, init_params=p0)
+gap = np.max(np.abs(np.asarray(models.ravel(state.params)[0]) - np.asarray(models.ravel(released.params)[0])))
+print(f"{int(state.step)} steps by hand: last loss {float(step_metrics['loss']):.4f} "
+      f"(train: {float(released.losses[-1]):.4f}); max |params by hand - train| = {gap:.1g}")

@@ -25,9 +25,8 @@ import optax
 
 from recon_jax.mechanisms.base import GaussianMechanism, Mechanism, NoNoise
 from recon_jax.models.losses import softmax_cross_entropy
-from recon_jax.training.dp import CLIPPING_MODES
+from recon_jax.training.dp import CLIPPING_MODES, PER_EXAMPLE_MODES
 
-PER_EXAMPLE_MODES = ("auto", "ghost", "vmap")
 SAMPLING_MODES = ("shuffle", "poisson")
 POISSON_OVERFLOW = 1e-9  # default max_batch_size: P[Binomial(n, q) > max_batch_size] <= this, per step
 

@@ -11,6 +11,15 @@ Clipping modes:
 - ``"per_layer"``: each layer's block (parameters sharing the top-level path component, e.g. ``Dense_0``) is
   clipped to ``C / sqrt(L)`` for L layers, so the whole per-example gradient still has norm at most C and the
   mechanism's sensitivity is unchanged (the Opacus-style per-layer clipping Biswas et al. Sec. VII discuss).
+
+Per-example gradients (``per_example``): ``"vmap"`` materialises the ``[B, P]`` matrix (``vmap(grad)``, optionally
+``microbatch_size`` examples at a time), ``"ghost"`` computes the clipped sum without it
+(:mod:`recon_jax.training.ghost`; flat clipping, dense-layer models), ``"auto"`` takes ghost clipping where it
+applies (:func:`use_ghost_clipping`). Both give the same result up to rounding.
+
+The DP gradient is implemented once, in :func:`privatized_loss_and_gradient` (on top of
+:func:`clipped_gradient_sum`): the training step (:func:`recon_jax.training.make_train_step`, scanned by
+:func:`recon_jax.training.train`) and :func:`privatized_gradient` both call it.
 """
 
 from __future__ import annotations
@@ -26,17 +35,23 @@ from recon_jax.mechanisms.base import Mechanism
 from recon_jax.models.adapters import ModelFns
 from recon_jax.models.losses import softmax_cross_entropy
 from recon_jax.models.flatten import Layout, layout_of
+from recon_jax.training.ghost import ghost_clipped_sum, ghost_supported
 
 __all__ = [
     "CLIPPING_MODES",
+    "PER_EXAMPLE_MODES",
     "softmax_cross_entropy",
     "per_example_gradients",
     "layer_groups",
     "clip_gradients",
+    "use_ghost_clipping",
+    "clipped_gradient_sum",
+    "privatized_loss_and_gradient",
     "privatized_gradient",
 ]
 
 CLIPPING_MODES = ("flat", "per_layer")
+PER_EXAMPLE_MODES = ("auto", "ghost", "vmap")
 
 
 def per_example_gradients(model_fns: ModelFns, params, x: jax.Array, y: jax.Array,
@@ -109,11 +124,218 @@ def clip_gradients(grads: jax.Array, clip_norm: float, clipping: str = "flat",
     return grads * jnp.take(factor, ids, axis=-1)
 
 
+def use_ghost_clipping(model_fns: ModelFns, params, x: jax.Array, per_example: str = "auto",
+                       clipping: str = "flat") -> bool:
+    """Whether the clipped sum takes the ghost-clipping path (:mod:`recon_jax.training.ghost`) for this model.
+
+    Decided statically from shapes (``params`` and ``x`` may be abstract or traced): ``"vmap"`` never,
+    ``"auto"`` when the clipping is flat and :func:`~recon_jax.training.ghost.ghost_supported`, ``"ghost"``
+    always (it raises if the model does not allow it).
+
+    Args:
+      model_fns: the model (its ``tap`` is what ghost clipping reads).
+      params: parameters (shapes suffice).
+      x: a batch of inputs ``[B, ...]`` (shapes suffice).
+      per_example: ``"auto"``, ``"ghost"`` or ``"vmap"``.
+      clipping: ``"flat"`` or ``"per_layer"`` (ghost clipping is flat only).
+
+    Returns:
+      ``True`` for ghost clipping, ``False`` for ``vmap(grad)`` per-example gradients.
+
+    Raises:
+      ValueError: on an unknown mode, or ``per_example="ghost"`` where ghost clipping does not apply.
+
+    >>> from recon_jax.models import from_flax, balle_mnist_mlp
+    >>> fns = from_flax(balle_mnist_mlp())
+    >>> p = jax.eval_shape(fns.init, jax.random.key(0), jnp.zeros((1, 784)))
+    >>> use_ghost_clipping(fns, p, jnp.zeros((4, 784))), use_ghost_clipping(fns, p, jnp.zeros((4, 784)), "vmap")
+    (True, False)
+    """
+    if per_example not in PER_EXAMPLE_MODES:
+        raise ValueError(f"per_example must be one of {PER_EXAMPLE_MODES}, got {per_example!r}")
+    if clipping not in CLIPPING_MODES:
+        raise ValueError(f"clipping must be one of {CLIPPING_MODES}, got {clipping!r}")
+    if per_example == "vmap":
+        return False
+    ghost = clipping == "flat" and ghost_supported(model_fns.tap, params, x)
+    if per_example == "ghost" and not ghost:
+        raise ValueError("per_example='ghost' needs flat clipping and a model whose parameters are all in dense "
+                         "layers (flax nn.Dense / haiku hk.Linear, each called once); use 'auto' or 'vmap'")
+    return ghost
+
+
+def _losses_and_clipped_gradients(model_fns, params, x, y, clip_norm, clipping, layout, loss_fn):
+    """Per-example losses ``[B]`` and clipped flat per-example gradients ``[B, P]`` (``vmap(value_and_grad)``)."""
+
+    def one(xi, yi):
+        v, g = jax.value_and_grad(lambda p: loss_fn(model_fns.apply(p, xi[None]), yi[None])[0])(params)
+        return v, ravel_pytree(g)[0]
+
+    v, g = jax.vmap(one)(x, y)
+    return v, clip_gradients(g, clip_norm, clipping, layout)
+
+
+def _clipped_sum(model_fns, params, x, y, weights, *, clip_norm, clipping, ghost, microbatch_size, loss_fn):
+    """``(sum_i w_i loss_i, sum_i w_i clip(g_i))`` with the path already chosen (see :func:`clipped_gradient_sum`)."""
+    if ghost:
+        v, tree, _ = ghost_clipped_sum(model_fns.tap, params, x, y, clip_norm, weights, loss_fn)
+        return (jnp.sum(v) if weights is None else weights @ v), ravel_pytree(tree)[0]
+    layout = layout_of(params) if clipping == "per_layer" else None
+    b, m = x.shape[0], microbatch_size
+    if m is None or m >= b:
+        v, g = _losses_and_clipped_gradients(model_fns, params, x, y, clip_norm, clipping, layout, loss_fn)
+        if weights is None:
+            return jnp.sum(v), jnp.sum(g, axis=0)
+        w = jnp.asarray(weights, g.dtype)
+        return w @ v, w @ g
+    # Microbatches of m examples in a scan (the last one padded with weight-0 rows): memory O(m P), not O(B P).
+    flat = jax.eval_shape(lambda p: ravel_pytree(p)[0], params)
+    w = jnp.ones((b,), flat.dtype) if weights is None else jnp.asarray(weights, flat.dtype)
+    n_mb = -(-b // m)
+    pad = n_mb * m - b
+    xp = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)]) if pad else x
+    yp = jnp.concatenate([y, jnp.zeros((pad,), y.dtype)]) if pad else y
+    wp = jnp.concatenate([w, jnp.zeros((pad,), w.dtype)]) if pad else w
+
+    def body(carry, mb):
+        acc, lacc = carry
+        v, g = _losses_and_clipped_gradients(model_fns, params, mb[0], mb[1], clip_norm, clipping, layout, loss_fn)
+        return (acc + mb[2] @ g, lacc + mb[2] @ v), None
+
+    mbs = (xp.reshape((n_mb, m) + x.shape[1:]), yp.reshape((n_mb, m)), wp.reshape((n_mb, m)))
+    carry0 = (jnp.zeros(flat.shape, flat.dtype), jnp.zeros((), flat.dtype))
+    (total, loss_sum), _ = jax.lax.scan(body, carry0, mbs)
+    return loss_sum, total
+
+
+def _check_clipping(clip_norm, microbatch_size):
+    """(``clipping`` and ``per_example`` are checked by :func:`use_ghost_clipping`.)"""
+    if not clip_norm > 0:
+        raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
+    if microbatch_size is not None and not (isinstance(microbatch_size, int) and microbatch_size >= 1):
+        raise ValueError(f"microbatch_size must be None or an integer >= 1, got {microbatch_size!r}")
+
+
+def clipped_gradient_sum(model_fns: ModelFns, params, x: jax.Array, y: jax.Array, *, clip_norm: float,
+                         clipping: str = "flat", weights: jax.Array | None = None, per_example: str = "vmap",
+                         microbatch_size: int | None = None, loss_fn: Callable = softmax_cross_entropy,
+                         ) -> tuple[jax.Array, jax.Array]:
+    """The weighted sum of the clipped per-example gradients of a batch, and of the per-example losses.
+
+    ``sum_i w_i clip_C(g_i)`` with ``g_i`` the flat gradient of ``loss_fn(apply(params, x_i), y_i)``; this is
+    what a DP mechanism privatises (:func:`privatized_loss_and_gradient` adds the mechanism).
+
+    Args:
+      model_fns: the model.
+      params: parameters at which the gradients are taken.
+      x, y: the batch ``[B, ...]``, ``[B]``.
+      clip_norm: C > 0.
+      clipping: ``"flat"`` or ``"per_layer"`` (:func:`clip_gradients`).
+      weights: optional ``[B]`` weights ``w_i`` (default 1).
+      per_example: ``"vmap"`` (default: materialise ``[B, P]`` per-example gradients), ``"ghost"`` or
+        ``"auto"`` (ghost clipping where :func:`use_ghost_clipping` allows; equal up to rounding).
+      microbatch_size: on the ``vmap`` path, compute per-example gradients this many at a time (memory);
+        ignored by ghost clipping.
+      loss_fn: per-example loss ``(logits, labels) -> [B]``.
+
+    Returns:
+      ``(loss_sum [], gradient_sum [P])``: ``sum_i w_i loss_i`` and the flat clipped sum.
+
+    Raises:
+      ValueError: on invalid ``clip_norm``, ``clipping``, ``per_example`` or ``microbatch_size``.
+
+    >>> from recon_jax.models import from_flax, biswas_mlp
+    >>> fns = from_flax(biswas_mlp())
+    >>> params = fns.init(jax.random.key(0), jnp.zeros((1, 256)))
+    >>> x, y = jnp.ones((5, 256)), jnp.arange(5)
+    >>> _, a = clipped_gradient_sum(fns, params, x, y, clip_norm=0.1)
+    >>> _, b = clipped_gradient_sum(fns, params, x, y, clip_norm=0.1, per_example="ghost")
+    >>> _, c = clipped_gradient_sum(fns, params, x, y, clip_norm=0.1, microbatch_size=2)
+    >>> bool(jnp.allclose(a, b, atol=1e-6) and jnp.allclose(a, c, atol=1e-6)), bool(jnp.linalg.norm(a) <= 0.5 + 1e-6)
+    (True, True)
+    """
+    _check_clipping(clip_norm, microbatch_size)
+    ghost = use_ghost_clipping(model_fns, params, x, per_example, clipping)
+    return _clipped_sum(model_fns, params, x, y, weights, clip_norm=clip_norm, clipping=clipping, ghost=ghost,
+                        microbatch_size=microbatch_size, loss_fn=loss_fn)
+
+
+def privatized_loss_and_gradient(model_fns: ModelFns, params, x: jax.Array, y: jax.Array, key: jax.Array, *,
+                                 clip_norm: float, mechanism: Mechanism, clipping: str = "flat",
+                                 weights: jax.Array | None = None, loss_fn: Callable = softmax_cross_entropy,
+                                 per_example: str = "vmap", microbatch_size: int | None = None,
+                                 target=None, target_weight: float | jax.Array | None = None,
+                                 normaliser: float | jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """The mean loss and the released (clipped, summed, noised, normalised) flat gradient of one DP-SGD step.
+
+    The one implementation of the DP gradient: :func:`privatized_gradient` and the training step
+    (:func:`recon_jax.training.make_train_step`, hence :func:`recon_jax.training.train`) call it. With the clipped
+    sum ``S = sum_i w_i clip_C(g_i) + t clip_C(g_target)`` (:func:`clipped_gradient_sum`; the target term only
+    with ``target``) it returns ``mechanism.privatize(key, S, C, normaliser)`` and the loss
+    ``(sum_i w_i loss_i + t loss_target) / normaliser``.
+
+    Args:
+      model_fns: the model.
+      params: parameters at which the gradient is taken.
+      x, y: the batch ``[B, ...]``, ``[B]``.
+      key: the noise key of this step.
+      clip_norm: C > 0.
+      mechanism: a :class:`recon_jax.mechanisms.Mechanism` (``GaussianMechanism``, ``NoNoise``, VMF, ...).
+      clipping: ``"flat"`` or ``"per_layer"``.
+      weights: optional ``[B]`` weights of the examples (0/1 masks; default all 1).
+      loss_fn: per-example loss ``(logits, labels) -> [B]``.
+      per_example: ``"vmap"`` (default), ``"ghost"`` or ``"auto"`` (see :func:`clipped_gradient_sum`).
+      microbatch_size: per-example gradients this many at a time (``vmap`` path only).
+      target: optional one extra example ``(x [...], y [])`` entering as a separate term (never concatenated
+        into the batch, so that ``vmap`` over targets keeps the batch's products unbatched).
+      target_weight: the target term's weight t (default 1; 0 keeps the slot but ignores it).
+      normaliser: what the sum is divided by (the mechanism's batch size); default ``sum(weights) + t``
+        (``B + t`` without weights). Poisson-sampled DP-SGD passes the expected batch size.
+
+    Returns:
+      ``(loss [], released [P])``; unravel the flat gradient with :func:`recon_jax.models.unravel`.
+
+    Raises:
+      ValueError: on invalid ``clip_norm``, ``clipping``, ``per_example`` or ``microbatch_size``.
+
+    >>> from recon_jax.models import from_flax, biswas_mlp
+    >>> from recon_jax.mechanisms import NoNoise
+    >>> fns = from_flax(biswas_mlp())
+    >>> params = fns.init(jax.random.key(0), jnp.zeros((1, 256)))
+    >>> x, y = jnp.ones((4, 256)), jnp.arange(4)
+    >>> loss, g = privatized_loss_and_gradient(fns, params, x[:3], y[:3], jax.random.key(1), clip_norm=1.0,
+    ...                                        mechanism=NoNoise(), target=(x[3], y[3]))
+    >>> g4 = privatized_gradient(fns, params, x, y, jax.random.key(1), clip_norm=1.0, mechanism=NoNoise())
+    >>> bool(jnp.allclose(g, g4, atol=1e-6))
+    True
+    """
+    _check_clipping(clip_norm, microbatch_size)
+    ghost = use_ghost_clipping(model_fns, params, x, per_example, clipping)
+    kw = dict(clip_norm=clip_norm, clipping=clipping, ghost=ghost, loss_fn=loss_fn)
+    loss_sum, total = _clipped_sum(model_fns, params, x, y, weights, microbatch_size=microbatch_size, **kw)
+    if weights is None:
+        count = x.shape[0]
+    else:
+        count = jnp.sum(jnp.asarray(weights, total.dtype))
+    if target is not None:
+        t_w = jnp.asarray(1.0 if target_weight is None else target_weight, total.dtype)
+        tx, ty = jnp.asarray(target[0])[None], jnp.asarray(target[1]).reshape((1,))
+        t_loss, t_grad = _clipped_sum(model_fns, params, tx, ty, None, microbatch_size=None, **kw)
+        total = total + t_w * t_grad
+        loss_sum = loss_sum + t_w * t_loss
+        count = count + t_w
+    if normaliser is not None:
+        count = normaliser
+    return loss_sum / count, mechanism.privatize(key, total, clip_norm, count)
+
+
 def privatized_gradient(model_fns: ModelFns, params, x: jax.Array, y: jax.Array, key: jax.Array, *,
                         clip_norm: float, mechanism: Mechanism, clipping: str = "flat",
                         weights: jax.Array | None = None, loss_fn: Callable = softmax_cross_entropy,
-                        ) -> jax.Array:
+                        **kwargs) -> jax.Array:
     """The released (noisy, clipped, averaged) flat gradient of one DP-SGD step on the batch ``(x, y)``.
+
+    :func:`privatized_loss_and_gradient` without the loss.
 
     Args:
       model_fns: the model.
@@ -126,6 +348,8 @@ def privatized_gradient(model_fns: ModelFns, params, x: jax.Array, y: jax.Array,
       weights: optional ``[B]`` 0/1 mask of the examples that count (default: all); the batch size given to
         the mechanism is ``sum(weights)``.
       loss_fn: per-example loss ``(logits, labels) -> [B]``.
+      **kwargs: ``per_example``, ``microbatch_size``, ``target``, ``target_weight``, ``normaliser`` of
+        :func:`privatized_loss_and_gradient`.
 
     Returns:
       The flat noisy mean gradient ``[P]`` (unravel with :func:`recon_jax.models.unravel`).
@@ -139,12 +363,5 @@ def privatized_gradient(model_fns: ModelFns, params, x: jax.Array, y: jax.Array,
     >>> bool(jnp.linalg.norm(g) <= 1.0 + 1e-6)
     True
     """
-    grads = per_example_gradients(model_fns, params, x, y, loss_fn)
-    layout = layout_of(params) if clipping == "per_layer" else None
-    clipped = clip_gradients(grads, clip_norm, clipping, layout)
-    if weights is None:
-        total, count = jnp.sum(clipped, axis=0), x.shape[0]
-    else:
-        w = jnp.asarray(weights, clipped.dtype)
-        total, count = w @ clipped, jnp.sum(w)
-    return mechanism.privatize(key, total, clip_norm, count)
+    return privatized_loss_and_gradient(model_fns, params, x, y, key, clip_norm=clip_norm, mechanism=mechanism,
+                                        clipping=clipping, weights=weights, loss_fn=loss_fn, **kwargs)[1]

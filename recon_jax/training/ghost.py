@@ -26,6 +26,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from recon_jax.models.losses import softmax_cross_entropy
 from recon_jax.models.taps import DenseCall, flax_tap, haiku_tap, leaf_paths, static_calls, tap_calls
 
 # DenseCall and the taps live in recon_jax.models.taps (re-exported here for existing imports).
@@ -92,7 +93,6 @@ def ghost_clipped_sum(tap: Callable, params, x: jax.Array, y: jax.Array, clip_no
       ``(losses [B], clipped_sum pytree, norms [B])``.
     """
     if loss_fn is None:
-        from recon_jax.training.dp import softmax_cross_entropy
         loss_fn = softmax_cross_entropy
     calls = static_calls(tap, params, x)
     zeros = [jnp.zeros(out_shape, out_dtype) for *_, out_shape, out_dtype in calls]

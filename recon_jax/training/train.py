@@ -1,14 +1,21 @@
-"""Pure training of ONE model on ``fixed_set + {target}``, epochs in ``lax.scan`` (vmap it for many models).
+"""Pure training of ONE model on ``fixed_set + {target}``: the training step scanned over epochs and batches.
+
+:func:`train` validates its arguments, selects each step's batch (the full batch, slices of a shuffled
+permutation, or Poisson-sampled slots) and runs ``lax.scan`` over epochs and steps of the training step of
+:func:`recon_jax.training.make_train_step` (``step(state, batch, key) -> (state, metrics)``, public: call it
+yourself to train by hand). vmap it for many models (:func:`recon_jax.shadow.generate_shadow_models`).
 
 The data is the fixed set D_- ``(x [n, ...], y [n])``, shared by all shadow models, plus an optional target
 ``(x [...], y [])`` that enters as a *separate loss term* (never concatenated into the fixed array, so that
 ``vmap`` over targets keeps the fixed-set matrix products unbatched, Balle et al. Sec. IV).
 
-Randomness is derived from the model's ``key`` (never carried):
+Randomness is derived from the model's ``key`` (never carried), through the named streams of
+:mod:`recon_jax.training.keys`:
 
-- random initialisation: ``fold_in(key, 0)``;
-- fresh shuffling, epoch e: ``fold_in(fold_in(key, 1), e)``; known shuffling: ``fold_in(shuffle_key, e)``;
-- mechanism noise, step t: ``fold_in(fold_in(key, 2), t)``.
+- random initialisation: ``init_key(key) = fold_in(key, 0)``;
+- fresh shuffling, epoch e: ``fold_in(fold_in(key, 1), e)``; known shuffling: ``fold_in(shuffle_key, e)``
+  (Poisson step s of epoch e: ``fold_in(<that>, s)``);
+- mechanism noise, step t: ``noise_key(key, t) = fold_in(fold_in(key, 2), t)``, the key given to the step.
 
 With ``target_weight = 0`` the target slot is kept (same batches as the "in" model) but does not count:
 the informed membership-inference "out" model of Balle et al. Alg. 2.
@@ -23,12 +30,10 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from recon_jax.mechanisms.base import NoNoise
 from recon_jax.models.adapters import ModelFns
-from recon_jax.models.flatten import layout_of
 from recon_jax.training.algorithms import Algorithm
-from recon_jax.training.dp import clip_gradients
-from recon_jax.training.ghost import ghost_clipped_sum, ghost_supported
+from recon_jax.training.keys import epoch_shuffle_key, init_key, noise_stream, shuffle_stream
+from recon_jax.training.step import Batch, TrainState, make_train_step
 
 __all__ = ["TrainResult", "train", "initial_params"]
 
@@ -63,7 +68,7 @@ def initial_params(model_fns: ModelFns, key: jax.Array, example_inputs: jax.Arra
 
 def starting_params(model_fns: ModelFns, algorithm: Algorithm, key: jax.Array, init_params, fx):
     """The parameters training starts from: ``init_params`` for fixed initialisation (required), else a draw
-    from ``fold_in(key, 0)`` (``init_params`` must then be ``None``).
+    from ``init_key(key) = fold_in(key, 0)`` (``init_params`` must then be ``None``).
 
     Raises:
       ValueError: if ``init_params`` is missing (fixed) or given (random).
@@ -74,7 +79,7 @@ def starting_params(model_fns: ModelFns, algorithm: Algorithm, key: jax.Array, i
         return init_params
     if init_params is not None:
         raise ValueError("init_params must be None when algorithm.init == 'random'")
-    return model_fns.init(jax.random.fold_in(key, 0), fx[:1])
+    return model_fns.init(init_key(key), fx[:1])
 
 
 def _check_data(fixed_set, target):
@@ -144,139 +149,60 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
         sample_q = alg.batch_size / n_total
         rows = alg.poisson_max_batch(n_total)  # fixed under jit; unsampled slots get weight 0
 
-    flat0, unravel = ravel_pytree(params0)
-    use_ghost = False
-    if alg.private and alg.per_example != "vmap":
-        use_ghost = alg.clipping == "flat" and ghost_supported(model_fns.tap, params0, fx)
-        if alg.per_example == "ghost" and not use_ghost:
-            raise ValueError("algorithm.per_example='ghost' needs flat clipping and a model whose parameters are all "
-                             "in dense layers (flax nn.Dense / haiku hk.Linear, each called once); use 'auto' or 'vmap'")
-    layout = layout_of(params0) if (alg.private and alg.clipping == "per_layer") else None
-    optimizer = alg.make_optimizer()
-    mechanism = alg.mechanism if alg.mechanism is not None else NoNoise()
-    loss_fn = alg.loss_fn
+    dtype = ravel_pytree(params0)[0].dtype
     if has_target:
-        tx = jnp.asarray(target[0])[None]
-        ty = jnp.asarray(target[1]).reshape((1,))
-        tw = jnp.asarray(target_weight, flat0.dtype)
-    noise_base = jax.random.fold_in(key, 2)
-    shuffle_base = shuffle_key if alg.shuffle == "known" else jax.random.fold_in(key, 1)
+        tx, ty = jnp.asarray(target[0]), jnp.asarray(target[1])
+        tw = jnp.asarray(target_weight, dtype)
+    noise_base = noise_stream(key)  # step t's noise key: noise_key(key, t) = fold_in(noise_base, t)
+    shuffle_base = shuffle_key if alg.shuffle == "known" else shuffle_stream(key)
+    train_step = make_train_step(model_fns, alg, with_gradient=return_trace)
 
-    def batch_indices(perm, epoch, s):
+    def batch_indices(epoch_key, perm, s):
         """Indices into fixed set + target (n = the target) of step s and which of them are in the batch."""
         if poisson:
             # Point i is in the batch iff u_i < q (independently); the `rows` smallest u are the slots, so when more
             # than `rows` points are sampled a uniformly random subset of them is kept.
-            u = jax.random.uniform(jax.random.fold_in(jax.random.fold_in(shuffle_base, epoch), s), (n_total,))
+            u = jax.random.uniform(jax.random.fold_in(epoch_key, s), (n_total,))
             neg_u, idx = jax.lax.top_k(-u, rows)
             return idx, -neg_u < sample_q
         idx = jax.lax.dynamic_slice_in_dim(perm, s * alg.batch_size, alg.batch_size)
         return idx, jnp.ones(idx.shape, bool)
 
-    def batch_for(perm, epoch, s):
-        """(x, y, weight) of the fixed-set part of step s, and the target's weight in this step."""
-        if full_batch:
-            return fx, fy, jnp.ones((n,), flat0.dtype), (tw if has_target else None)
-        idx, taken = batch_indices(perm, epoch, s)
+    def batch_of(idx, taken):
+        """The :class:`Batch` of the points ``idx`` (those not ``taken`` get weight 0; the target is its own term)."""
         safe = jnp.minimum(idx, n - 1)
-        if has_target:
-            is_t = idx == n
-            w = jnp.where(is_t | ~taken, 0.0, 1.0).astype(flat0.dtype)
-            t_w = jnp.any(is_t & taken).astype(flat0.dtype) * tw
-        else:
-            w, t_w = taken.astype(flat0.dtype), None
-        return fx[safe], fy[safe], w, t_w
+        if not has_target:
+            return Batch(fx[safe], fy[safe], taken.astype(dtype))
+        is_t = idx == n
+        w = jnp.where(is_t | ~taken, 0.0, 1.0).astype(dtype)
+        t_w = jnp.any(is_t & taken).astype(dtype) * tw
+        return Batch(fx[safe], fy[safe], w, tx, ty, t_w)
 
-    def normaliser(w, t_w):
-        """Poisson: the expected batch size (as in the accounted mechanism); otherwise the weight in the batch."""
-        if poisson:
-            return jnp.asarray(alg.batch_size, flat0.dtype)
-        return jnp.sum(w) + (t_w if t_w is not None else 0.0)
+    def epoch_fn(state, epoch):
+        epoch_key = perm = None
+        if not full_batch:
+            epoch_key = epoch_shuffle_key(shuffle_base, epoch)
+            if not poisson:
+                perm = jax.random.permutation(epoch_key, n_total)
 
-    def nonprivate_grad(params, xb, yb, w, t_w):
-        def loss(p):
-            total = jnp.sum(w * loss_fn(model_fns.apply(p, xb), yb))
-            if t_w is not None:
-                total = total + t_w * loss_fn(model_fns.apply(p, tx), ty)[0]
-            return total / normaliser(w, t_w)
-        value, grads = jax.value_and_grad(loss)(params)
-        return value, ravel_pytree(grads)[0]
-
-    def example_grads(params, xb, yb):
-        def one(xi, yi):
-            v, g = jax.value_and_grad(lambda p: loss_fn(model_fns.apply(p, xi[None]), yi[None])[0])(params)
-            return v, ravel_pytree(g)[0]
-        v, g = jax.vmap(one)(xb, yb)
-        return v, clip_gradients(g, alg.clip_norm, alg.clipping, layout)
-
-    def ghost_sum(params, xb, yb, w):
-        v, g, _ = ghost_clipped_sum(model_fns.tap, params, xb, yb, alg.clip_norm, w, loss_fn)
-        return v, ravel_pytree(g)[0]
-
-    def private_grad(params, xb, yb, w, t_w, step):
-        b = xb.shape[0]
-        m = alg.microbatch_size
-        if use_ghost:
-            v, total = ghost_sum(params, xb, yb, w)
-            loss_sum = w @ v
-        elif m is None or m >= b:
-            v, g = example_grads(params, xb, yb)
-            total, loss_sum = w @ g, w @ v
-        else:
-            n_mb = -(-b // m)
-            pad = n_mb * m - b
-            xp = jnp.concatenate([xb, jnp.zeros((pad,) + xb.shape[1:], xb.dtype)]) if pad else xb
-            yp = jnp.concatenate([yb, jnp.zeros((pad,), yb.dtype)]) if pad else yb
-            wp = jnp.concatenate([w, jnp.zeros((pad,), w.dtype)]) if pad else w
-
-            def body(carry, mb):
-                acc, lacc = carry
-                v, g = example_grads(params, *mb[:2])
-                return (acc + mb[2] @ g, lacc + mb[2] @ v), None
-
-            mbs = (xp.reshape((n_mb, m) + xb.shape[1:]), yp.reshape((n_mb, m)), wp.reshape((n_mb, m)))
-            (total, loss_sum), _ = jax.lax.scan(body, (jnp.zeros_like(flat0), jnp.zeros((), flat0.dtype)), mbs)
-        if t_w is not None:
-            if use_ghost:
-                vt, gt = ghost_sum(params, tx, ty, None)
-                total = total + t_w * gt
+        def step_fn(state, s):
+            if full_batch:
+                batch = Batch(fx, fy, jnp.ones((n,), dtype), *((tx, ty, tw) if has_target else ()))
             else:
-                vt, gt = example_grads(params, tx, ty)
-                total = total + t_w * gt[0]
-            loss_sum = loss_sum + t_w * vt[0]
-        count = normaliser(w, t_w)
-        noisy = mechanism.privatize(jax.random.fold_in(noise_base, step), total, alg.clip_norm, count)
-        return loss_sum / count, noisy
-
-    def epoch_fn(carry, epoch):
-        if full_batch or poisson:
-            perm = None
-        else:
-            perm = jax.random.permutation(jax.random.fold_in(shuffle_base, epoch), n_total)
-
-        def step_fn(carry, s):
-            params, opt_state = carry
-            step = epoch * steps_per_epoch + s
-            xb, yb, w, t_w = batch_for(perm, epoch, s)
-            if alg.private:
-                value, gflat = private_grad(params, xb, yb, w, t_w, step)
-            else:
-                value, gflat = nonprivate_grad(params, xb, yb, w, t_w)
-            updates, opt_state = optimizer.update(unravel(gflat), opt_state, params)
-            new_params = jax.tree_util.tree_map(lambda p, u: p + u.astype(p.dtype), params, updates)
-            out = {"loss": value}
+                idx, taken = batch_indices(epoch_key, perm, s)
+                batch = batch_of(idx, taken)
+            new_state, metrics = train_step(state, batch, jax.random.fold_in(noise_base, state.step))
+            out = {"loss": metrics["loss"]}
             if return_trace:
-                out["params"] = ravel_pytree(params)[0]
-                out["gradients"] = gflat
+                out["params"] = ravel_pytree(state.params)[0]
+                out["gradients"] = metrics["gradient"]
                 if not full_batch:
-                    idx, taken = batch_indices(perm, epoch, s)
                     out["batch_indices"] = jnp.where(taken, idx, -1)  # Poisson: -1 marks an empty slot
-            return (new_params, opt_state), out
+            return new_state, out
 
-        return jax.lax.scan(step_fn, carry, jnp.arange(steps_per_epoch))
+        return jax.lax.scan(step_fn, state, jnp.arange(steps_per_epoch))
 
-    carry0 = (params0, optimizer.init(params0))
-    (params, _), outs = jax.lax.scan(epoch_fn, carry0, jnp.arange(alg.epochs))
+    state, outs = jax.lax.scan(epoch_fn, TrainState.create(params0, alg), jnp.arange(alg.epochs))
     outs = jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), outs)
     losses = outs.pop("loss")
-    return TrainResult(params=params, losses=losses, trace=outs if return_trace else None)
+    return TrainResult(params=state.params, losses=losses, trace=outs if return_trace else None)

@@ -1,0 +1,167 @@
+"""One training step, exposed: ``step(state, batch, key) -> (state, metrics)``, pure and jittable.
+
+:func:`make_train_step` builds the step of an :class:`~recon_jax.training.Algorithm` (any optax optimizer; plain
+gradients, or DP-GD / DP-SGD through :func:`recon_jax.training.privatized_loss_and_gradient`). The state is a
+:class:`TrainState` (parameters, optimizer state, step counter); a :class:`Batch` holds the step's examples
+``x [B, ...]``, ``y [B]``, their weights ``[B]`` and an optional separate target term (one example and its weight,
+never concatenated into the batch, so that ``vmap`` over targets keeps the batch's products unbatched);
+``key`` is the step's mechanism-noise key (:func:`recon_jax.training.noise_key`; unused without noise).
+
+:func:`recon_jax.training.train` is this step scanned over epochs and batches (it selects the batches: full
+batch, shuffled minibatches or Poisson slots); call the step yourself to train by hand, on your own data
+pipeline, or to inspect each update.
+
+Loss and normaliser of a step with weights ``w`` and target weight ``t`` (0 without a target):
+``L = (sum_i w_i loss_i + t loss_target) / N`` with ``N = sum_i w_i + t``, or, for Poisson-sampled algorithms,
+``N = algorithm.batch_size`` (the expected batch size, as in the accounted mechanism). Without clipping the
+update follows ``grad L``; with clipping it follows the released ``mechanism.privatize(key, S, C, N)`` of the
+clipped sum ``S``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from recon_jax.mechanisms.base import NoNoise
+from recon_jax.models.adapters import ModelFns
+from recon_jax.training.algorithms import Algorithm
+from recon_jax.training.dp import privatized_loss_and_gradient
+
+__all__ = ["TrainState", "Batch", "make_train_step"]
+
+
+class TrainState(flax.struct.PyTreeNode):
+    """The state a training step maps to the next one.
+
+    Attributes:
+      params: the model's parameters (pytree).
+      opt_state: the optax optimizer state.
+      step: number of steps taken (int32 scalar); step t's noise key is ``noise_key(key, t)`` in
+        :func:`recon_jax.training.train`.
+    """
+
+    params: Any
+    opt_state: Any
+    step: jax.Array
+
+    @classmethod
+    def create(cls, params, algorithm: Algorithm) -> "TrainState":
+        """The state before the first step: ``algorithm``'s optimizer initialised at ``params``, step 0."""
+        return cls(params=params, opt_state=algorithm.make_optimizer().init(params),
+                   step=jnp.zeros((), jnp.int32))
+
+
+class Batch(flax.struct.PyTreeNode):
+    """The data of one step.
+
+    Attributes:
+      x: inputs ``[B, ...]``.
+      y: labels ``[B]``.
+      weights: ``[B]`` example weights (0 drops a padded or unsampled row); ``None``: all 1.
+      target_x: optional separate target term, one example ``[...]`` (its own loss term; ``None``: none).
+      target_y: its label ``[]``.
+      target_weight: its weight ``[]`` (``None``: 1; 0 keeps the slot but ignores it, the MIA "out" model).
+    """
+
+    x: jax.Array
+    y: jax.Array
+    weights: jax.Array | None = None
+    target_x: jax.Array | None = None
+    target_y: jax.Array | None = None
+    target_weight: jax.Array | None = None
+
+
+def _loss_and_gradient(model_fns: ModelFns, loss_fn: Callable, params, x, y, w, target, t_w, count):
+    """Non-private: ``(L, flat grad L)`` with ``L = (sum_i w_i loss_i + t_w loss_target) / count``."""
+
+    def loss(p):
+        total = jnp.sum(w * loss_fn(model_fns.apply(p, x), y))
+        if target is not None:
+            total = total + t_w * loss_fn(model_fns.apply(p, target[0]), target[1])[0]
+        return total / count
+
+    value, grads = jax.value_and_grad(loss)(params)
+    return value, ravel_pytree(grads)[0]
+
+
+def make_train_step(model_fns: ModelFns, algorithm: Algorithm, *, with_gradient: bool = False):
+    """The training step of ``algorithm``: a pure ``step(state, batch, key) -> (state, metrics)``.
+
+    The step computes the gradient (DP-GD / DP-SGD: the released one, from
+    :func:`~recon_jax.training.privatized_loss_and_gradient` with the algorithm's clipping, per-example path,
+    microbatching and mechanism) at ``state.params``, applies ``algorithm``'s optimizer, and counts the step.
+    It only reads ``algorithm``'s per-step fields (optimizer, clipping, mechanism, loss, and whether batches are
+    Poisson-sampled, which sets the normaliser to ``algorithm.batch_size``); epochs, batch size and shuffling
+    belong to whoever feeds it batches (:func:`~recon_jax.training.train`).
+
+    Args:
+      model_fns: the model.
+      algorithm: the :class:`~recon_jax.training.Algorithm`.
+      with_gradient: also return the flat (released) gradient of the step in ``metrics["gradient"]``.
+
+    Returns:
+      ``step(state: TrainState, batch: Batch, key) -> (TrainState, metrics)``; ``metrics["loss"]`` is the
+      step's training loss at ``state.params`` (before the update), ``key`` the mechanism-noise key of this
+      step (ignored without noise; any key then). Jit it once (``jax.jit(step, donate_argnums=0)`` for large
+      states); it vmaps over states, batches and keys.
+
+    Train a few steps by hand (DP-SGD on minibatches of 16, Gaussian noise; the keys from
+    :func:`~recon_jax.training.noise_key`, as :func:`~recon_jax.training.train` draws them):
+
+    >>> import jax, jax.numpy as jnp
+    >>> from recon_jax.models import from_flax, balle_mnist_mlp
+    >>> from recon_jax.training import Batch, TrainState, dp_sgd, make_train_step, noise_key
+    >>> fns = from_flax(balle_mnist_mlp())
+    >>> x, y = jax.random.uniform(jax.random.key(1), (64, 784)), jnp.arange(64) % 10
+    >>> alg = dp_sgd(16, clip_norm=1.0, noise_multiplier=0.1, learning_rate=0.5)
+    >>> state = TrainState.create(fns.init(jax.random.key(0), x[:1]), alg)
+    >>> step = jax.jit(make_train_step(fns, alg))
+    >>> losses = []
+    >>> for t in range(12):
+    ...     i = 16 * (t % 4) + jnp.arange(16)
+    ...     state, metrics = step(state, Batch(x[i], y[i]), noise_key(jax.random.key(2), t))
+    ...     losses.append(float(metrics["loss"]))
+    >>> int(state.step), losses[-1] < losses[0]
+    (12, True)
+    """
+    alg = algorithm
+    optimizer = alg.make_optimizer()
+    mechanism = alg.mechanism if alg.mechanism is not None else NoNoise()
+    loss_fn = alg.loss_fn
+
+    def step(state: TrainState, batch: Batch, key: jax.Array):
+        params = state.params
+        dtype = jax.eval_shape(lambda p: ravel_pytree(p)[0], params).dtype
+        xb, yb = batch.x, batch.y
+        w = jnp.ones((xb.shape[0],), dtype) if batch.weights is None else batch.weights
+        has_target = batch.target_x is not None
+        t_w = None
+        if has_target:
+            t_w = jnp.ones((), dtype) if batch.target_weight is None else batch.target_weight
+        if alg.poisson:
+            count = jnp.asarray(alg.batch_size, dtype)  # the expected batch size, never the realised one
+        else:
+            count = jnp.sum(w) + (t_w if has_target else 0.0)
+        if alg.private:
+            value, gflat = privatized_loss_and_gradient(
+                model_fns, params, xb, yb, key, clip_norm=alg.clip_norm, mechanism=mechanism, clipping=alg.clipping,
+                weights=w, loss_fn=loss_fn, per_example=alg.per_example, microbatch_size=alg.microbatch_size,
+                target=(batch.target_x, batch.target_y) if has_target else None, target_weight=t_w,
+                normaliser=count)
+        else:
+            target = (batch.target_x[None], jnp.reshape(batch.target_y, (1,))) if has_target else None
+            value, gflat = _loss_and_gradient(model_fns, loss_fn, params, xb, yb, w, target, t_w, count)
+        unravel = ravel_pytree(params)[1]
+        updates, opt_state = optimizer.update(unravel(gflat), state.opt_state, params)
+        new_params = jax.tree_util.tree_map(lambda p, u: p + u.astype(p.dtype), params, updates)
+        metrics = {"loss": value}
+        if with_gradient:
+            metrics["gradient"] = gflat
+        return state.replace(params=new_params, opt_state=opt_state, step=state.step + 1), metrics
+
+    return step

@@ -1,0 +1,83 @@
+"""The one DP gradient (privatized_loss_and_gradient / clipped_gradient_sum) against naive per-example loops, in
+float64: weights, the separate target term, microbatching, ghost vs vmap, the normaliser, argument checks."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from recon_jax import models, training
+from recon_jax.mechanisms import GaussianMechanism, NoNoise
+
+FNS = models.from_flax(models.MLP(features=(8, 4), activation="elu"))
+
+
+def _setup(n=7, d=6):
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(n, d)))
+    y = jnp.asarray(np.arange(n) % 4)
+    # larger weights so that some gradients exceed the clip norm and some do not
+    params = jax.tree_util.tree_map(lambda a: 3.0 * a.astype(jnp.float64), FNS.init(jax.random.key(0), x[:1]))
+    return params, x, y
+
+
+def _naive(params, x, y, w, clip_norm, clipping="flat"):
+    """sum_i w_i clip(g_i) and sum_i w_i loss_i, one example at a time."""
+    layout = models.layout_of(params)
+    total, loss = 0.0, 0.0
+    for i in range(x.shape[0]):
+        f = lambda p: training.softmax_cross_entropy(FNS.apply(p, x[i:i + 1]), y[i:i + 1])[0]
+        v, g = jax.value_and_grad(f)(params)
+        g = training.clip_gradients(models.ravel(g)[0][None], clip_norm, clipping, layout)[0]
+        total, loss = total + w[i] * g, loss + w[i] * v
+    return loss, total
+
+
+@pytest.mark.parametrize("per_example,clipping,microbatch", [("vmap", "flat", None), ("vmap", "per_layer", None),
+                                                              ("vmap", "flat", 3), ("ghost", "flat", None)])
+def test_loss_and_gradient_with_target_match_naive_loop(x64, per_example, clipping, microbatch):
+    params, x, y = _setup()
+    w = jnp.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    t_w = 0.5
+    loss, g = training.privatized_loss_and_gradient(
+        FNS, params, x[:6], y[:6], jax.random.key(1), clip_norm=0.3, mechanism=NoNoise(), clipping=clipping,
+        weights=w, per_example=per_example, microbatch_size=microbatch, target=(x[6], y[6]), target_weight=t_w)
+    ref_loss, ref_sum = _naive(params, x, y, jnp.concatenate([w, jnp.array([t_w])]), 0.3, clipping)
+    count = float(jnp.sum(w)) + t_w
+    # float64: the only differences are summation orders
+    np.testing.assert_allclose(g, ref_sum / count, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(loss, ref_loss / count, rtol=1e-10)
+    s_loss, s_sum = training.clipped_gradient_sum(FNS, params, x[:6], y[:6], clip_norm=0.3, clipping=clipping,
+                                                  weights=w, per_example=per_example, microbatch_size=microbatch)
+    ref_loss6, ref_sum6 = _naive(params, x[:6], y[:6], w, 0.3, clipping)
+    np.testing.assert_allclose(s_sum, ref_sum6, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(s_loss, ref_loss6, rtol=1e-10)
+
+
+def test_normaliser_noise_and_privatized_gradient_wrapper(x64):
+    params, x, y = _setup()
+    mech = GaussianMechanism(noise_multiplier=2.0)
+    k = jax.random.key(3)
+    _, total = training.clipped_gradient_sum(FNS, params, x, y, clip_norm=0.3)
+    _, g = training.privatized_loss_and_gradient(FNS, params, x, y, k, clip_norm=0.3, mechanism=mech, normaliser=10.0)
+    np.testing.assert_allclose(g, mech.privatize(k, total, 0.3, 10.0), rtol=1e-12)
+    # privatized_gradient is the same function without the loss; its default normaliser is the batch size
+    a = training.privatized_gradient(FNS, params, x, y, k, clip_norm=0.3, mechanism=mech)
+    np.testing.assert_allclose(a, mech.privatize(k, total, 0.3, x.shape[0]), rtol=1e-12)
+    b = training.privatized_gradient(FNS, params, x[:6], y[:6], k, clip_norm=0.3, mechanism=mech, target=(x[6], y[6]))
+    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
+
+
+def test_arguments_checked(x64):
+    params, x, y = _setup()
+    kw = dict(clip_norm=1.0, mechanism=NoNoise())
+    with pytest.raises(ValueError, match="clip_norm"):
+        training.privatized_gradient(FNS, params, x, y, jax.random.key(0), clip_norm=0.0, mechanism=NoNoise())
+    with pytest.raises(ValueError, match="per_example must be one of"):
+        training.privatized_gradient(FNS, params, x, y, jax.random.key(0), per_example="fast", **kw)
+    with pytest.raises(ValueError, match="microbatch_size"):
+        training.clipped_gradient_sum(FNS, params, x, y, clip_norm=1.0, microbatch_size=0)
+    with pytest.raises(ValueError, match="per_example='ghost'"):
+        training.use_ghost_clipping(FNS, params, x, "ghost", "per_layer")
+    assert training.use_ghost_clipping(FNS, params, x, "auto") and not training.use_ghost_clipping(FNS, params, x,
+                                                                                                    "auto", "per_layer")
