@@ -22,6 +22,8 @@ import numpy as np
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
+from recon_jax import _validation as v
+
 __all__ = ["log_iv", "gammainc", "gammaincc"]
 
 # ---------------------------------------------------------------------------------------------------------
@@ -233,16 +235,10 @@ def log_iv(nu: jax.typing.ArrayLike, x: jax.typing.ArrayLike, *, validate: bool 
       >>> bool(np.isfinite(float(log_iv(6849.0, 10.0))))  # scipy.special.ive underflows to 0 here
       True
     """
-    from recon_jax.bounds import _validate  # local import: recon_jax.bounds imports this module
-
-    _validate.check("nu", nu, lambda v: (v >= 0) & (v < np.inf), "finite and >= 0", validate)
-    _validate.check_nonnegative("x", x, validate)
-    nu = jnp.asarray(nu)
-    x = jnp.asarray(x)
-    dtype = jnp.result_type(nu, x, float)
-    if not jnp.issubdtype(dtype, jnp.floating):
-        dtype = jnp.result_type(float)
-    return _log_iv_core(nu.astype(dtype), x.astype(dtype))
+    v.check("nu", nu, v.FINITE_NONNEGATIVE, validate=validate)
+    v.check_nonnegative("x", x, validate)
+    nu, x = v.as_float(nu, x, broadcast=False)
+    return _log_iv_core(nu, x)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -501,10 +497,7 @@ _gammainc_q.defjvp(lambda primals, tangents: _gammainc_jvp(1, primals, tangents)
 
 
 def _as_float_pair(a: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> tuple[jax.Array, jax.Array]:
-    a = jnp.asarray(a)
-    x = jnp.asarray(x)
-    dtype = jnp.result_type(a, x, float)
-    return a.astype(dtype), x.astype(dtype)
+    return v.as_float(a, x, broadcast=False)
 
 
 @jax.jit

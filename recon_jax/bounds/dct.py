@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recon_jax._validation import check_integer
+
 __all__ = ["dct_ii_matrix", "dctn_ortho", "idctn_ortho"]
 
 
@@ -37,9 +39,7 @@ def dct_ii_matrix(n: int, dtype=None) -> jax.Array:
     >>> bool(jnp.allclose(c @ c.T, jnp.eye(4), atol=1e-6))
     True
     """
-    if int(n) != n or n < 1:
-        raise ValueError(f"n must be an integer >= 1; got {n!r}")
-    n = int(n)
+    n = check_integer("n", n, 1)
     k = np.arange(n)[:, None]
     j = np.arange(n)[None, :]
     mat = np.cos(np.pi * k * (2 * j + 1) / (2 * n)) * np.sqrt(2.0 / n)

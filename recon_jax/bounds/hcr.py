@@ -51,6 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recon_jax import _validation as v
 from recon_jax.bounds.dct import dct_ii_matrix, dctn_ortho, idctn_ortho
 from recon_jax.bounds.lsqr import LSQRResult, jacobian_lsqr, lsqr
 
@@ -83,31 +84,6 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Validation helpers.
-
-
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
-
-
-def _concrete_array(x):
-    """A float64 NumPy view of ``x`` if it is concrete, else None."""
-    if not _is_concrete(x):
-        return None
-    try:
-        return np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError):
-        return None
-
-
-def _float_dtype(*xs):
-    dtype = jnp.result_type(*xs)
-    if not jnp.issubdtype(dtype, jnp.floating):
-        dtype = jnp.result_type(float)
-    return dtype
-
-
-# ----------------------------------------------------------------------------------------------------------
 # Closed form (eq. 5 with eq. 12).
 
 
@@ -128,15 +104,9 @@ def _log_expm1(log_t: jax.Array) -> jax.Array:
 
 
 def _validate_hcr_args(input_shift, feature_shift_sq_norm, noise_sigma):
-    d = _concrete_array(input_shift)
-    if d is not None and not np.all(np.isfinite(d)):
-        raise ValueError(f"input_shift must be finite; got {input_shift!r}")
-    s = _concrete_array(feature_shift_sq_norm)
-    if s is not None and (np.any(np.isnan(s)) or np.any(s < 0)):
-        raise ValueError(f"feature_shift_sq_norm must lie in [0, inf]; got {feature_shift_sq_norm!r}")
-    g = _concrete_array(noise_sigma)
-    if g is not None and (np.any(~np.isfinite(g)) or np.any(g <= 0)):
-        raise ValueError(f"noise_sigma must be finite and in (0, inf); got {noise_sigma!r}")
+    v.check("input_shift", input_shift, v.FINITE)
+    v.check("feature_shift_sq_norm", feature_shift_sq_norm, v.NONNEGATIVE)  # +inf allowed: the bound is then 0
+    v.check("noise_sigma", noise_sigma, v.FINITE_POSITIVE)
 
 
 @jax.jit
@@ -191,7 +161,7 @@ def log_hcr_variance_bound(
     """
     if validate:
         _validate_hcr_args(input_shift, feature_shift_sq_norm, noise_sigma)
-    dtype = _float_dtype(input_shift, feature_shift_sq_norm, noise_sigma)
+    dtype = v.float_dtype(input_shift, feature_shift_sq_norm, noise_sigma)
     return _log_hcr_core(
         jnp.asarray(input_shift, dtype), jnp.asarray(feature_shift_sq_norm, dtype), jnp.asarray(noise_sigma, dtype)
     )
@@ -335,17 +305,17 @@ class HCRInfo(NamedTuple):
     best_input_shift: jax.Array
 
 
+def _check_scalar(name, value):
+    v.check(name, value, v.FINITE_POSITIVE)
+    if v.is_concrete(value) and np.size(value) != 1:
+        raise ValueError(f"{name} must be a scalar; got shape {np.shape(value)}")
+
+
 def _check_hcr_search_args(noise_sigma, num_restarts, num_rounds, perturbation_size):
-    g = _concrete_array(noise_sigma)
-    if g is not None and (g.size != 1 or not np.isfinite(g).all() or (g <= 0).any()):
-        raise ValueError(f"noise_sigma must be a finite scalar in (0, inf); got {noise_sigma!r}")
-    if int(num_restarts) != num_restarts or num_restarts < 1:
-        raise ValueError(f"num_restarts must be an integer >= 1; got {num_restarts!r}")
-    if int(num_rounds) != num_rounds or num_rounds < 1:
-        raise ValueError(f"num_rounds must be an integer >= 1; got {num_rounds!r}")
-    p = _concrete_array(perturbation_size)
-    if p is not None and (p.size != 1 or not np.isfinite(p).all() or (p <= 0).any()):
-        raise ValueError(f"perturbation_size must be a finite scalar in (0, inf); got {perturbation_size!r}")
+    _check_scalar("noise_sigma", noise_sigma)
+    v.check_integer("num_restarts", num_restarts, 1)
+    v.check_integer("num_rounds", num_rounds, 1)
+    _check_scalar("perturbation_size", perturbation_size)
 
 
 def hcr_bounds(
@@ -763,14 +733,9 @@ def cramer_rao_variance_bound(
     j = jnp.asarray(jacobian)
     if j.ndim != 2:
         raise ValueError(f"jacobian must be 2-D [features, inputs]; got shape {j.shape}")
-    if validate:
-        jc = _concrete_array(j)
-        if jc is not None and not np.all(np.isfinite(jc)):
-            raise ValueError("jacobian must be finite")
-        g = _concrete_array(noise_sigma)
-        if g is not None and (np.any(~np.isfinite(g)) or np.any(g <= 0)):
-            raise ValueError(f"noise_sigma must be finite and in (0, inf); got {noise_sigma!r}")
-    dtype = _float_dtype(j, noise_sigma)
+    v.check("jacobian", j, v.FINITE, validate=validate)
+    v.check("noise_sigma", noise_sigma, v.FINITE_POSITIVE, validate=validate)
+    dtype = v.float_dtype(j, noise_sigma)
     j = j.astype(dtype)
     sigma = jnp.asarray(noise_sigma, dtype)
     m, n = j.shape
@@ -864,9 +829,7 @@ def dither(key: jax.Array, features: jax.Array, noise_sigma: float | jax.Array) 
     >>> dither(jax.random.key(0), jnp.zeros(3), 0.0).tolist()
     [0.0, 0.0, 0.0]
     """
-    g = _concrete_array(noise_sigma)
-    if g is not None and (np.any(~np.isfinite(g)) or np.any(g < 0)):
-        raise ValueError(f"noise_sigma must be finite and in [0, inf); got {noise_sigma!r}")
+    v.check("noise_sigma", noise_sigma, v.FINITE_NONNEGATIVE)
     f = jnp.asarray(features)
     return f + jnp.asarray(noise_sigma, f.dtype) * jax.random.normal(key, f.shape, f.dtype)
 
@@ -901,8 +864,7 @@ def dithered_accuracy(
     >>> float(clean), float(noisy)
     (1.0, 1.0)
     """
-    if int(num_draws) != num_draws or num_draws < 1:
-        raise ValueError(f"num_draws must be an integer >= 1; got {num_draws!r}")
+    v.check_integer("num_draws", num_draws, 1)
     features = jnp.asarray(features)
     labels = jnp.asarray(labels)
     clean = jnp.mean(jnp.argmax(classifier_fn(features), axis=-1) == labels)
