@@ -39,6 +39,7 @@ from scipy import special as sps
 
 from recon_jax._validation import (check, check_shapes, concrete_or_none, invalid,
                                   nan_if, pad_batch, static_orders)
+from recon_jax.special import log_expm1
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -68,16 +69,6 @@ DEFAULT_ORDERS: np.ndarray = np.unique(
 _FRAC_EXTRA_PAIRS = 8
 
 
-def _log_expm1(x):
-    """log(e^x - 1) for x >= 0 (-inf at 0, with a finite gradient path), stable for large x."""
-    big = x > 30.0
-    pos = x > 0
-    small_x = jnp.where(big | ~pos, 1.0, x)
-    big_x = jnp.where(big, x, 30.0)
-    out = jnp.where(big, big_x + jnp.log1p(-jnp.exp(-big_x)), jnp.log(jnp.expm1(small_x)))
-    return jnp.where(pos, out, -jnp.inf)
-
-
 def _buckets(width: np.ndarray) -> list[tuple[np.ndarray, int]]:
     """Groups indices by the next power of two of ``width``; each group is padded to its own max width."""
     p2 = np.ceil(np.log2(np.maximum(width, 1))).astype(np.int64)
@@ -96,7 +87,7 @@ def _int_log_a(int_orders: np.ndarray, log_q, log1mq, inv2s2):
     parts, order = [], []
     n_all = int(int_orders.max()) + 1
     i_all = np.arange(n_all, dtype=np.float64)
-    g = _log_expm1((i_all * i_all - i_all) * inv2s2)  # [n_all], shared by all orders
+    g = log_expm1((i_all * i_all - i_all) * inv2s2, validate=False)  # [n_all], shared by all orders; -inf at i < 2
     for idx, pad in _buckets(int_orders + 1):
         a = int_orders[idx][:, None]  # [m, 1]
         i = np.arange(pad)[None, :]  # [1, pad]

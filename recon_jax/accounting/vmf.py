@@ -41,6 +41,7 @@ from recon_jax._validation import check, concrete_or_none, invalid, nan_if, pad_
 from recon_jax.accounting.conversions import delta_from_rdp, eps_from_rdp, kov_composition
 from recon_jax.accounting.rdp import rdp_poisson_subsampled
 from recon_jax.accounting.vmf_pld import vmf_pld_epsilon
+from recon_jax.special import log_iv
 
 __all__ = ["rdp_vmf", "rdp_vmf_multi", "vmf_epsilon", "calibrate_vmf_kappa"]
 
@@ -52,12 +53,6 @@ _AP2_ORDERS = np.unique(np.concatenate([np.round(np.arange(1.01, 1.1, 0.01), 2),
 _AP1_ORDERS = 1.0 + np.logspace(-4, 4, 1601)
 # Relative offsets above the root eps* at which KOV's second and third branches are tried.
 _AP1_EPS_OFFSETS = np.concatenate([[0.0], np.logspace(-6, 1.5, 600)])
-
-
-def _log_iv(nu, x):
-    from recon_jax import special  # resolved at call time: special.log_iv is provided by the bounds issue
-
-    return special.log_iv(nu, x)
 
 
 def _check_vmf(kappa, dim):
@@ -74,7 +69,7 @@ def _rdp_vmf(kappa, dim, orders):
     two_am1 = 2.0 * a - 1.0
     xs = two_am1 * kappa * jnp.ones_like(nu)  # [..., n]
     x = jnp.concatenate([jnp.broadcast_to(kappa, xs.shape[:-1] + (1,)), xs], axis=-1)  # [..., 1 + n]
-    lv = _log_iv(jnp.broadcast_to(nu, x.shape), x)
+    lv = log_iv(jnp.broadcast_to(nu, x.shape), x)
     num = -nu * jnp.log(two_am1) + lv[..., 1:] - lv[..., :1]
     return jnp.maximum(num, 0.0) / (a - 1.0)
 
@@ -96,7 +91,7 @@ def _vmf_curves(kappa, dim):
     two_am1 = 2.0 * orders - 1.0
     x = jnp.concatenate([kappa[None], kappa[None], two_am1 * kappa])
     nus = jnp.concatenate([nu[None], (nu + 1.0)[None], jnp.full(orders.shape, nu)])
-    lv = _log_iv(nus, x)
+    lv = log_iv(nus, x)
     tau = jnp.maximum(-nu * jnp.log(two_am1) + lv[2:] - lv[0], 0.0) / (orders - 1.0)
     kl = 2.0 * kappa * jnp.exp(lv[1] - lv[0])  # 2 kappa I_{nu+1}(kappa) / I_nu(kappa)
     n1 = _AP1_ORDERS.size

@@ -54,6 +54,7 @@ import numpy as np
 from recon_jax import _validation as v
 from recon_jax.bounds.dct import dct_ii_matrix, dctn_ortho, idctn_ortho
 from recon_jax.bounds.lsqr import LSQRResult, jacobian_lsqr, lsqr
+from recon_jax.special import log_expm1
 
 __all__ = [
     "hcr_variance_bound",
@@ -87,22 +88,6 @@ __all__ = [
 # Closed form (eq. 5 with eq. 12).
 
 
-def _log_expm1(log_t: jax.Array) -> jax.Array:
-    """log(exp(t) - 1) from log t, for t in [0, inf], without overflow or cancellation.
-
-    t <= 2^-40: log t + t/2 (next term t^2/24 is below float64 resolution); t >= 30: t + log1p(-exp(-t));
-    otherwise log(expm1(t)).
-    """
-    t = jnp.exp(log_t)
-    small = log_t < -40.0 * np.log(2.0)
-    large = t > 30.0
-    t_mid = jnp.where(small | large, jnp.ones_like(t), t)
-    t_large = jnp.where(large, t, jnp.full_like(t, 30.0))
-    mid = jnp.log(jnp.expm1(t_mid))
-    big = t_large + jnp.log1p(-jnp.exp(-t_large))
-    return jnp.where(small, log_t + 0.5 * t, jnp.where(large, big, mid))
-
-
 def _validate_hcr_args(input_shift, feature_shift_sq_norm, noise_sigma):
     v.check("input_shift", input_shift, v.FINITE)
     v.check("feature_shift_sq_norm", feature_shift_sq_norm, v.NONNEGATIVE)  # +inf allowed: the bound is then 0
@@ -118,7 +103,7 @@ def _log_hcr_core(d, s, sigma):
     s_safe = jnp.where(s_pos, s, jnp.ones_like(s))
     sigma_safe = jnp.where(sigma > 0, sigma, jnp.ones_like(sigma))
     log_t = jnp.log(s_safe) - 2.0 * jnp.log(sigma_safe)
-    log_den = _log_expm1(log_t)
+    log_den = log_expm1(log_t, log_input=True, validate=False)
     d_pos = abs_d > 0
     log_num = 2.0 * jnp.log(jnp.where(d_pos, abs_d, jnp.ones_like(abs_d)))
     out = jnp.where(s_pos, log_num - log_den, jnp.inf)
