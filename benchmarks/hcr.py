@@ -35,7 +35,8 @@ import scipy.sparse.linalg as spla
 
 from benchmarks.common import bench_line
 from recon_jax import data
-from recon_jax.bounds import feature_rms, hcr_bounds_batch
+from recon_jax.bounds import hcr_bounds_batch
+from recon_jax.mechanisms import feature_rms
 from recon_jax.models import tygert
 from recon_jax.training import train_classifier
 

@@ -30,7 +30,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from recon_jax import data
-from recon_jax.bounds import dithered_accuracy, feature_rms, hcr_bounds_batch, rademacher_perturbation
+from recon_jax.bounds import dithered_accuracy, hcr_bounds_batch, rademacher_perturbation
+from recon_jax.mechanisms import feature_rms
 from recon_jax.models import tygert
 from recon_jax.report.hcr import plot_bound_histograms, plot_rademacher_grid
 from recon_jax.training import train_classifier

@@ -33,8 +33,10 @@ from tqdm import tqdm
 
 from experiments.common import claim, experiment_flags, finish_run, keyed_dir, require_finite, run_app, start_run
 from recon_jax import data
+from recon_jax.bounds import cramer_rao, hcr_eval
 from recon_jax.bounds import hcr as hcr_lib
 from recon_jax.io import atomic_save_npz, atomic_write_bytes
+from recon_jax.mechanisms import dithering
 from recon_jax.models import tygert
 from recon_jax.training import train_classifier
 from recon_jax.report import hcr as hcr_plots
@@ -141,8 +143,8 @@ def _quantiles(v: np.ndarray, prefix: str) -> dict:
 
 def _cramer_rao(config, feature_fn, sigma, x_test, n):
     """Jacobian rank and Cramer-Rao standard-deviation bounds (DCT modes) for the first n examples."""
-    rank_fn = jax.jit(lambda x: hcr_lib.jacobian_rank(feature_fn, x))
-    cr_fn = jax.jit(lambda x: hcr_lib.cramer_rao_bounds(feature_fn, x, sigma))
+    rank_fn = jax.jit(lambda x: cramer_rao.jacobian_rank(feature_fn, x))
+    cr_fn = jax.jit(lambda x: cramer_rao.cramer_rao_bounds(feature_fn, x, sigma))
     ranks, crs = [], []
     for i in tqdm(range(n), desc="rank and Cramer-Rao"):
         ranks.append(int(rank_fn(jnp.asarray(x_test[i]))))
@@ -171,10 +173,10 @@ def run(config, workdir: str) -> dict:
     # 2. Features, dither scale, accuracies.
     feats = jax.jit(jax.vmap(feature_fn))(x_test)
     require_finite(feats, "test features", "diverged training?")
-    rms = float(hcr_lib.feature_rms(feats))
+    rms = float(dithering.feature_rms(feats))
     sigma = config.noise_scale * rms
-    clean, noisy = hcr_lib.dithered_accuracy(jax.jit(classifier_fn), feats, y_test, sigma, dither_key,
-                                             num_draws=config.num_dither_draws)
+    clean, noisy = hcr_eval.dithered_accuracy(jax.jit(classifier_fn), feats, y_test, sigma, dither_key,
+                                              num_draws=config.num_dither_draws)
     clean, noisy = float(clean), float(noisy)
 
     # 3. Rank and Cramer-Rao of the examples bounded.
@@ -236,8 +238,8 @@ def run(config, workdir: str) -> dict:
 
     # 5. Rademacher visualisation (Fig. 2 analogue) with the bounds of the first mode and size.
     k = min(config.num_visualise, n_hcr)
-    perturbed = np.stack([np.asarray(hcr_lib.rademacher_perturbation(jax.random.fold_in(vis_key, i), x_test[i],
-                                                                     first_bounds[i])) for i in range(k)])
+    perturbed = np.stack([np.asarray(hcr_eval.rademacher_perturbation(jax.random.fold_in(vis_key, i), x_test[i],
+                                                                      first_bounds[i])) for i in range(k)])
     hcr_plots.plot_rademacher_grid(np.asarray(denormalize(x_test[:k])), np.asarray(denormalize(perturbed)),
                                    titles=[f"test #{i}, label {int(y_test[i])}" for i in range(k)],
                                    path=os.path.join(workdir, "rademacher.png"))

@@ -1,5 +1,7 @@
-"""Input validation shared by :mod:`recon_jax.bounds`, :mod:`recon_jax.accounting`, :mod:`recon_jax.special`
-and :mod:`recon_jax.metrics` (private helpers: import them, do not re-export them).
+"""The one validation module of recon_jax: input checks and input preparation shared by every package
+(:mod:`recon_jax.bounds`, :mod:`recon_jax.accounting`, :mod:`recon_jax.special`, :mod:`recon_jax.metrics`,
+:mod:`recon_jax.mechanisms`, :mod:`recon_jax.attacks`). Package-private: import from it, never re-export it. It
+sits in the bottom layer (it imports only JAX and NumPy), so every module may import it.
 
 The convention of every public numerical function:
 
@@ -22,6 +24,18 @@ Example:
   ValueError: sigma must be > 0; got -1.0
   >>> bool(jnp.isnan(jax.jit(half_inverse)(-1.0)))
   True
+
+Sizes and counts (static Python integers, such as iteration counts or a dimension that fixes a shape) are
+checked by :func:`check_integer`. Besides the checks the module holds the input preparation that goes with them:
+one floating dtype for several arguments (:func:`float_dtype`, :func:`as_float`), host-side logarithms of
+concrete inputs (:func:`log_positive`), static RDP orders (:func:`static_orders`) and the power-of-two batch
+padding of the jitted accounting kernels (:func:`pad_batch`).
+
+Notes on merged helpers (each had a private copy in a module before): "concrete" is :func:`is_concrete`
+everywhere (not a tracer *and* convertible to a NumPy array; the copies that only ruled out tracers accepted
+containers of tracers, then failed in ``np.asarray``); counts are Python/NumPy integers (:func:`check_integer`;
+the copies written ``int(n) != n`` also let integral floats such as ``3.0`` through, which no caller passes and
+``lax.scan`` lengths refuse anyway).
 """
 
 from __future__ import annotations
@@ -40,25 +54,30 @@ __all__ = [
     "UNIT",
     "HALF_OPEN_UNIT",
     "UNIT_HALF_OPEN",
+    "FINITE",
+    "FINITE_POSITIVE",
+    "FINITE_NONNEGATIVE",
     "at_least",
     "greater_than",
     "is_concrete",
     "concrete_or_none",
     "check",
-    "check_range",
     "check_positive",
     "check_nonnegative",
     "check_open_unit",
     "check_at_least",
     "check_integer",
+    "check_shapes",
     "invalid",
     "valid",
     "all_valid",
     "log_positive",
     "floor_tiny",
     "nan_if",
+    "float_dtype",
     "as_float",
     "static_orders",
+    "pad_batch",
 ]
 
 
@@ -75,6 +94,9 @@ OPEN_UNIT = Range(lambda v: (v > 0) & (v < 1), "in the open interval (0, 1)")
 UNIT = Range(lambda v: (v >= 0) & (v <= 1), "in [0, 1]")
 HALF_OPEN_UNIT = Range(lambda v: (v > 0) & (v <= 1), "in (0, 1]")
 UNIT_HALF_OPEN = Range(lambda v: (v >= 0) & (v < 1), "in [0, 1)")
+FINITE = Range(lambda v: abs(v) < np.inf, "finite")
+FINITE_POSITIVE = Range(lambda v: (v > 0) & (v < np.inf), "finite and > 0")
+FINITE_NONNEGATIVE = Range(lambda v: (v >= 0) & (v < np.inf), "finite and >= 0")
 
 
 def at_least(lower: float) -> Range:
@@ -137,11 +159,6 @@ def check(name: str, value, rng: Range | Callable, allowed: str | None = None, v
     return value
 
 
-def check_range(name: str, x, ok: Callable, allowed: str) -> None:
-    """:func:`check` with a bare predicate (the accounting modules' spelling)."""
-    check(name, x, ok, allowed)
-
-
 def check_positive(name: str, value, validate: bool = True):
     """``value > 0``."""
     return check(name, value, POSITIVE, validate=validate)
@@ -163,7 +180,13 @@ def check_at_least(name: str, value, lower: float, validate: bool = True):
 
 
 def check_integer(name: str, value, lower: int | None = None) -> int:
-    """A Python ``int`` (bools refused) ``>= lower``: for static sizes and counts such as iterations."""
+    """A Python or NumPy integer (bools refused) ``>= lower``, returned as ``int``: static sizes and counts.
+
+    >>> check_integer("num_rounds", 0, 1)
+    Traceback (most recent call last):
+    ...
+    ValueError: num_rounds must be an integer >= 1; got 0
+    """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"{name} must be an integer{'' if lower is None else f' >= {lower}'}; got {value!r}")
     if lower is not None and value < lower:
@@ -248,6 +271,19 @@ def nan_if(bad: jax.Array, out: jax.Array) -> jax.Array:
     return jnp.where(bad, jnp.nan, out)
 
 
+def float_dtype(*values):
+    """The floating dtype the arguments promote to: ``jnp.result_type(*values, float)``, integers and bools giving
+    the default float (float64 under x64, else float32); weakly typed Python scalars do not widen an array.
+
+    >>> float_dtype(np.ones(2, np.float32), 2.0), float_dtype(np.arange(3, dtype=np.int32)) == jnp.result_type(float)
+    (dtype('float32'), True)
+    """
+    dtype = jnp.result_type(*values, float)
+    if not jnp.issubdtype(dtype, jnp.floating):  # pragma: no cover - result_type with float is always floating
+        dtype = jnp.result_type(float)
+    return dtype
+
+
 def as_float(*values, broadcast: bool = True):
     """Converts array-likes to JAX arrays of one common floating dtype (float64 under x64, else float32).
 
@@ -260,9 +296,7 @@ def as_float(*values, broadcast: bool = True):
             np.broadcast_shapes(*(a.shape for a in arrays))
         except ValueError as e:
             raise ValueError(f"the arguments' shapes {[a.shape for a in arrays]} do not broadcast together") from e
-    dtype = jnp.result_type(*arrays, float)
-    if not jnp.issubdtype(dtype, jnp.floating):  # pragma: no cover - result_type with float is always floating
-        dtype = jnp.result_type(float)
+    dtype = float_dtype(*arrays)
     out = tuple(a.astype(dtype) for a in arrays)
     return out if len(out) > 1 else out[0]
 
@@ -281,3 +315,26 @@ def static_orders(orders, name: str = "orders") -> np.ndarray:
         bad = np.ravel(arr)[np.ravel(~(arr > 1.0) | ~np.isfinite(arr))]
         raise ValueError(f"{name} must be finite and > 1; got {bad[:4].tolist()}")
     return arr
+
+
+def pad_batch(*arrays):
+    """Flattens equally-shaped arrays and pads them (repeating the last item) to a power-of-two length >= 4.
+
+    Jitted kernels are compiled per input shape; bucketing batch sizes keeps the number of compilations small
+    when callers pass grids of varying size. Returns (padded flat arrays, original size).
+
+    >>> (flat,), n = pad_batch(jnp.arange(5.0))
+    >>> flat.tolist(), n
+    ([0.0, 1.0, 2.0, 3.0, 4.0, 4.0, 4.0, 4.0], 5)
+    """
+    n = int(np.prod(arrays[0].shape)) if arrays[0].shape else 1
+    size = max(4, 1 << (max(n, 1) - 1).bit_length())
+    out = []
+    for a in arrays:
+        flat = jnp.reshape(a, (-1,))
+        if size > n and n:
+            flat = jnp.concatenate([flat, jnp.broadcast_to(flat[-1:], (size - n,))])
+        elif size > n:
+            flat = jnp.zeros((size,), flat.dtype)
+        out.append(flat)
+    return out, n

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy import special as jsp
 
-from recon_jax.accounting._checks import check_range, concrete_or_none
+from recon_jax._validation import check, concrete_or_none
 from recon_jax.accounting.dpsgd import rero_dpsgd_tradeoff
 
 __all__ = ["calibrate_sigma_for_rero"]
@@ -102,10 +102,10 @@ def calibrate_sigma_for_rero(rero, kappa, q, steps, *, route: str = "auto", rtol
     """
     if route not in ROUTES:
         raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
-    check_range("rero", rero, lambda r: (r > 0) & (r < 1), "in (0, 1)")
-    check_range("kappa", kappa, lambda k: (k > 0) & (k < 1), "in (0, 1)")
-    check_range("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
-    check_range("steps", steps, lambda t: t >= 1, ">= 1")
+    check("rero", rero, lambda r: (r > 0) & (r < 1), "in (0, 1)")
+    check("kappa", kappa, lambda k: (k > 0) & (k < 1), "in (0, 1)")
+    check("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
+    check("steps", steps, lambda t: t >= 1, ">= 1")
     if not rtol > 0:
         raise ValueError(f"rtol must be > 0, got {rtol}")
     q_concrete = concrete_or_none(q)

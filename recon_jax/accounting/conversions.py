@@ -19,7 +19,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax.accounting._checks import check_range, check_shapes, invalid, nan_if
+from recon_jax._validation import check, check_shapes, invalid, nan_if
 
 __all__ = ["eps_from_rdp", "delta_from_rdp", "amplify_dp_poisson", "kov_composition"]
 
@@ -58,9 +58,9 @@ def eps_from_rdp(orders, rdp, delta, *, return_order: bool = False):
     >>> bool(np.isclose(eps_from_rdp([2.0, 4.0], [0.5, 1.0], d), want, rtol=1e-6))
     True
     """
-    check_range("orders", orders, lambda a: a > 1, "> 1")
-    check_range("rdp", rdp, lambda r: r >= 0, ">= 0")
-    check_range("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")
+    check("orders", orders, lambda a: a > 1, "> 1")
+    check("rdp", rdp, lambda r: r >= 0, ">= 0")
+    check("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")
     orders, rdp = _prep(orders, rdp)
     delta = jnp.asarray(delta, rdp.dtype)[..., None]
     eps = rdp + jnp.log1p(-1.0 / orders) - (jnp.log(delta) + jnp.log(orders)) / (orders - 1.0)
@@ -94,9 +94,9 @@ def delta_from_rdp(orders, rdp, eps, *, return_order: bool = False):
     >>> bool(np.isclose(delta_from_rdp([2.0, 4.0], [0.5, 1.0], e), 1e-5, rtol=1e-4))  # inverse of eps_from_rdp
     True
     """
-    check_range("orders", orders, lambda a: a > 1, "> 1")
-    check_range("rdp", rdp, lambda r: r >= 0, ">= 0")
-    check_range("eps", eps, lambda e: e >= 0, ">= 0")
+    check("orders", orders, lambda a: a > 1, "> 1")
+    check("rdp", rdp, lambda r: r >= 0, ">= 0")
+    check("eps", eps, lambda e: e >= 0, ">= 0")
     orders, rdp = _prep(orders, rdp)
     eps = jnp.asarray(eps, rdp.dtype)[..., None]
     log_delta = (orders - 1.0) * (rdp - eps + jnp.log1p(-1.0 / orders)) - jnp.log(orders)
@@ -131,9 +131,9 @@ def amplify_dp_poisson(eps, delta, q):
     >>> bool(np.isclose(e, np.log(1 + 0.01 * (np.e - 1)))), bool(np.isclose(d, 1e-5))
     (True, True)
     """
-    check_range("eps", eps, lambda e: e >= 0, ">= 0")
-    check_range("delta", delta, lambda d: (d >= 0) & (d <= 1), "in [0, 1]")
-    check_range("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
+    check("eps", eps, lambda e: e >= 0, ">= 0")
+    check("delta", delta, lambda d: (d >= 0) & (d <= 1), "in [0, 1]")
+    check("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
     check_shapes(eps=np.shape(eps), delta=np.shape(delta), q=np.shape(q))
     dt = jnp.result_type(float)
     eps, delta, q = (jnp.asarray(v, dt) for v in (eps, delta, q))
@@ -167,10 +167,10 @@ def kov_composition(eps, delta, n, delta_tilde):
     >>> bool(np.isclose(e, want, rtol=1e-5)), bool(np.isclose(d, 1e-5))
     (True, True)
     """
-    check_range("eps", eps, lambda e: e >= 0, ">= 0")
-    check_range("delta", delta, lambda d: (d >= 0) & (d < 1), "in [0, 1)")
-    check_range("n", n, lambda k: k >= 1, ">= 1")
-    check_range("delta_tilde", delta_tilde, lambda d: (d >= 0) & (d < 1), "in [0, 1)")
+    check("eps", eps, lambda e: e >= 0, ">= 0")
+    check("delta", delta, lambda d: (d >= 0) & (d < 1), "in [0, 1)")
+    check("n", n, lambda k: k >= 1, ">= 1")
+    check("delta_tilde", delta_tilde, lambda d: (d >= 0) & (d < 1), "in [0, 1)")
     dt = jnp.result_type(float)
     eps, delta, n, dtl = (jnp.asarray(v, dt) for v in (eps, delta, n, delta_tilde))
     lead = n * eps * jnp.tanh(eps / 2.0)  # n eps (e^eps - 1)/(e^eps + 1)

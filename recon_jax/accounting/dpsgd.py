@@ -22,7 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax.accounting._checks import check_range, concrete_or_none, invalid, nan_if, pad_batch, static_orders
+from recon_jax._validation import (check, concrete_or_none, invalid, nan_if,
+                                  pad_batch, static_orders)
 from recon_jax.accounting.conversions import eps_from_rdp
 from recon_jax.accounting.rdp import DEFAULT_ORDERS, rdp_subsampled_gaussian
 
@@ -35,10 +36,10 @@ __all__ = [
 
 
 def _check_dpsgd(sigma, q, steps, delta):
-    check_range("sigma", sigma, lambda s: s > 0, "> 0")
-    check_range("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
-    check_range("steps", steps, lambda t: t >= 1, ">= 1")
-    check_range("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")
+    check("sigma", sigma, lambda s: s > 0, "> 0")
+    check("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
+    check("steps", steps, lambda t: t >= 1, ">= 1")
+    check("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")
 
 
 def _bad_dpsgd(sigma, q, steps, delta):
@@ -192,7 +193,7 @@ def calibrate_sigma(eps, q, steps, delta, orders=None, *, iters: int = 60, accou
     >>> bool(float(dpsgd_epsilon(s, 0.01, 1000, 1e-5, orders=orders)) <= 2.0)
     True
     """
-    check_range("eps", eps, lambda e: e > 0, "> 0")
+    check("eps", eps, lambda e: e > 0, "> 0")
     _check_dpsgd(1.0, q, steps, delta)
     if accountant not in ("rdp", "pld"):
         raise ValueError(f"accountant must be 'rdp' or 'pld'; got {accountant!r}")
@@ -345,8 +346,8 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
     True
     """
     _check_dpsgd(sigma, q, steps, 0.5)
-    check_range("alphas", alphas, lambda a: (a >= 0) & (a <= 1), "in [0, 1]")
-    check_range("value_discretization_interval", value_discretization_interval, lambda v: v > 0, "> 0")
+    check("alphas", alphas, lambda a: (a >= 0) & (a <= 1), "in [0, 1]")
+    check("value_discretization_interval", value_discretization_interval, lambda v: v > 0, "> 0")
     alphas = np.asarray(alphas, np.float64)
     pld = _gaussian_pld(float(sigma), float(q), float(value_discretization_interval)).self_compose(int(steps))
     directions = [_dense_pmf(pld._pmf_remove)]
@@ -356,7 +357,7 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
         top = max(float(d[0].max()) for d in directions)
         eps = np.arange(0.0, top + 1.5 * value_discretization_interval, value_discretization_interval)
     else:
-        check_range("eps_grid", eps_grid, lambda e: e >= 0, ">= 0")
+        check("eps_grid", eps_grid, lambda e: e >= 0, ">= 0")
         eps = np.unique(np.asarray(eps_grid, np.float64))
     deltas = np.max([_profile_at_losses(*d, eps) for d in directions], axis=0)
     flat = alphas.ravel()
@@ -393,5 +394,5 @@ def rero_dpsgd_tradeoff(kappa, sigma: float, q: float, steps: int, **kwargs) -> 
     >>> bool(0.01 <= g[0] < 0.1)
     True
     """
-    check_range("kappa", kappa, lambda k: (k >= 0) & (k <= 1), "in [0, 1]")
+    check("kappa", kappa, lambda k: (k >= 0) & (k <= 1), "in [0, 1]")
     return 1.0 - pld_tradeoff(sigma, q, steps, kappa, **kwargs)

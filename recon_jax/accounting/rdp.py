@@ -37,8 +37,9 @@ import numpy as np
 from jax.scipy.special import log_ndtr, logsumexp
 from scipy import special as sps
 
-from recon_jax.accounting._checks import (check_range, check_shapes, concrete_or_none, invalid, nan_if, pad_batch,
-                                          static_orders)
+from recon_jax._validation import (check, check_shapes, concrete_or_none, invalid,
+                                  nan_if, pad_batch, static_orders)
+from recon_jax.special import log_expm1
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -68,16 +69,6 @@ DEFAULT_ORDERS: np.ndarray = np.unique(
 _FRAC_EXTRA_PAIRS = 8
 
 
-def _log_expm1(x):
-    """log(e^x - 1) for x >= 0 (-inf at 0, with a finite gradient path), stable for large x."""
-    big = x > 30.0
-    pos = x > 0
-    small_x = jnp.where(big | ~pos, 1.0, x)
-    big_x = jnp.where(big, x, 30.0)
-    out = jnp.where(big, big_x + jnp.log1p(-jnp.exp(-big_x)), jnp.log(jnp.expm1(small_x)))
-    return jnp.where(pos, out, -jnp.inf)
-
-
 def _buckets(width: np.ndarray) -> list[tuple[np.ndarray, int]]:
     """Groups indices by the next power of two of ``width``; each group is padded to its own max width."""
     p2 = np.ceil(np.log2(np.maximum(width, 1))).astype(np.int64)
@@ -96,7 +87,7 @@ def _int_log_a(int_orders: np.ndarray, log_q, log1mq, inv2s2):
     parts, order = [], []
     n_all = int(int_orders.max()) + 1
     i_all = np.arange(n_all, dtype=np.float64)
-    g = _log_expm1((i_all * i_all - i_all) * inv2s2)  # [n_all], shared by all orders
+    g = log_expm1((i_all * i_all - i_all) * inv2s2, validate=False)  # [n_all], shared by all orders; -inf at i < 2
     for idx, pad in _buckets(int_orders + 1):
         a = int_orders[idx][:, None]  # [m, 1]
         i = np.arange(pad)[None, :]  # [1, pad]
@@ -209,8 +200,8 @@ def rdp_gaussian(sigma, orders) -> jax.Array:
     >>> np.round(np.asarray(rdp_gaussian(2.0, [2.0, 4.0])), 6).tolist()
     [0.25, 0.5]
     """
-    check_range("sigma", sigma, lambda s: s > 0, "> 0")
-    check_range("orders", orders, lambda a: a > 1, "> 1")
+    check("sigma", sigma, lambda s: s > 0, "> 0")
+    check("orders", orders, lambda a: a > 1, "> 1")
     sigma = jnp.asarray(sigma, jnp.result_type(float))
     orders = jnp.asarray(orders, sigma.dtype)
     expand = (...,) + (None,) * orders.ndim
@@ -245,8 +236,8 @@ def rdp_subsampled_gaussian(q, sigma, orders, *, extra_pairs: int = _FRAC_EXTRA_
     >>> bool(rdp_subsampled_gaussian(0.01, 1.0, 2.0) < 0.25)  # subsampling amplifies privacy
     True
     """
-    check_range("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
-    check_range("sigma", sigma, lambda s: s > 0, "> 0")
+    check("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
+    check("sigma", sigma, lambda s: s > 0, "> 0")
     orders_np = static_orders(orders)
     flat_orders = np.atleast_1d(orders_np)
     dtype = jnp.result_type(float)
@@ -305,7 +296,7 @@ def interpolate_rdp(int_orders, rdp_at_int_orders, orders) -> jax.Array:
     top = int_orders[-1]
     if np.any(orders_np > top):
         raise ValueError(f"orders must be in (1, {top}] (the largest integer order given)")
-    check_range("rdp_at_int_orders", rdp_at_int_orders, lambda r: r >= 0, ">= 0 (inf allowed)")
+    check("rdp_at_int_orders", rdp_at_int_orders, lambda r: r >= 0, ">= 0 (inf allowed)")
     rdp = jnp.asarray(rdp_at_int_orders, jnp.result_type(rdp_at_int_orders, float))
     k_int = rdp * (int_orders - 1.0)
     fl, ce = np.floor(orders_np), np.ceil(orders_np)
@@ -346,8 +337,8 @@ def rdp_poisson_subsampled(rdp_at_integer_orders, q, orders) -> jax.Array:
     >>> np.round(np.asarray(r), 6).tolist()
     [1.0, 4.0]
     """
-    check_range("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
-    check_range("rdp_at_integer_orders", rdp_at_integer_orders, lambda r: r >= 0, ">= 0 (inf allowed)")
+    check("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
+    check("rdp_at_integer_orders", rdp_at_integer_orders, lambda r: r >= 0, ">= 0 (inf allowed)")
     tau = jnp.asarray(rdp_at_integer_orders, jnp.result_type(float))
     if tau.ndim < 1 or tau.shape[-1] < 1:
         raise ValueError("rdp_at_integer_orders must have a last axis for orders 2..L (L >= 2)")
@@ -396,8 +387,8 @@ def compose_rdp(rdp, count) -> jax.Array:
     >>> np.asarray(compose_rdp(np.array([0.5, 1.0]), 3)).tolist()
     [1.5, 3.0]
     """
-    check_range("count", count, lambda c: c >= 0, ">= 0")
-    check_range("rdp", rdp, lambda r: r >= 0, ">= 0 (inf allowed)")
+    check("count", count, lambda c: c >= 0, ">= 0")
+    check("rdp", rdp, lambda r: r >= 0, ">= 0 (inf allowed)")
     rdp = jnp.asarray(rdp, jnp.result_type(float))
     count = jnp.asarray(count, rdp.dtype)
     check_shapes(count=count.shape, **{"rdp batch": rdp.shape[:-1]})

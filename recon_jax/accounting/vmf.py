@@ -37,10 +37,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax.accounting._checks import check_range, concrete_or_none, invalid, nan_if, pad_batch
+from recon_jax._validation import check, concrete_or_none, invalid, nan_if, pad_batch
 from recon_jax.accounting.conversions import delta_from_rdp, eps_from_rdp, kov_composition
 from recon_jax.accounting.rdp import rdp_poisson_subsampled
 from recon_jax.accounting.vmf_pld import vmf_pld_epsilon
+from recon_jax.special import log_iv
 
 __all__ = ["rdp_vmf", "rdp_vmf_multi", "vmf_epsilon", "calibrate_vmf_kappa"]
 
@@ -54,15 +55,9 @@ _AP1_ORDERS = 1.0 + np.logspace(-4, 4, 1601)
 _AP1_EPS_OFFSETS = np.concatenate([[0.0], np.logspace(-6, 1.5, 600)])
 
 
-def _log_iv(nu, x):
-    from recon_jax import special  # resolved at call time: special.log_iv is provided by the bounds issue
-
-    return special.log_iv(nu, x)
-
-
 def _check_vmf(kappa, dim):
-    check_range("kappa", kappa, lambda k: k > 0, "> 0")
-    check_range("dim", dim, lambda p: p >= 2, ">= 2")
+    check("kappa", kappa, lambda k: k > 0, "> 0")
+    check("dim", dim, lambda p: p >= 2, ">= 2")
 
 
 def _rdp_vmf(kappa, dim, orders):
@@ -74,7 +69,7 @@ def _rdp_vmf(kappa, dim, orders):
     two_am1 = 2.0 * a - 1.0
     xs = two_am1 * kappa * jnp.ones_like(nu)  # [..., n]
     x = jnp.concatenate([jnp.broadcast_to(kappa, xs.shape[:-1] + (1,)), xs], axis=-1)  # [..., 1 + n]
-    lv = _log_iv(jnp.broadcast_to(nu, x.shape), x)
+    lv = log_iv(jnp.broadcast_to(nu, x.shape), x)
     num = -nu * jnp.log(two_am1) + lv[..., 1:] - lv[..., :1]
     return jnp.maximum(num, 0.0) / (a - 1.0)
 
@@ -96,7 +91,7 @@ def _vmf_curves(kappa, dim):
     two_am1 = 2.0 * orders - 1.0
     x = jnp.concatenate([kappa[None], kappa[None], two_am1 * kappa])
     nus = jnp.concatenate([nu[None], (nu + 1.0)[None], jnp.full(orders.shape, nu)])
-    lv = _log_iv(nus, x)
+    lv = log_iv(nus, x)
     tau = jnp.maximum(-nu * jnp.log(two_am1) + lv[2:] - lv[0], 0.0) / (orders - 1.0)
     kl = 2.0 * kappa * jnp.exp(lv[1] - lv[0])  # 2 kappa I_{nu+1}(kappa) / I_nu(kappa)
     n1 = _AP1_ORDERS.size
@@ -127,7 +122,7 @@ def rdp_vmf(kappa, dim, orders) -> jax.Array:
     True
     """
     _check_vmf(kappa, dim)
-    check_range("orders", orders, lambda a: a > 1, "> 1")
+    check("orders", orders, lambda a: a > 1, "> 1")
     orders_arr = jnp.asarray(orders, jnp.result_type(float))
     out = _rdp_vmf_jit(kappa, dim, jnp.atleast_1d(orders_arr))
     out = out.reshape(out.shape[:-1] + orders_arr.shape)
@@ -156,7 +151,7 @@ def rdp_vmf_multi(kappas, dims, orders) -> jax.Array:
     True
     """
     _check_vmf(kappas, dims)
-    check_range("orders", orders, lambda a: a > 1, "> 1")
+    check("orders", orders, lambda a: a > 1, "> 1")
     orders_arr = jnp.asarray(orders, jnp.result_type(float))
     per_block = _rdp_vmf_jit(kappas, dims, jnp.atleast_1d(orders_arr))  # [..., R, n]
     out = jnp.sum(per_block, axis=-2)
@@ -285,9 +280,9 @@ def vmf_epsilon(kappa, dim, q, compositions, delta, approach="best", *, interpol
     True
     """
     _check_vmf(kappa, dim)
-    check_range("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
-    check_range("compositions", compositions, lambda c: c >= 1, ">= 1")
-    check_range("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")
+    check("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
+    check("compositions", compositions, lambda c: c >= 1, ">= 1")
+    check("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")
     approach = _normalise_approach(approach)
     if interpolation not in ("cumulant", "paper"):
         raise ValueError(f"interpolation must be 'cumulant' or 'paper'; got {interpolation!r}")
@@ -375,11 +370,11 @@ def calibrate_vmf_kappa(eps, dim, q, compositions, delta, approach="best", *, it
     >>> bool(float(vmf_epsilon(k, 13700, 128 / 60000, 3, 1 / 60000, approach=2)) <= 2.5)
     True
     """
-    check_range("eps", eps, lambda e: e > 0, "> 0")
-    check_range("dim", dim, lambda p: p >= 2, ">= 2")
-    check_range("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
-    check_range("compositions", compositions, lambda c: c >= 1, ">= 1")
-    check_range("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")
+    check("eps", eps, lambda e: e > 0, "> 0")
+    check("dim", dim, lambda p: p >= 2, ">= 2")
+    check("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
+    check("compositions", compositions, lambda c: c >= 1, ">= 1")
+    check("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")
     approach = _normalise_approach(approach)
     if approach == "pld":
         vals = [concrete_or_none(v) for v in (eps, dim, q, compositions, delta)]

@@ -35,6 +35,8 @@ import math
 
 import numpy as np
 
+from recon_jax import _validation as v
+
 __all__ = ["vmf_pld", "vmf_pld_epsilon"]
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(8)
@@ -177,14 +179,10 @@ def _vmf_pld_cached(kappa: float, dim: float, q: float, step: float, width: floa
 
 
 def _check(kappa, dim, q, step):
-    if not (np.isfinite(kappa) and kappa > 0):
-        raise ValueError(f"kappa must be finite and > 0; got {kappa}")
-    if not (np.isfinite(dim) and dim >= 2):
-        raise ValueError(f"dim must be finite and >= 2; got {dim}")
-    if not (0 < q <= 1):
-        raise ValueError(f"q must be in (0, 1]; got {q}")
-    if not (step > 0):
-        raise ValueError(f"value_discretization_interval must be > 0; got {step}")
+    v.check("kappa", kappa, v.FINITE_POSITIVE)
+    v.check("dim", dim, lambda p: (p >= 2) & (p < np.inf), "finite and >= 2")
+    v.check("q", q, v.HALF_OPEN_UNIT)
+    v.check("value_discretization_interval", step, v.POSITIVE)
 
 
 def vmf_pld(kappa: float, dim: float, q: float, *, value_discretization_interval: float = 1e-3,

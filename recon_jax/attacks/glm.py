@@ -32,6 +32,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from recon_jax._validation import is_concrete
+
 __all__ = [
     "GLM_FAMILIES",
     "GLMFit",
@@ -163,10 +165,6 @@ def fit_glm(
     return GLMFit(theta, iters, gnorm)
 
 
-def _is_concrete(v) -> bool:
-    return not isinstance(v, jax.core.Tracer)
-
-
 def reconstruct_glm(
     theta: jax.Array, fixed_x: jax.Array, fixed_y: jax.Array, family: str = "logistic", l2: float = 0.0,
     validate: bool = True,
@@ -201,7 +199,7 @@ def reconstruct_glm(
     resid = mean_fn(xbar @ theta) - ybar  # B
     numerator = xbar.T @ resid + 2.0 * l2 * theta
     denominator = numerator[0]
-    if validate and _is_concrete(denominator) and float(jnp.abs(denominator)) == 0.0:
+    if validate and is_concrete(denominator) and float(jnp.abs(denominator)) == 0.0:
         raise ValueError(
             "singular system: X-_1^T B + 2*l2*theta_1 == 0 (the fixed set alone already satisfies the optimality "
             "condition in the intercept coordinate), so the target cannot be recovered by Theorem 1"
@@ -235,7 +233,7 @@ def reconstruct_least_squares_no_intercept(
     v = xbar.T @ r
     a = jnp.vdot(r, pred)
     disc = y**2 - 4.0 * a
-    if validate and _is_concrete(a) and _is_concrete(disc):
+    if validate and is_concrete(a) and is_concrete(disc):
         if float(a) == 0.0:
             raise ValueError("singular system: (X- theta - Y-)^T X- theta == 0")
         if float(disc) < 0:

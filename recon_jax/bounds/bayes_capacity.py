@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from recon_jax.bounds import _validate as v
+from recon_jax import _validation as v
 from recon_jax.special import log_iv
 
 __all__ = ["log_bayes_capacity_gaussian", "log_bayes_capacity_vmf"]

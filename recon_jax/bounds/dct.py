@@ -1,4 +1,9 @@
-"""Orthonormal DCT-II (and its inverse) in jnp, as dense matrix products along the chosen axes.
+"""Orthonormal coordinates of the input space: the DCT-II (and its inverse) in jnp, and the coordinate maps.
+
+The HCR and Cramer-Rao bounds (:mod:`recon_jax.bounds.hcr`, :mod:`recon_jax.bounds.cramer_rao`) hold in any
+orthonormal coordinate system of the input space; :func:`to_coordinates` / :func:`from_coordinates` express a
+vector in the one chosen (``"dct"``: the DCT-II over :func:`default_dct_axes`, as Tygert et al. report;
+``"pixel"``; or an orthogonal matrix).
 
 The type-II discrete cosine transform with orthonormal scaling, as in ``scipy.fft.dctn(norm="ortho")``:
 
@@ -17,7 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["dct_ii_matrix", "dctn_ortho", "idctn_ortho"]
+from recon_jax._validation import check_integer
+
+__all__ = ["dct_ii_matrix", "dctn_ortho", "idctn_ortho", "default_dct_axes", "to_coordinates", "from_coordinates"]
 
 
 def dct_ii_matrix(n: int, dtype=None) -> jax.Array:
@@ -37,9 +44,7 @@ def dct_ii_matrix(n: int, dtype=None) -> jax.Array:
     >>> bool(jnp.allclose(c @ c.T, jnp.eye(4), atol=1e-6))
     True
     """
-    if int(n) != n or n < 1:
-        raise ValueError(f"n must be an integer >= 1; got {n!r}")
-    n = int(n)
+    n = check_integer("n", n, 1)
     k = np.arange(n)[:, None]
     j = np.arange(n)[None, :]
     mat = np.cos(np.pi * k * (2 * j + 1) / (2 * n)) * np.sqrt(2.0 / n)
@@ -116,3 +121,71 @@ def idctn_ortho(x: jax.Array, axes: int | Sequence[int] | None = None) -> jax.Ar
     """
     x = jnp.asarray(x)
     return _apply_along(x, _normalise_axes(axes, x.ndim), transpose=True)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Coordinates of the bounds.
+
+
+def default_dct_axes(shape: Sequence[int]) -> tuple[int, ...]:
+    """The axes :func:`~recon_jax.bounds.hcr.hcr_bounds` transforms by default: the two spatial axes of an
+    ``[H, W, C]`` image, otherwise every axis.
+
+    >>> default_dct_axes((28, 28, 1)), default_dct_axes((784,))
+    ((0, 1), (0,))
+    """
+    if len(shape) == 3:
+        return (0, 1)
+    return tuple(range(len(shape)))
+
+
+def to_coordinates(v: jax.Array, coordinates="dct", dct_axes=None) -> jax.Array:
+    """Expresses an input-space vector in the coordinate system of the bounds.
+
+    Args:
+        v: input-shaped array.
+        coordinates: ``"dct"`` (orthonormal DCT-II over ``dct_axes``), ``"pixel"`` (identity), or an
+            orthogonal matrix ``Q`` of shape ``[v.size, v.size]`` whose rows are the basis vectors
+            (coefficients ``Q @ v.ravel()``, reshaped like ``v``).
+        dct_axes: axes for ``"dct"``; default :func:`default_dct_axes`.
+
+    Returns:
+        The coefficients, shaped like ``v``.
+
+    Raises:
+        ValueError: for an unknown ``coordinates``.
+
+    >>> to_coordinates(jnp.ones(4), "pixel").tolist()
+    [1.0, 1.0, 1.0, 1.0]
+    """
+    v = jnp.asarray(v)
+    if isinstance(coordinates, str):
+        if coordinates == "dct":
+            return dctn_ortho(v, dct_axes if dct_axes is not None else default_dct_axes(v.shape))
+        if coordinates == "pixel":
+            return v
+        raise ValueError(f"coordinates must be 'dct', 'pixel' or an orthogonal matrix; got {coordinates!r}")
+    q = jnp.asarray(coordinates)
+    if q.shape != (v.size, v.size):
+        raise ValueError(f"coordinates matrix must have shape {(v.size, v.size)}; got {q.shape}")
+    return (q @ v.reshape(-1)).reshape(v.shape)
+
+
+def from_coordinates(c: jax.Array, coordinates="dct", dct_axes=None) -> jax.Array:
+    """Inverse of :func:`to_coordinates` (same arguments).
+
+    >>> v = jnp.arange(4.0).reshape(2, 2)
+    >>> bool(jnp.allclose(from_coordinates(to_coordinates(v)), v, atol=1e-5))
+    True
+    """
+    c = jnp.asarray(c)
+    if isinstance(coordinates, str):
+        if coordinates == "dct":
+            return idctn_ortho(c, dct_axes if dct_axes is not None else default_dct_axes(c.shape))
+        if coordinates == "pixel":
+            return c
+        raise ValueError(f"coordinates must be 'dct', 'pixel' or an orthogonal matrix; got {coordinates!r}")
+    q = jnp.asarray(coordinates)
+    if q.shape != (c.size, c.size):
+        raise ValueError(f"coordinates matrix must have shape {(c.size, c.size)}; got {q.shape}")
+    return (q.T @ c.reshape(-1)).reshape(c.shape)

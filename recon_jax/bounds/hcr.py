@@ -39,8 +39,13 @@ Notation:
 Invalid arguments raise ``ValueError`` when they are concrete (with ``validate=True``, the default); under
 ``jax.jit`` the values cannot be inspected and the closed forms return NaN for invalid entries instead.
 
-This module also re-exports the matrix-free :func:`~recon_jax.bounds.lsqr.lsqr` and the orthonormal DCT
-helpers of :mod:`recon_jax.bounds.dct`.
+Layout: this module holds the closed form and Algorithm 1 (the search exists only to evaluate the closed form,
+and its two implementations share the argument checks and the scoring; about 600 lines, one concern). It
+re-exports, so that every name stays importable from here: the Cramer-Rao limit and :func:`jacobian_rank`
+(:mod:`recon_jax.bounds.cramer_rao`), the coordinate maps and DCT helpers (:mod:`recon_jax.bounds.dct`), the
+matrix-free :func:`~recon_jax.bounds.lsqr.lsqr`, the dithering mechanism (:func:`dither`, :func:`feature_rms`:
+:mod:`recon_jax.mechanisms.dithering`) and the evaluation helpers (:func:`dithered_accuracy`,
+:func:`rademacher_perturbation`: :mod:`recon_jax.bounds.hcr_eval`).
 """
 
 from __future__ import annotations
@@ -51,8 +56,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax.bounds.dct import dct_ii_matrix, dctn_ortho, idctn_ortho
+from recon_jax import _validation as v
+from recon_jax.bounds.cramer_rao import cramer_rao_bounds, cramer_rao_variance_bound, jacobian_rank
+from recon_jax.bounds.dct import (dct_ii_matrix, dctn_ortho, default_dct_axes, from_coordinates, idctn_ortho,
+                                  to_coordinates)
+from recon_jax.bounds.hcr_eval import dithered_accuracy, rademacher_perturbation
 from recon_jax.bounds.lsqr import LSQRResult, jacobian_lsqr, lsqr
+from recon_jax.mechanisms.dithering import dither, feature_rms
+from recon_jax.special import log_expm1
 
 __all__ = [
     "hcr_variance_bound",
@@ -62,17 +73,19 @@ __all__ = [
     "hcr_bounds_reference",
     "HCRInfo",
     "HCRReferenceInfo",
+    # Re-exported from recon_jax.bounds.cramer_rao.
     "jacobian_rank",
     "cramer_rao_variance_bound",
     "cramer_rao_bounds",
+    # Re-exported from recon_jax.mechanisms.dithering and recon_jax.bounds.hcr_eval.
     "feature_rms",
     "dither",
     "dithered_accuracy",
+    "rademacher_perturbation",
+    # Re-exported from recon_jax.bounds.dct and recon_jax.bounds.lsqr.
     "to_coordinates",
     "from_coordinates",
     "default_dct_axes",
-    "rademacher_perturbation",
-    # Re-exported helpers.
     "lsqr",
     "jacobian_lsqr",
     "LSQRResult",
@@ -83,60 +96,13 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Validation helpers.
-
-
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
-
-
-def _concrete_array(x):
-    """A float64 NumPy view of ``x`` if it is concrete, else None."""
-    if not _is_concrete(x):
-        return None
-    try:
-        return np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError):
-        return None
-
-
-def _float_dtype(*xs):
-    dtype = jnp.result_type(*xs)
-    if not jnp.issubdtype(dtype, jnp.floating):
-        dtype = jnp.result_type(float)
-    return dtype
-
-
-# ----------------------------------------------------------------------------------------------------------
 # Closed form (eq. 5 with eq. 12).
 
 
-def _log_expm1(log_t: jax.Array) -> jax.Array:
-    """log(exp(t) - 1) from log t, for t in [0, inf], without overflow or cancellation.
-
-    t <= 2^-40: log t + t/2 (next term t^2/24 is below float64 resolution); t >= 30: t + log1p(-exp(-t));
-    otherwise log(expm1(t)).
-    """
-    t = jnp.exp(log_t)
-    small = log_t < -40.0 * np.log(2.0)
-    large = t > 30.0
-    t_mid = jnp.where(small | large, jnp.ones_like(t), t)
-    t_large = jnp.where(large, t, jnp.full_like(t, 30.0))
-    mid = jnp.log(jnp.expm1(t_mid))
-    big = t_large + jnp.log1p(-jnp.exp(-t_large))
-    return jnp.where(small, log_t + 0.5 * t, jnp.where(large, big, mid))
-
-
 def _validate_hcr_args(input_shift, feature_shift_sq_norm, noise_sigma):
-    d = _concrete_array(input_shift)
-    if d is not None and not np.all(np.isfinite(d)):
-        raise ValueError(f"input_shift must be finite; got {input_shift!r}")
-    s = _concrete_array(feature_shift_sq_norm)
-    if s is not None and (np.any(np.isnan(s)) or np.any(s < 0)):
-        raise ValueError(f"feature_shift_sq_norm must lie in [0, inf]; got {feature_shift_sq_norm!r}")
-    g = _concrete_array(noise_sigma)
-    if g is not None and (np.any(~np.isfinite(g)) or np.any(g <= 0)):
-        raise ValueError(f"noise_sigma must be finite and in (0, inf); got {noise_sigma!r}")
+    v.check("input_shift", input_shift, v.FINITE)
+    v.check("feature_shift_sq_norm", feature_shift_sq_norm, v.NONNEGATIVE)  # +inf allowed: the bound is then 0
+    v.check("noise_sigma", noise_sigma, v.FINITE_POSITIVE)
 
 
 @jax.jit
@@ -148,7 +114,7 @@ def _log_hcr_core(d, s, sigma):
     s_safe = jnp.where(s_pos, s, jnp.ones_like(s))
     sigma_safe = jnp.where(sigma > 0, sigma, jnp.ones_like(sigma))
     log_t = jnp.log(s_safe) - 2.0 * jnp.log(sigma_safe)
-    log_den = _log_expm1(log_t)
+    log_den = log_expm1(log_t, log_input=True, validate=False)
     d_pos = abs_d > 0
     log_num = 2.0 * jnp.log(jnp.where(d_pos, abs_d, jnp.ones_like(abs_d)))
     out = jnp.where(s_pos, log_num - log_den, jnp.inf)
@@ -191,7 +157,7 @@ def log_hcr_variance_bound(
     """
     if validate:
         _validate_hcr_args(input_shift, feature_shift_sq_norm, noise_sigma)
-    dtype = _float_dtype(input_shift, feature_shift_sq_norm, noise_sigma)
+    dtype = v.float_dtype(input_shift, feature_shift_sq_norm, noise_sigma)
     return _log_hcr_core(
         jnp.asarray(input_shift, dtype), jnp.asarray(feature_shift_sq_norm, dtype), jnp.asarray(noise_sigma, dtype)
     )
@@ -245,74 +211,6 @@ def hcr_variance_bound(
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Coordinates.
-
-
-def default_dct_axes(shape: Sequence[int]) -> tuple[int, ...]:
-    """The axes :func:`hcr_bounds` transforms by default: the two spatial axes of an ``[H, W, C]`` image,
-    otherwise every axis.
-
-    >>> default_dct_axes((28, 28, 1)), default_dct_axes((784,))
-    ((0, 1), (0,))
-    """
-    if len(shape) == 3:
-        return (0, 1)
-    return tuple(range(len(shape)))
-
-
-def to_coordinates(v: jax.Array, coordinates="dct", dct_axes=None) -> jax.Array:
-    """Expresses an input-space vector in the coordinate system of the bounds.
-
-    Args:
-        v: input-shaped array.
-        coordinates: ``"dct"`` (orthonormal DCT-II over ``dct_axes``), ``"pixel"`` (identity), or an
-            orthogonal matrix ``Q`` of shape ``[v.size, v.size]`` whose rows are the basis vectors
-            (coefficients ``Q @ v.ravel()``, reshaped like ``v``).
-        dct_axes: axes for ``"dct"``; default :func:`default_dct_axes`.
-
-    Returns:
-        The coefficients, shaped like ``v``.
-
-    Raises:
-        ValueError: for an unknown ``coordinates``.
-
-    >>> to_coordinates(jnp.ones(4), "pixel").tolist()
-    [1.0, 1.0, 1.0, 1.0]
-    """
-    v = jnp.asarray(v)
-    if isinstance(coordinates, str):
-        if coordinates == "dct":
-            return dctn_ortho(v, dct_axes if dct_axes is not None else default_dct_axes(v.shape))
-        if coordinates == "pixel":
-            return v
-        raise ValueError(f"coordinates must be 'dct', 'pixel' or an orthogonal matrix; got {coordinates!r}")
-    q = jnp.asarray(coordinates)
-    if q.shape != (v.size, v.size):
-        raise ValueError(f"coordinates matrix must have shape {(v.size, v.size)}; got {q.shape}")
-    return (q @ v.reshape(-1)).reshape(v.shape)
-
-
-def from_coordinates(c: jax.Array, coordinates="dct", dct_axes=None) -> jax.Array:
-    """Inverse of :func:`to_coordinates` (same arguments).
-
-    >>> v = jnp.arange(4.0).reshape(2, 2)
-    >>> bool(jnp.allclose(from_coordinates(to_coordinates(v)), v, atol=1e-5))
-    True
-    """
-    c = jnp.asarray(c)
-    if isinstance(coordinates, str):
-        if coordinates == "dct":
-            return idctn_ortho(c, dct_axes if dct_axes is not None else default_dct_axes(c.shape))
-        if coordinates == "pixel":
-            return c
-        raise ValueError(f"coordinates must be 'dct', 'pixel' or an orthogonal matrix; got {coordinates!r}")
-    q = jnp.asarray(coordinates)
-    if q.shape != (c.size, c.size):
-        raise ValueError(f"coordinates matrix must have shape {(c.size, c.size)}; got {q.shape}")
-    return (q.T @ c.reshape(-1)).reshape(c.shape)
-
-
-# ----------------------------------------------------------------------------------------------------------
 # Algorithm 1.
 
 
@@ -335,17 +233,17 @@ class HCRInfo(NamedTuple):
     best_input_shift: jax.Array
 
 
+def _check_scalar(name, value):
+    v.check(name, value, v.FINITE_POSITIVE)
+    if v.is_concrete(value) and np.size(value) != 1:
+        raise ValueError(f"{name} must be a scalar; got shape {np.shape(value)}")
+
+
 def _check_hcr_search_args(noise_sigma, num_restarts, num_rounds, perturbation_size):
-    g = _concrete_array(noise_sigma)
-    if g is not None and (g.size != 1 or not np.isfinite(g).all() or (g <= 0).any()):
-        raise ValueError(f"noise_sigma must be a finite scalar in (0, inf); got {noise_sigma!r}")
-    if int(num_restarts) != num_restarts or num_restarts < 1:
-        raise ValueError(f"num_restarts must be an integer >= 1; got {num_restarts!r}")
-    if int(num_rounds) != num_rounds or num_rounds < 1:
-        raise ValueError(f"num_rounds must be an integer >= 1; got {num_rounds!r}")
-    p = _concrete_array(perturbation_size)
-    if p is not None and (p.size != 1 or not np.isfinite(p).all() or (p <= 0).any()):
-        raise ValueError(f"perturbation_size must be a finite scalar in (0, inf); got {perturbation_size!r}")
+    _check_scalar("noise_sigma", noise_sigma)
+    v.check_integer("num_restarts", num_restarts, 1)
+    v.check_integer("num_rounds", num_rounds, 1)
+    _check_scalar("perturbation_size", perturbation_size)
 
 
 def hcr_bounds(
@@ -689,269 +587,3 @@ def hcr_bounds_reference(
     if not return_info:
         return out
     return out, HCRReferenceInfo(fnorm, enorm, itn, istop, rel)
-
-
-def jacobian_rank(
-    feature_fn: Callable[[jax.Array], jax.Array], x: jax.Array, *, rcond: float | None = None
-) -> jax.Array:
-    """Numerical rank of the Jacobian of ``feature_fn`` at ``x`` (singular values above ``rcond * s_max``).
-
-    Uses the same threshold as :func:`cramer_rao_variance_bound` (default ``max(m, n) * machine eps``). A rank
-    below ``x.size`` means the Fisher information is singular: some coordinates have an infinite Cramer-Rao
-    bound, and HCR values for them come from LSQR's minimum-norm solutions. Forms the full Jacobian
-    (small inputs only).
-
-    Args:
-        feature_fn: ``x -> a(x)`` for one example.
-        x: one input.
-        rcond: relative threshold.
-
-    Returns:
-        The rank (int32 scalar).
-
-    >>> int(jacobian_rank(lambda v: jnp.array([v[0] + v[1], 2.0 * (v[0] + v[1])]), jnp.zeros(2)))
-    1
-    """
-    x = jnp.asarray(x)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        x = x.astype(jnp.result_type(float))
-    jac = jax.jacfwd(lambda v: feature_fn(v).reshape(-1))(x).reshape(-1, x.size)
-    m, n = jac.shape
-    if rcond is None:
-        rcond = max(m, n) * float(np.finfo(np.dtype(jac.dtype)).eps)
-    svals = jnp.linalg.svd(jac, compute_uv=False)
-    return jnp.sum(svals > rcond * jnp.max(svals)).astype(jnp.int32)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Cramer-Rao limit (eq. 18).
-
-
-def cramer_rao_variance_bound(
-    jacobian: jax.Array,
-    noise_sigma: float | jax.Array,
-    *,
-    rcond: float | None = None,
-    validate: bool = True,
-) -> jax.Array:
-    """Cramer-Rao lower bounds ``sigma^2 [(J^T J)^{-1}]_ii`` on the variance of unbiased estimators.
-
-    Tygert et al. eq. (18): the limit of the HCR bound as the perturbation shrinks, for features
-    ``a(x) + N(0, sigma^2 I)`` with Jacobian ``J = da/dx`` (Fisher information ``J^T J / sigma^2``).
-    Computed from the SVD ``J = U S V^T`` as ``sigma^2 sum_k V_ik^2 / s_k^2`` over the numerically
-    nonzero singular values. If the Fisher information is singular, coordinate ``i`` is unidentifiable
-    unless ``e_i`` lies in the row space of ``J``; unidentifiable coordinates get ``+inf`` (no unbiased
-    estimator exists), identifiable ones the pseudo-inverse value.
-
-    Args:
-        jacobian: ``[m, n]`` Jacobian (features x input coordinates, in the coordinates wanted).
-        noise_sigma: ``sigma > 0``.
-        rcond: singular values ``<= rcond * s_max`` count as zero (default ``max(m, n) * machine eps``).
-        validate: raise ``ValueError`` on invalid concrete input (default); under ``jit`` invalid
-            ``noise_sigma`` gives NaN.
-
-    Returns:
-        ``[n]`` variance lower bounds.
-
-    Raises:
-        ValueError: if ``jacobian`` is not 2-D or not finite, or ``noise_sigma`` is not in ``(0, inf)``.
-
-    >>> j = jnp.array([[2.0, 0.0], [0.0, 0.5], [0.0, 0.0]])
-    >>> [round(float(t), 4) for t in cramer_rao_variance_bound(j, 1.0)]
-    [0.25, 4.0]
-    """
-    j = jnp.asarray(jacobian)
-    if j.ndim != 2:
-        raise ValueError(f"jacobian must be 2-D [features, inputs]; got shape {j.shape}")
-    if validate:
-        jc = _concrete_array(j)
-        if jc is not None and not np.all(np.isfinite(jc)):
-            raise ValueError("jacobian must be finite")
-        g = _concrete_array(noise_sigma)
-        if g is not None and (np.any(~np.isfinite(g)) or np.any(g <= 0)):
-            raise ValueError(f"noise_sigma must be finite and in (0, inf); got {noise_sigma!r}")
-    dtype = _float_dtype(j, noise_sigma)
-    j = j.astype(dtype)
-    sigma = jnp.asarray(noise_sigma, dtype)
-    m, n = j.shape
-    if rcond is None:
-        rcond = max(m, n) * float(np.finfo(np.dtype(dtype)).eps)
-    _, svals, vt = jnp.linalg.svd(j, full_matrices=False)  # vt: [k, n]
-    keep = svals > rcond * jnp.max(svals)
-    inv_sq = jnp.where(keep, 1.0 / jnp.where(keep, svals, 1.0) ** 2, 0.0)
-    vt_sq = vt * vt
-    var = jnp.sum(vt_sq * inv_sq[:, None], axis=0)
-    in_rowspace = jnp.sum(vt_sq * keep[:, None], axis=0)
-    identifiable = in_rowspace > 1.0 - 1e3 * float(np.finfo(np.dtype(dtype)).eps) * max(m, n)
-    out = jnp.where(identifiable, sigma**2 * var, jnp.inf)
-    return jnp.where(jnp.isfinite(sigma) & (sigma > 0), out, jnp.nan)
-
-
-def cramer_rao_bounds(
-    feature_fn: Callable[[jax.Array], jax.Array],
-    x: jax.Array,
-    noise_sigma: float | jax.Array,
-    *,
-    coordinates="dct",
-    dct_axes: Sequence[int] | None = None,
-    rcond: float | None = None,
-) -> jax.Array:
-    """Cramer-Rao standard-deviation bounds in the coordinates of :func:`hcr_bounds` (small inputs only).
-
-    Forms the full Jacobian of ``feature_fn`` at ``x`` (``jax.jacfwd``; ``dim a x dim x`` memory),
-    rotates it into the chosen coordinates and returns ``sqrt`` of :func:`cramer_rao_variance_bound`.
-    This is the ``perturbation_size -> 0`` limit of the best per-coordinate HCR bound (Tygert et al.
-    eq. 18), which requires ``feature_fn`` to be differentiable at ``x``.
-
-    Args:
-        feature_fn: ``x -> a(x)`` for one example.
-        x: one input, any shape.
-        noise_sigma: ``sigma > 0``.
-        coordinates: ``"dct"``, ``"pixel"`` or an orthogonal matrix (see :func:`to_coordinates`).
-        dct_axes: DCT axes (default :func:`default_dct_axes`).
-        rcond: see :func:`cramer_rao_variance_bound`.
-
-    Returns:
-        Standard-deviation lower bounds shaped like ``x`` (``inf`` for unidentifiable coordinates).
-
-    Raises:
-        ValueError: if ``noise_sigma`` is invalid (concrete values).
-
-    >>> [round(float(t), 4) for t in cramer_rao_bounds(lambda v: 2.0 * v, jnp.zeros(2), 1.0,
-    ...                                                 coordinates="pixel")]
-    [0.5, 0.5]
-    """
-    x = jnp.asarray(x)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        x = x.astype(jnp.result_type(float))
-    jac = jax.jacfwd(lambda v: feature_fn(v).reshape(-1))(x)  # [m, *x.shape]
-    m = jac.shape[0]
-    # Jacobian w.r.t. coordinates c (x = Q^T c): rows are Q applied to the rows of J.
-    jac_c = jax.vmap(lambda row: to_coordinates(row, coordinates, dct_axes))(jac).reshape(m, -1)
-    var = cramer_rao_variance_bound(jac_c, noise_sigma, rcond=rcond)
-    return jnp.sqrt(var).reshape(x.shape)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Dithering utilities.
-
-
-def feature_rms(features: jax.Array) -> jax.Array:
-    """Root-mean-square of all entries, ``sqrt(mean(a^2))`` (the paper's dither scale unit).
-
-    >>> float(feature_rms(jnp.array([3.0, 4.0, 0.0, 0.0])))
-    2.5
-    """
-    f = jnp.asarray(features)
-    return jnp.sqrt(jnp.mean(jnp.square(f)))
-
-
-def dither(key: jax.Array, features: jax.Array, noise_sigma: float | jax.Array) -> jax.Array:
-    """Dithered features ``a + N(0, sigma^2 I)`` (Tygert et al. eq. 7); usually ``sigma = scale * RMS``.
-
-    Args:
-        key: typed PRNG key.
-        features: ``[..., d]`` features.
-        noise_sigma: ``sigma >= 0``.
-
-    Returns:
-        Noisy features, shaped like ``features``.
-
-    Raises:
-        ValueError: if ``noise_sigma`` is negative or not finite (concrete values).
-
-    >>> import jax
-    >>> dither(jax.random.key(0), jnp.zeros(3), 0.0).tolist()
-    [0.0, 0.0, 0.0]
-    """
-    g = _concrete_array(noise_sigma)
-    if g is not None and (np.any(~np.isfinite(g)) or np.any(g < 0)):
-        raise ValueError(f"noise_sigma must be finite and in [0, inf); got {noise_sigma!r}")
-    f = jnp.asarray(features)
-    return f + jnp.asarray(noise_sigma, f.dtype) * jax.random.normal(key, f.shape, f.dtype)
-
-
-def dithered_accuracy(
-    classifier_fn: Callable[[jax.Array], jax.Array],
-    features: jax.Array,
-    labels: jax.Array,
-    noise_sigma: float | jax.Array,
-    key: jax.Array,
-    num_draws: int = 1,
-) -> tuple[jax.Array, jax.Array]:
-    """Classifier accuracy on clean features and on dithered features (averaged over ``num_draws``).
-
-    Args:
-        classifier_fn: ``[N, d] features -> [N, classes]`` logits.
-        features: ``[N, d]`` clean features.
-        labels: ``[N]`` integer labels.
-        noise_sigma: dither standard deviation ``>= 0``.
-        key: typed PRNG key; draw ``t`` uses ``fold_in(key, t)``.
-        num_draws: independent dithers averaged.
-
-    Returns:
-        ``(clean_accuracy, dithered_accuracy)`` in ``[0, 1]``.
-
-    Raises:
-        ValueError: if ``num_draws < 1`` or ``noise_sigma`` is invalid.
-
-    >>> import jax
-    >>> f = jnp.array([[5.0, 0.0], [0.0, 5.0]])
-    >>> clean, noisy = dithered_accuracy(lambda a: a, f, jnp.array([0, 1]), 0.1, jax.random.key(0))
-    >>> float(clean), float(noisy)
-    (1.0, 1.0)
-    """
-    if int(num_draws) != num_draws or num_draws < 1:
-        raise ValueError(f"num_draws must be an integer >= 1; got {num_draws!r}")
-    features = jnp.asarray(features)
-    labels = jnp.asarray(labels)
-    clean = jnp.mean(jnp.argmax(classifier_fn(features), axis=-1) == labels)
-
-    def one(t):
-        noisy = dither(jax.random.fold_in(key, t), features, noise_sigma)
-        return jnp.mean(jnp.argmax(classifier_fn(noisy), axis=-1) == labels)
-
-    noisy = jnp.mean(jax.lax.map(one, jnp.arange(num_draws)))
-    return clean, noisy
-
-
-def rademacher_perturbation(
-    key: jax.Array,
-    x: jax.Array,
-    std_bound: jax.Array,
-    *,
-    coordinates="dct",
-    dct_axes: Sequence[int] | None = None,
-) -> jax.Array:
-    """Adds ``+-std_bound`` (independent Rademacher signs) to ``x`` in the bound's coordinates.
-
-    The visualisation of Tygert et al. Figs. 2 and 4: move every DCT mode of the (normalised) input by
-    its HCR standard-deviation bound with a random sign and transform back; the result shows how much
-    uncertainty any unbiased reconstruction must carry. (Undo the input normalisation and clip to
-    ``[0, 1]`` for display.)
-
-    Args:
-        key: typed PRNG key.
-        x: one input (normalised), any shape.
-        std_bound: bounds shaped like ``x``, from :func:`hcr_bounds` with the same coordinates.
-        coordinates: as in :func:`to_coordinates`.
-        dct_axes: DCT axes.
-
-    Returns:
-        The perturbed input in the original (pixel) coordinates, shaped like ``x``.
-
-    Raises:
-        ValueError: if the shapes differ.
-
-    >>> import jax
-    >>> out = rademacher_perturbation(jax.random.key(0), jnp.zeros(4), jnp.ones(4), coordinates="pixel")
-    >>> sorted(set(abs(float(t)) for t in out))
-    [1.0]
-    """
-    x = jnp.asarray(x)
-    std_bound = jnp.asarray(std_bound)
-    if x.shape != std_bound.shape:
-        raise ValueError(f"std_bound must have the shape of x {x.shape}; got {std_bound.shape}")
-    signs = jax.random.rademacher(key, x.shape, dtype=x.dtype)
-    c = to_coordinates(x, coordinates, dct_axes) + signs * std_bound.astype(x.dtype)
-    return from_coordinates(c, coordinates, dct_axes)

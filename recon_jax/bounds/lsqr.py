@@ -36,6 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recon_jax._validation import FINITE_NONNEGATIVE, FINITE_POSITIVE, check, check_integer
+
 __all__ = ["LSQRResult", "lsqr", "jacobian_lsqr"]
 
 
@@ -94,20 +96,6 @@ def _sym_ortho(a, b):
     return c, s, r
 
 
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
-
-
-def _check_nonneg(name: str, value, allow_zero: bool = True) -> None:
-    if value is None or not _is_concrete(value):
-        return
-    arr = np.asarray(value, dtype=np.float64)
-    bad = ~np.isfinite(arr) | ((arr < 0) if allow_zero else (arr <= 0))
-    if np.any(bad):
-        rng = "[0, inf)" if allow_zero else "(0, inf)"
-        raise ValueError(f"{name} must be finite and in {rng}; got {value!r}")
-
-
 def lsqr(
     matvec: Callable[[jax.Array], jax.Array],
     rmatvec: Callable[[jax.Array], jax.Array],
@@ -151,12 +139,11 @@ def lsqr(
     >>> [round(float(t), 4) for t in res.x], int(res.istop)
     ([1.0, 1.0], 1)
     """
-    _check_nonneg("damp", damp)
-    _check_nonneg("atol", atol)
-    _check_nonneg("btol", btol)
-    _check_nonneg("conlim", conlim, allow_zero=False)
-    if iter_lim is not None and (int(iter_lim) != iter_lim or iter_lim < 0):
-        raise ValueError(f"iter_lim must be an integer >= 0; got {iter_lim!r}")
+    for name, value in (("damp", damp), ("atol", atol), ("btol", btol)):
+        check(name, value, FINITE_NONNEGATIVE)
+    check("conlim", conlim, FINITE_POSITIVE)
+    if iter_lim is not None:
+        check_integer("iter_lim", iter_lim, 0)
 
     b = jnp.asarray(b)
     if not jnp.issubdtype(b.dtype, jnp.floating):

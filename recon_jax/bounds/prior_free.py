@@ -30,7 +30,7 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import digamma
 
-from recon_jax.bounds import _validate as v
+from recon_jax import _validation as v
 from recon_jax.bounds.rero import rero_gdp
 from recon_jax.special import gammainc as _gammainc
 

@@ -22,7 +22,7 @@ Notation:
 
 All functions are pure ``jnp``: jittable, vmappable over parameter grids, broadcasting, differentiable where the
 math is. Inputs are validated when concrete (``ValueError``); under ``jit`` invalid values give NaN (see
-:mod:`recon_jax.bounds._validate`).
+:mod:`recon_jax._validation`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy import special as jsp
 
-from recon_jax.bounds import _validate as v
+from recon_jax import _validation as v
 from recon_jax.special import gammainc as _gammainc
 
 __all__ = [

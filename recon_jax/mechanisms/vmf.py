@@ -41,31 +41,12 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+
+from recon_jax._validation import FINITE_NONNEGATIVE, FINITE_POSITIVE, POSITIVE, check, check_integer
 
 __all__ = ["sample_vmf", "sample_vmf_cosine", "VMFMechanism"]
 
 _MAX_REJECTIONS = 1000  # Wood's acceptance rate is > 1/2 for all (d, kappa); 1000 rejections never happen.
-
-
-def _is_concrete(x) -> bool:
-    try:
-        np.asarray(x)
-    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError, TypeError):
-        return False
-    return True
-
-
-def _check_kappa(kappa) -> None:
-    if _is_concrete(kappa):
-        k = np.asarray(kappa, dtype=np.float64)
-        if not np.all(np.isfinite(k)) or np.any(k < 0):
-            raise ValueError(f"kappa must be finite and >= 0, got {kappa}")
-
-
-def _check_dim(dim) -> None:
-    if not (isinstance(dim, (int, np.integer)) and dim >= 2):
-        raise ValueError(f"dim must be an integer >= 2 (the sphere S^(dim-1)), got {dim!r}")
 
 
 def _y_plus_log1p_minus_y(y: jax.Array) -> jax.Array:
@@ -148,8 +129,8 @@ def sample_vmf_cosine(key: jax.Array, kappa, dim: int, shape: tuple[int, ...] = 
     >>> w.shape, bool(((w > 0.8) & (w <= 1.0)).all())
     ((4,), True)
     """
-    _check_dim(dim)
-    _check_kappa(kappa)
+    check_integer("dim", dim, 2)  # the sphere S^(dim-1)
+    check("kappa", kappa, FINITE_NONNEGATIVE)
     return _sample_cosine(key, jnp.asarray(kappa, dtype), dim, tuple(shape), jnp.dtype(dtype))
 
 
@@ -191,7 +172,7 @@ def sample_vmf(key: jax.Array, mu: jax.Array, kappa, shape: tuple[int, ...] = ()
         mu = mu.astype(jnp.float32)
     if mu.ndim != 1 or mu.shape[0] < 2:
         raise ValueError(f"mu must be a vector of length d >= 2, got shape {mu.shape}")
-    _check_kappa(kappa)
+    check("kappa", kappa, FINITE_NONNEGATIVE)
     return _sample_vmf(key, mu, jnp.asarray(kappa, mu.dtype), tuple(shape))
 
 
@@ -232,18 +213,15 @@ class VMFMechanism:
     output_norm: float = 1.0
 
     def __post_init__(self):
-        _check_kappa(self.kappa)
-        if not (np.isfinite(self.output_norm) and self.output_norm > 0):
-            raise ValueError(f"output_norm must be finite and > 0, got {self.output_norm}")
+        check("kappa", self.kappa, FINITE_NONNEGATIVE)
+        check("output_norm", self.output_norm, FINITE_POSITIVE)
 
     def privatize(self, key, clipped_sum, clip_norm, batch_size):  # noqa: D102
         clipped_sum = jnp.asarray(clipped_sum)
         if clipped_sum.size < 2:
             raise ValueError(f"clipped_sum must have at least 2 entries (the sphere S^(p-1)), got {clipped_sum.shape}")
-        if _is_concrete(clip_norm) and not np.all(np.asarray(clip_norm) > 0):
-            raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
-        if _is_concrete(batch_size) and not np.all(np.asarray(batch_size) > 0):
-            raise ValueError(f"batch_size must be > 0, got {batch_size}")
+        check("clip_norm", clip_norm, POSITIVE)
+        check("batch_size", batch_size, POSITIVE)
         flat = clipped_sum.reshape(-1)
         if not jnp.issubdtype(flat.dtype, jnp.floating):
             flat = flat.astype(jnp.float32)

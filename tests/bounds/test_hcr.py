@@ -1,4 +1,5 @@
-"""HCR bounds (recon_jax.bounds.hcr): closed form vs mpmath, DCT vs SciPy, Cramer-Rao limit, Alg. 1."""
+"""HCR bounds (recon_jax.bounds.hcr, .cramer_rao, .dct, .hcr_eval; recon_jax.mechanisms.dithering): closed form
+vs mpmath, DCT vs SciPy, Cramer-Rao limit, Alg. 1, dithering."""
 
 import jax
 import jax.numpy as jnp
@@ -12,9 +13,7 @@ from recon_jax.bounds import (
     cramer_rao_variance_bound,
     dct_ii_matrix,
     dctn_ortho,
-    dither,
     dithered_accuracy,
-    feature_rms,
     hcr_bounds,
     hcr_bounds_batch,
     hcr_bounds_reference,
@@ -24,6 +23,7 @@ from recon_jax.bounds import (
     log_hcr_variance_bound,
     rademacher_perturbation,
 )
+from recon_jax.mechanisms import dither, feature_rms
 
 # ---------------------------------------------------------------------------------------------------------
 # Closed form.
