@@ -286,6 +286,8 @@ NOT_FUZZED = {
     "lsqr": "iterative linear solver on operators",
     "ncc_samples": "Monte-Carlo draws (key-driven), static sample count",
     "ncc_cdf": "Monte-Carlo draws (key-driven), static sample count",
+    "privacy_bounds": "host-side summary of fuzzed routes and the PLD accountant (tests/accounting/test_risk.py)",
+    "tightest_rero": "minimum over a row of bounds (tests/accounting/test_risk.py)",
 }
 
 
