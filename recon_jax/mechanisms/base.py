@@ -16,6 +16,8 @@ from typing import Protocol, runtime_checkable
 import jax
 import jax.numpy as jnp
 
+from recon_jax.mechanisms import threefry
+
 __all__ = ["Mechanism", "GaussianMechanism", "NoNoise"]
 
 
@@ -60,5 +62,5 @@ class GaussianMechanism:
             raise ValueError(f"noise_multiplier must be >= 0, got {self.noise_multiplier}")
 
     def privatize(self, key, clipped_sum, clip_norm, batch_size):  # noqa: D102
-        noise = jax.random.normal(key, clipped_sum.shape, clipped_sum.dtype)
+        noise = threefry.normal(key, clipped_sum.shape, clipped_sum.dtype)  # = jax.random.normal, bitwise
         return (clipped_sum + (clip_norm * self.noise_multiplier) * noise) / batch_size

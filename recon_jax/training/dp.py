@@ -175,10 +175,11 @@ def _losses_and_clipped_gradients(model_fns, params, x, y, clip_norm, clipping, 
     return v, clip_gradients(g, clip_norm, clipping, layout)
 
 
-def _clipped_sum(model_fns, params, x, y, weights, *, clip_norm, clipping, ghost, microbatch_size, loss_fn):
+def _clipped_sum(model_fns, params, x, y, weights, *, clip_norm, clipping, ghost, microbatch_size, loss_fn,
+                 per_model_batches=False):
     """``(sum_i w_i loss_i, sum_i w_i clip(g_i))`` with the path already chosen (see :func:`clipped_gradient_sum`)."""
     if ghost:
-        v, tree, _ = ghost_clipped_sum(model_fns.tap, params, x, y, clip_norm, weights, loss_fn)
+        v, tree, _ = ghost_clipped_sum(model_fns.tap, params, x, y, clip_norm, weights, loss_fn, per_model_batches)
         return (jnp.sum(v) if weights is None else weights @ v), ravel_pytree(tree)[0]
     layout = layout_of(params) if clipping == "per_layer" else None
     b, m = x.shape[0], microbatch_size
@@ -265,7 +266,8 @@ def privatized_loss_and_gradient(model_fns: ModelFns, params, x: jax.Array, y: j
                                  weights: jax.Array | None = None, loss_fn: Callable = softmax_cross_entropy,
                                  per_example: str = "vmap", microbatch_size: int | None = None,
                                  target=None, target_weight: float | jax.Array | None = None,
-                                 normaliser: float | jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+                                 normaliser: float | jax.Array | None = None,
+                                 per_model_batches: bool = False) -> tuple[jax.Array, jax.Array]:
     """The mean loss and the released (clipped, summed, noised, normalised) flat gradient of one DP-SGD step.
 
     The one implementation of the DP gradient: :func:`privatized_gradient` and the training step
@@ -291,6 +293,8 @@ def privatized_loss_and_gradient(model_fns: ModelFns, params, x: jax.Array, y: j
       target_weight: the target term's weight t (default 1; 0 keeps the slot but ignores it).
       normaliser: what the sum is divided by (the mechanism's batch size); default ``sum(weights) + t``
         (``B + t`` without weights). Poisson-sampled DP-SGD passes the expected batch size.
+      per_model_batches: layout hint for ghost clipping under ``vmap`` over models with their own batches
+        (:func:`~recon_jax.training.ghost.ghost_clipped_sum`); same values up to float rounding.
 
     Returns:
       ``(loss [], released [P])``; unravel the flat gradient with :func:`recon_jax.models.unravel`.
@@ -312,7 +316,8 @@ def privatized_loss_and_gradient(model_fns: ModelFns, params, x: jax.Array, y: j
     _check_clipping(clip_norm, microbatch_size)
     ghost = use_ghost_clipping(model_fns, params, x, per_example, clipping)
     kw = dict(clip_norm=clip_norm, clipping=clipping, ghost=ghost, loss_fn=loss_fn)
-    loss_sum, total = _clipped_sum(model_fns, params, x, y, weights, microbatch_size=microbatch_size, **kw)
+    loss_sum, total = _clipped_sum(model_fns, params, x, y, weights, microbatch_size=microbatch_size,
+                                   per_model_batches=per_model_batches, **kw)
     if weights is None:
         count = x.shape[0]
     else:

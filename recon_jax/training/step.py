@@ -152,7 +152,7 @@ def make_train_step(model_fns: ModelFns, algorithm: Algorithm, *, with_gradient:
                 model_fns, params, xb, yb, key, clip_norm=alg.clip_norm, mechanism=mechanism, clipping=alg.clipping,
                 weights=w, loss_fn=loss_fn, per_example=alg.per_example, microbatch_size=alg.microbatch_size,
                 target=(batch.target_x, batch.target_y) if has_target else None, target_weight=t_w,
-                normaliser=count)
+                normaliser=count, per_model_batches=alg.batch_size is not None)
         else:
             target = (batch.target_x[None], jnp.reshape(batch.target_y, (1,))) if has_target else None
             value, gflat = _loss_and_gradient(model_fns, loss_fn, params, xb, yb, w, target, t_w, count)

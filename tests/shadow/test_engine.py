@@ -49,10 +49,12 @@ def test_vmapped_engine_equals_naive_loop():
     assert s.layout == models.layout_of(p0)
 
 
-def test_poisson_dp_sgd_engine_equals_per_model_train():
-    # Poisson-sampled DP-SGD with a per-model (fresh) sampling key: the vmapped engine equals train() per model.
+@pytest.mark.parametrize("sampling", ["shuffle", "poisson"])
+def test_minibatch_dp_sgd_engine_equals_per_model_train(sampling):
+    # DP-SGD with a per-model (fresh) batch order / Poisson draws: the vmapped engine equals train() per model.
     fixed, targets, probe = _data(k=3)
-    alg = training.dp_sgd(5, clip_norm=1.0, noise_multiplier=0.5, epochs=2, sampling="poisson", learning_rate=0.2)
+    alg = training.dp_sgd(5, clip_norm=1.0, noise_multiplier=0.5, epochs=2, sampling=sampling, learning_rate=0.2,
+                          momentum=0.9)
     s = _gen(fixed, targets, probe, alg=alg, chunk_size=2)
     p0 = training.initial_params(FNS, jax.random.key(0), fixed[0])
     for i in range(3):
