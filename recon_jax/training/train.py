@@ -6,8 +6,10 @@ permutation, or Poisson-sampled slots) and runs ``lax.scan`` over epochs and ste
 yourself to train by hand). vmap it for many models (:func:`recon_jax.shadow.generate_shadow_models`).
 
 The data is the fixed set D_- ``(x [n, ...], y [n])``, shared by all shadow models, plus an optional target
-``(x [...], y [])`` that enters as a *separate loss term* (never concatenated into the fixed array, so that
-``vmap`` over targets keeps the fixed-set matrix products unbatched, Balle et al. Sec. IV).
+``(x [...], y [])``. In full-batch training it enters as a *separate loss term* (never concatenated into the fixed
+array, so that ``vmap`` over targets keeps the fixed-set matrix products unbatched, Balle et al. Sec. IV). In
+minibatch training each model gathers its own batch anyway, so a drawn target is a row of that batch (weight
+``target_weight``), which saves a second forward/backward pass per step.
 
 Randomness is derived from the model's ``key`` (never carried), through the named streams of
 :mod:`recon_jax.training.keys`:
@@ -169,14 +171,17 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
         return idx, jnp.ones(idx.shape, bool)
 
     def batch_of(idx, taken):
-        """The :class:`Batch` of the points ``idx`` (those not ``taken`` get weight 0; the target is its own term)."""
+        """The :class:`Batch` of the points ``idx`` (those not ``taken`` get weight 0). The target, when drawn, is
+        a row of the gathered batch with weight ``target_weight``: the batch is gathered per model anyway, so
+        the target needs no separate loss term (which would cost a second forward/backward pass per step)."""
         safe = jnp.minimum(idx, n - 1)
         if not has_target:
             return Batch(fx[safe], fy[safe], taken.astype(dtype))
         is_t = idx == n
-        w = jnp.where(is_t | ~taken, 0.0, 1.0).astype(dtype)
-        t_w = jnp.any(is_t & taken).astype(dtype) * tw
-        return Batch(fx[safe], fy[safe], w, tx, ty, t_w)
+        xb = jnp.where(is_t.reshape(is_t.shape + (1,) * (fx.ndim - 1)), tx[None], fx[safe])
+        yb = jnp.where(is_t, ty, fy[safe])
+        w = jnp.where(taken, jnp.where(is_t, tw, 1.0), 0.0).astype(dtype)
+        return Batch(xb, yb, w)
 
     def epoch_fn(state, epoch):
         epoch_key = perm = None

@@ -279,3 +279,58 @@ def test_poisson_options_validated():
         training.Algorithm(batch_size=4, max_batch_size=8)
     assert "sampling" not in training.minibatch_sgd(4).describe()  # old store hashes unchanged
     assert training.minibatch_sgd(4, sampling="poisson").describe()["sampling"] == "poisson"
+
+
+def _naive_shuffled_dp_sgd(p0, fixed, target, key, *, batch, epochs, lr, momentum, clip_norm, sigma, target_weight):
+    """Shuffled DP-SGD with heavy-ball momentum as a plain per-step loop (independent of the trainer).
+
+    The draws follow the documented derivation: epoch e permutes the n + 1 points (fixed set, then the target)
+    with ``permutation(fold_in(fold_in(key, 1), e))``, steps take consecutive slices of ``batch`` (remainder
+    dropped); each example's flat gradient is clipped to ``clip_norm`` (the target's is scaled by
+    ``target_weight``), summed, noised with ``N(0, (clip_norm sigma)^2)`` from ``fold_in(fold_in(key, 2), step)``
+    and divided by the batch's total weight.
+    """
+    from jax.flatten_util import ravel_pytree
+
+    x = jnp.concatenate([fixed[0], target[0][None]])
+    y = jnp.concatenate([fixed[1], target[1][None]])
+    n_total = x.shape[0]
+    weight = np.ones(n_total)
+    weight[-1] = target_weight
+    flat, unravel = ravel_pytree(p0)
+    vel = jnp.zeros_like(flat)
+    grad_one = jax.jit(lambda f, xi, yi: ravel_pytree(jax.grad(lambda p: training.softmax_cross_entropy(
+        FNS.apply(p, xi[None]), yi[None])[0])(unravel(f)))[0])
+    step = 0
+    for e in range(epochs):
+        perm = np.asarray(jax.random.permutation(jax.random.fold_in(jax.random.fold_in(key, 1), e), n_total))
+        for s in range(n_total // batch):
+            chosen = perm[s * batch:(s + 1) * batch]
+            total = jnp.zeros_like(flat)
+            for i in chosen:
+                g = grad_one(flat, x[i], y[i])
+                total = total + weight[i] * g * jnp.minimum(1.0, clip_norm / jnp.linalg.norm(g))
+            noise = jax.random.normal(jax.random.fold_in(jax.random.fold_in(key, 2), step), flat.shape, flat.dtype)
+            g_released = (total + clip_norm * sigma * noise) / np.sum(weight[chosen])
+            vel = momentum * vel + g_released
+            flat = flat - lr * vel
+            step += 1
+    return unravel(flat)
+
+
+@pytest.mark.parametrize("target_weight", [1.0, 0.0])
+def test_shuffled_dp_sgd_matches_naive_per_step_loop(x64, key, target_weight):
+    # float64 so that the jitted trainer (target gathered into the batch, ghost clipping) and the loop agree to
+    # rounding (1e-10); the target is drawn in some steps and not in others (n + 1 = 16 points, batch 5).
+    fixed, target = _data(n=15)
+    fixed = (fixed[0].astype(jnp.float64), fixed[1])
+    target = (target[0].astype(jnp.float64), target[1])
+    p0 = jax.tree_util.tree_map(lambda a: a.astype(jnp.float64), training.initial_params(FNS, key, fixed[0]))
+    alg = training.dp_sgd(5, clip_norm=0.5, noise_multiplier=0.8, learning_rate=0.3, momentum=0.9, epochs=3,
+                          shuffle="fresh")
+    mkey = jax.random.fold_in(key, 7)
+    res = jax.jit(lambda p: training.train(FNS, alg, fixed, target, key=mkey, init_params=p,
+                                           target_weight=target_weight))(p0)
+    ref = _naive_shuffled_dp_sgd(p0, fixed, target, mkey, batch=5, epochs=3, lr=0.3, momentum=0.9, clip_norm=0.5,
+                                 sigma=0.8, target_weight=target_weight)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12), res.params, ref)
