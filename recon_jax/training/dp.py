@@ -176,10 +176,11 @@ def _losses_and_clipped_gradients(model_fns, params, x, y, clip_norm, clipping, 
 
 
 def _clipped_sum(model_fns, params, x, y, weights, *, clip_norm, clipping, ghost, microbatch_size, loss_fn,
-                 per_model_batches=False):
+                 per_model_batches=False, input_sq_norms=None):
     """``(sum_i w_i loss_i, sum_i w_i clip(g_i))`` with the path already chosen (see :func:`clipped_gradient_sum`)."""
     if ghost:
-        v, tree, _ = ghost_clipped_sum(model_fns.tap, params, x, y, clip_norm, weights, loss_fn, per_model_batches)
+        v, tree, _ = ghost_clipped_sum(model_fns.tap, params, x, y, clip_norm, weights, loss_fn, per_model_batches,
+                                       input_sq_norms)
         return (jnp.sum(v) if weights is None else weights @ v), ravel_pytree(tree)[0]
     layout = layout_of(params) if clipping == "per_layer" else None
     b, m = x.shape[0], microbatch_size
@@ -267,7 +268,8 @@ def privatized_loss_and_gradient(model_fns: ModelFns, params, x: jax.Array, y: j
                                  per_example: str = "vmap", microbatch_size: int | None = None,
                                  target=None, target_weight: float | jax.Array | None = None,
                                  normaliser: float | jax.Array | None = None,
-                                 per_model_batches: bool = False) -> tuple[jax.Array, jax.Array]:
+                                 per_model_batches: bool = False,
+                                 input_sq_norms: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """The mean loss and the released (clipped, summed, noised, normalised) flat gradient of one DP-SGD step.
 
     The one implementation of the DP gradient: :func:`privatized_gradient` and the training step
@@ -295,6 +297,8 @@ def privatized_loss_and_gradient(model_fns: ModelFns, params, x: jax.Array, y: j
         (``B + t`` without weights). Poisson-sampled DP-SGD passes the expected batch size.
       per_model_batches: layout hint for ghost clipping under ``vmap`` over models with their own batches
         (:func:`~recon_jax.training.ghost.ghost_clipped_sum`); same values up to float rounding.
+      input_sq_norms: optional ``[B]`` squared norms of the flattened rows of ``x``, reused by ghost clipping
+        (:func:`~recon_jax.training.ghost.ghost_clipped_sum`); ignored on the ``vmap`` path.
 
     Returns:
       ``(loss [], released [P])``; unravel the flat gradient with :func:`recon_jax.models.unravel`.
@@ -317,7 +321,7 @@ def privatized_loss_and_gradient(model_fns: ModelFns, params, x: jax.Array, y: j
     ghost = use_ghost_clipping(model_fns, params, x, per_example, clipping)
     kw = dict(clip_norm=clip_norm, clipping=clipping, ghost=ghost, loss_fn=loss_fn)
     loss_sum, total = _clipped_sum(model_fns, params, x, y, weights, microbatch_size=microbatch_size,
-                                   per_model_batches=per_model_batches, **kw)
+                                   per_model_batches=per_model_batches, input_sq_norms=input_sq_norms, **kw)
     if weights is None:
         count = x.shape[0]
     else:

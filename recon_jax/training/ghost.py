@@ -76,7 +76,7 @@ def _flat3(a):
 
 def ghost_clipped_sum(tap: Callable, params, x: jax.Array, y: jax.Array, clip_norm: float,
                       weights: jax.Array | None = None, loss_fn: Callable | None = None,
-                      per_model_batches: bool = False):
+                      per_model_batches: bool = False, input_sq_norms: jax.Array | None = None):
     """Per-example losses and ``sum_i w_i clip_C(g_i)`` as a parameter pytree, via ghost norms.
 
     Requires :func:`ghost_supported` (checked by the caller once, statically). Equal, up to rounding, to
@@ -95,6 +95,10 @@ def ghost_clipped_sum(tap: Callable, params, x: jax.Array, y: jax.Array, clip_no
         every model's ``[B, in]`` inputs instead (about 3x slower for the Balle MLP). Same values up to float
         rounding; the default (``False``) leaves the choice to XLA, which is right when the inputs are shared by
         all models (full batch: one large product).
+      input_sq_norms: optional ``[B]`` squared l2 norms of the rows of ``x`` (flattened). A dense call that
+        receives ``x`` itself (the first layer of an MLP) then uses them instead of reducing its ``[B, in]``
+        input again: minibatch training gathers them from norms computed once for the fixed set, shared by
+        all models. Same values up to float rounding.
 
     Returns:
       ``(losses [B], clipped_sum pytree, norms [B])``.
@@ -104,18 +108,22 @@ def ghost_clipped_sum(tap: Callable, params, x: jax.Array, y: jax.Array, clip_no
     calls = static_calls(tap, params, x)
     zeros = [jnp.zeros(out_shape, out_dtype) for *_, out_shape, out_dtype in calls]
 
+    reads_x = []  # per dense call: does it receive x itself? (static, recorded while tracing)
+
     def total_loss(perturbations):
         logits, recs = tap(params, x, perturbations)
+        reads_x[:] = [r.inputs is x for r in recs]
         losses = loss_fn(logits, y)
         return jnp.sum(losses), (losses, [r.inputs for r in recs])
 
     (_, (losses, inputs)), deltas = jax.value_and_grad(total_loss, has_aux=True)(zeros)
 
     sq = jnp.zeros((x.shape[0],), losses.dtype)
-    for (kernel_path, bias_path, *_), a, d in zip(calls, inputs, deltas):
+    for (kernel_path, bias_path, *_), a, d, is_x in zip(calls, inputs, deltas, reads_x):
         a3, d3 = _flat3(a).astype(sq.dtype), _flat3(d).astype(sq.dtype)
         if a3.shape[1] == 1:
-            sq = sq + jnp.sum(a3[:, 0] ** 2, -1) * jnp.sum(d3[:, 0] ** 2, -1)
+            a_sq = input_sq_norms.astype(sq.dtype) if is_x and input_sq_norms is not None else jnp.sum(a3[:, 0] ** 2, -1)
+            sq = sq + a_sq * jnp.sum(d3[:, 0] ** 2, -1)
         else:
             sq = sq + jnp.einsum("bts,bts->b", jnp.einsum("bti,bsi->bts", a3, a3), jnp.einsum("bto,bso->bts", d3, d3))
         if bias_path is not None:

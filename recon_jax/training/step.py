@@ -66,6 +66,9 @@ class Batch(flax.struct.PyTreeNode):
       target_x: optional separate target term, one example ``[...]`` (its own loss term; ``None``: none).
       target_y: its label ``[]``.
       target_weight: its weight ``[]`` (``None``: 1; 0 keeps the slot but ignores it, the MIA "out" model).
+      x_sq_norms: optional ``[B]`` squared l2 norms of the flattened rows of ``x``; ghost clipping reuses them
+        for the layer that reads ``x`` (:func:`~recon_jax.training.train` gathers them from norms of the fixed
+        set computed once). ``None``: computed from ``x`` when needed.
     """
 
     x: jax.Array
@@ -74,6 +77,7 @@ class Batch(flax.struct.PyTreeNode):
     target_x: jax.Array | None = None
     target_y: jax.Array | None = None
     target_weight: jax.Array | None = None
+    x_sq_norms: jax.Array | None = None
 
 
 def _loss_and_gradient(model_fns: ModelFns, loss_fn: Callable, params, x, y, w, target, t_w, count):
@@ -152,7 +156,7 @@ def make_train_step(model_fns: ModelFns, algorithm: Algorithm, *, with_gradient:
                 model_fns, params, xb, yb, key, clip_norm=alg.clip_norm, mechanism=mechanism, clipping=alg.clipping,
                 weights=w, loss_fn=loss_fn, per_example=alg.per_example, microbatch_size=alg.microbatch_size,
                 target=(batch.target_x, batch.target_y) if has_target else None, target_weight=t_w,
-                normaliser=count, per_model_batches=alg.batch_size is not None)
+                normaliser=count, per_model_batches=alg.batch_size is not None, input_sq_norms=batch.x_sq_norms)
         else:
             target = (batch.target_x[None], jnp.reshape(batch.target_y, (1,))) if has_target else None
             value, gflat = _loss_and_gradient(model_fns, loss_fn, params, xb, yb, w, target, t_w, count)

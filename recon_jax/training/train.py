@@ -170,18 +170,29 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
         idx = jax.lax.dynamic_slice_in_dim(perm, s * alg.batch_size, alg.batch_size)
         return idx, jnp.ones(idx.shape, bool)
 
+    fx_sq = tx_sq = None
+    if not full_batch and alg.private:
+        # Squared row norms of the fixed set, once (unbatched under vmap over targets: shared by every model);
+        # ghost clipping reads them for the layer that sees the input instead of reducing each gathered batch.
+        fx_sq = jnp.sum(jnp.square(fx.reshape(n, -1)), axis=-1)
+        if has_target:
+            tx_sq = jnp.sum(jnp.square(tx.reshape(-1)))
+
     def batch_of(idx, taken):
         """The :class:`Batch` of the points ``idx`` (those not ``taken`` get weight 0). The target, when drawn, is
         a row of the gathered batch with weight ``target_weight``: the batch is gathered per model anyway, so
         the target needs no separate loss term (which would cost a second forward/backward pass per step)."""
         safe = jnp.minimum(idx, n - 1)
+        sq = None if fx_sq is None else fx_sq[safe]
         if not has_target:
-            return Batch(fx[safe], fy[safe], taken.astype(dtype))
+            return Batch(fx[safe], fy[safe], taken.astype(dtype), x_sq_norms=sq)
         is_t = idx == n
         xb = jnp.where(is_t.reshape(is_t.shape + (1,) * (fx.ndim - 1)), tx[None], fx[safe])
         yb = jnp.where(is_t, ty, fy[safe])
         w = jnp.where(taken, jnp.where(is_t, tw, 1.0), 0.0).astype(dtype)
-        return Batch(xb, yb, w)
+        if sq is not None:
+            sq = jnp.where(is_t, tx_sq, sq)
+        return Batch(xb, yb, w, x_sq_norms=sq)
 
     def epoch_fn(state, epoch):
         epoch_key = perm = None

@@ -133,3 +133,27 @@ def test_per_example_argument_validation():
     # "auto" is left out of the description so that older stores keep their configuration hash
     assert "per_example" not in dp_gd(1.0).describe()
     assert dp_gd(1.0, per_example="vmap").describe()["per_example"] == "vmap"
+
+
+@pytest.mark.parametrize("per_model_batches", [False, True])
+def test_given_input_norms_and_layout_hint_give_the_same_clipped_sum(x64, per_model_batches):
+    # The minibatch path passes the squared row norms of x (gathered from the fixed set's) and the layout hint;
+    # both must leave the clipped sum equal, to rounding, to the plain ghost computation and to vmap(grad).
+    fns = from_flax(biswas_mlp())
+    x = jax.random.normal(jax.random.key(0), (9, 256), jnp.float64)
+    y = jnp.arange(9) % 10
+    params = jax.tree_util.tree_map(lambda a: a.astype(jnp.float64), fns.init(jax.random.key(1), x[:1]))
+    w = jnp.array([1.0, 0.0, 1.0, 1.0, 0.5, 1.0, 1.0, 0.0, 1.0])
+    sq = jnp.sum(x * x, axis=1)
+    _, plain, norms = ghost_clipped_sum(fns.tap, params, x, y, 0.3, w)
+    _, given, norms_given = jax.jit(lambda s: ghost_clipped_sum(fns.tap, params, x, y, 0.3, w,
+                                                                per_model_batches=per_model_batches,
+                                                                input_sq_norms=s))(sq)
+    g = per_example_gradients(fns, params, x, y)
+    ref = w @ (g * jnp.minimum(1.0, 0.3 / jnp.linalg.norm(g, axis=1))[:, None])
+    np.testing.assert_allclose(ravel_pytree(given)[0], ref, rtol=1e-10, atol=1e-12)  # float64 rounding
+    np.testing.assert_allclose(ravel_pytree(given)[0], ravel_pytree(plain)[0], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(norms_given, norms, rtol=1e-12)
+    # The given norms are really what the first layer uses: larger ones give larger per-example norms.
+    _, _, norms_wrong = ghost_clipped_sum(fns.tap, params, x, y, 0.3, w, input_sq_norms=4.0 * sq)
+    assert np.all(np.asarray(norms_wrong) > np.asarray(norms) * (1 + 1e-6))
