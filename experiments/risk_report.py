@@ -31,9 +31,9 @@ from experiments.common import (claim, config_to_dict, experiment_flags, finish_
 from recon_jax import accounting
 from recon_jax import data as rdata
 from recon_jax import models, shadow, training
-from recon_jax.attacks import audit, prior_aware, reconn
+from recon_jax.attacks import audit, informed, prior_aware
 from recon_jax.attacks import oracle as roracle
-from recon_jax.models.reconstructors import reconstructor_mlp, transposed_conv_decoder
+from recon_jax.models.reconstructors import TransposedConvDecoder
 from recon_jax.report import image_grid, markdown_table
 from recon_jax.accounting import privacy_bounds, tightest_rero
 from recon_jax.report.risk import plot_threat_models
@@ -49,7 +49,6 @@ KNOWN_KEYS = {
 }
 
 ZOO = ("balle_mnist_mlp", "lenet", "balle_cifar_cnn")
-RECONSTRUCTORS = ("auto", "mlp", "conv")
 
 
 def _build_model(config, num_classes: int):
@@ -89,19 +88,15 @@ def _check_model(config, fns, example, num_classes: int):
 
 
 def _reconstructor(config, image_shape):
-    """The reconstructor network: Balle et al.'s conv decoder (Table VII) for square RGB images whose side is a
-    multiple of 4, their MLP (Table V) otherwise; ``config.reconstructor`` forces one."""
-    conv_ok = len(image_shape) == 3 and image_shape[0] == image_shape[1] and image_shape[0] % 4 == 0 and \
-        image_shape[2] in (1, 3)
-    kind = config.reconstructor
-    if kind == "auto":
-        kind = "conv" if conv_ok and image_shape[2] == 3 else "mlp"
-    if kind == "conv":
-        if not conv_ok:
-            _fail("reconstructor", f"'conv' needs square images with a side divisible by 4 and 1 or 3 channels, "
-                                   f"got shape {tuple(image_shape)}")
-        return transposed_conv_decoder(int(image_shape[0]), int(image_shape[2])), "transposed-conv decoder"
-    return reconstructor_mlp(image_shape), "MLP 2x1000"
+    """The adversary's reconstructor network (:func:`recon_jax.attacks.informed.reconstructor_network`, from
+    ``config.reconstructor``) and its description for the report."""
+    try:
+        net = informed.reconstructor_network(image_shape, config.reconstructor)
+    except ValueError as err:
+        _fail("reconstructor", str(err))
+    if isinstance(net, TransposedConvDecoder):
+        return net, "transposed-conv decoder"
+    return net, f"MLP {len(net.hidden)}x{net.hidden[0]}"
 
 
 def _dataset_kwargs(config) -> dict:
@@ -162,8 +157,8 @@ def validate_config(config, num_train: int | None = None, num_test: int | None =
                 _fail(field, f"applies to dataset 'folder' only; leave it None for {config.dataset!r}")
     if not (isinstance(config.model, str) and (config.model in ZOO or ":" in config.model)):
         _fail("model", f"must be one of {list(ZOO)} or 'package.module:attribute', got {config.model!r}")
-    if config.reconstructor not in RECONSTRUCTORS:
-        _fail("reconstructor", f"must be one of {list(RECONSTRUCTORS)}, got {config.reconstructor!r}")
+    if config.reconstructor not in informed.RECONSTRUCTOR_KINDS:
+        _fail("reconstructor", f"must be one of {list(informed.RECONSTRUCTOR_KINDS)}, got {config.reconstructor!r}")
     for field, lo in (("seed", 0), ("fixed_size", 1), ("num_shadow", 10), ("num_targets", 1), ("eval_size", 1),
                       ("hidden", 1), ("epochs", 1), ("reconstructor_epochs", 1), ("reconstructor_batch_size", 1),
                       ("chunk_size", 1), ("prior_aware_trials", 2), ("audit_runs", 4), ("calibration_models", 1)):
@@ -326,9 +321,11 @@ def _audit(config, fns, p0, fixed, test_x, test_y, settings, q, steps, key, num_
     return out
 
 
-def _shadow_store(workdir, config, name, sigma, kind):
-    key = {"config": config_to_dict(config), "setting": name, "noise_multiplier": sigma, "kind": kind}
-    return keyed_dir(workdir, f"shadow_store_{kind}", key)
+def _model_store(workdir, config, name, sigma):
+    """The stored shadow and released models (and reconstructor checkpoints) of one setting, keyed by the whole
+    config and the setting."""
+    key = {"config": config_to_dict(config), "setting": name, "noise_multiplier": sigma}
+    return keyed_dir(workdir, "models", key)
 
 
 def run(config, workdir: str) -> dict:
@@ -350,70 +347,61 @@ def run(config, workdir: str) -> dict:
     image_shape = train_x.shape[1:]
     data_dim = int(np.prod(image_shape))
     key = jax.random.key(config.seed)
-    k_init, k_shadow, k_released, k_recon, k_game, k_audit, k_calib = (jax.random.fold_in(key, i)
-                                                                        for i in (0, 1, 2, 3, 5, 6, 7))
+    k_init, k_models, k_recon, k_game, k_audit, k_calib = (jax.random.fold_in(key, i) for i in (0, 1, 3, 5, 6, 7))
     p0 = training.initial_params(fns, k_init, s.fixed_images)
     num_params = models.count_params(p0)
     fixed = (s.fixed_images, s.fixed_labels)
     q, steps = sampling(config)
     shuffle_key = jax.random.fold_in(key, 4) if config.batch_size is not None and config.shuffle == "known" else None
 
-    # The NN oracle: the closest point the adversary knows (D- and the shadow pool) to each evaluation target.
-    pool = np.concatenate([s.fixed_images, s.shadow_images])
-    pool_labels = np.concatenate([s.fixed_labels, s.shadow_labels])
-    orc = roracle.nn_oracle(s.target_images, pool)
+    # The NN oracle: the closest record the adversary knows (D- and the shadow targets) to each evaluation target.
+    orc = informed.oracle_for(s)
     oracle_mse = np.asarray(orc.nn_mse)
     eta = float(np.median(oracle_mse))  # success threshold for the ReRo comparison: the median oracle MSE
-    kappa_eta = float(roracle.estimate_kappa(pool, eta, pool_labels, max_pool=None))
+    kappa_eta = float(roracle.estimate_kappa(s.pool_images, eta, s.pool_labels, max_pool=None))
+    # The reconstructor trains on 90% of the shadow models; the last 10% give its validation MSE.
+    spec = informed.ReconstructorSpec(
+        epochs=config.reconstructor_epochs, batch_size=config.reconstructor_batch_size,
+        learning_rate=config.reconstructor_learning_rate,
+        validation_size=config.num_shadow - int(round(0.9 * config.num_shadow)), model=recon_net)
 
     settings = ([("non-private", None)] if config.include_non_private else []) + [
         (f"DP sigma={sg:g}", float(sg)) for sg in config.noise_multipliers]
     dp_settings = [(n, sg) for n, sg in settings if sg is not None]
     rows, recon_images = [], {}
-    n_tr = int(round(0.9 * config.num_shadow))
     timings = {}
     for si, (name, sigma) in enumerate(settings):
         print(f"== setting: {name} ==", flush=True)
         t_set = time.time()
-        alg = _algorithm(config, sigma)
-        # Independent randomness per setting: the shadow and released models of setting si draw their noise
-        # (and fresh shuffles) from fold_in(k_shadow / k_released, si).
-        shadows = shadow.generate_shadow_models(
-            fns, alg, fixed, (s.shadow_images, s.shadow_labels), jax.random.fold_in(k_shadow, si), init_params=p0,
-            shuffle_key=shuffle_key, outputs=("params",), chunk_size=config.chunk_size,
-            store=_shadow_store(workdir, config, name, sigma, "shadow"))
-        released = shadow.generate_shadow_models(
-            fns, alg, fixed, (s.target_images, s.target_labels), jax.random.fold_in(k_released, si),
-            init_params=p0, shuffle_key=shuffle_key, outputs=("params", "eval_accuracy"), eval_set=eval_set,
-            chunk_size=config.chunk_size, store=_shadow_store(workdir, config, name, sigma, "released"))
-        feats = np.asarray(shadows["params"])
-        require_finite(feats, f"shadow model parameters ({name})", "learning rate too large for this setting?")
-        require_finite(released["params"], f"released model parameters ({name})", "learning rate too large?")
-        fit = reconn.train_reconstructor(
-            recon_net, feats[:n_tr], s.shadow_images[:n_tr], k_recon,
-            epochs=config.reconstructor_epochs, batch_size=config.reconstructor_batch_size,
-            learning_rate=config.reconstructor_learning_rate,
-            eval_set=(feats[n_tr:], s.shadow_images[n_tr:]))
-        recon = np.asarray(reconn.reconstruct(fit, np.asarray(released["params"])))
-        require_finite(recon, f"reconstructions ({name})", "reconstructor learning rate too large?")
-        recon_images[name] = recon
-        m = {k: np.asarray(v) for k, v in roracle.reconstruction_metrics(s.target_images, recon, oracle_mse).items()}
+        # Independent randomness per setting: its shadow and released models draw their noise (and fresh
+        # shuffles) from fold_in(k_models, si) (the library pipeline folds in 1 for shadow, 2 for released models).
+        store = _model_store(workdir, config, name, sigma)
+        ms = informed.train_model_sets(fns, _algorithm(config, sigma), s, jax.random.fold_in(k_models, si),
+                                       init_params=p0, shuffle_key=shuffle_key, eval_set=eval_set, store=store,
+                                       chunk_size=config.chunk_size)
+        require_finite(ms.shadow.params, f"shadow model parameters ({name})",
+                       "learning rate too large for this setting?")
+        require_finite(ms.released.params, f"released model parameters ({name})", "learning rate too large?")
+        res = informed.informed_attack(s, ms, k_recon, oracle=orc, reconstructor=spec, name=name,
+                                       checkpoint_dir=os.path.join(store, "reconstructor"))
+        require_finite(res.reconstructions, f"reconstructions ({name})", "reconstructor learning rate too large?")
+        recon_images[name] = res.reconstructions
         n_t = int(config.num_targets)
-        wins, at_eta = int(m["success"].sum()), int(np.sum(m["mse"] <= eta))
+        wins, at_eta = int(res.success.sum()), int(np.sum(res.mse <= eta))
         row = {
             "setting": name,
             "noise_multiplier": sigma if sigma is not None else 0.0,
-            "test_accuracy": float(np.mean(released["eval_accuracy"])),
-            "mean_mse": float(m["mse"].mean()),
-            "mean_oracle_mse": float(oracle_mse.mean()),
+            "test_accuracy": float(np.mean(res.released_accuracy)),
+            "mean_mse": res.mean_mse,
+            "mean_oracle_mse": res.mean_oracle_mse,
             "success_rate": wins / n_t,
             "success_rate_ci": _ci(wins, n_t, config.confidence),
             "success_at_eta": at_eta / n_t,
             "success_at_eta_ci": _ci(at_eta, n_t, config.confidence),
-            "mean_psnr": float(np.mean(np.minimum(m["psnr"], 100.0))),
-            "mean_ssim": float(m["ssim"].mean()) if "ssim" in m else None,
-            "mean_ncc": float(np.nanmean(m["ncc"])),
-            "reconstructor_val_mse": float(fit.eval_mse[-1]) if len(fit.eval_mse) else None,
+            "mean_psnr": float(np.mean(np.minimum(res.psnr, 100.0))),
+            "mean_ssim": None if res.ssim is None else float(res.ssim.mean()),
+            "mean_ncc": float(np.nanmean(res.ncc)),
+            "reconstructor_val_mse": float(res.validation_mse[-1]) if len(res.validation_mse) else None,
             "num_shadow_models": int(config.num_shadow),
             "num_targets": n_t,
             "eps_rdp": float("inf"),
@@ -484,7 +472,7 @@ def run(config, workdir: str) -> dict:
     figures = {}
     grid = {"target": s.target_images}
     grid.update({f"recon: {k}": v for k, v in recon_images.items()})
-    grid["NN oracle"] = pool[np.asarray(orc.nn_index)]
+    grid["NN oracle"] = s.pool_images[np.asarray(orc.nn_index)]
     figures["reconstructions"] = image_grid(grid, os.path.join(workdir, "reconstructions.png"),
                                             title="Targets, attack reconstructions per setting, NN oracle")
     dp_rows = [r for r in rows if r["noise_multiplier"] > 0]

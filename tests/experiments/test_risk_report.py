@@ -7,6 +7,8 @@ import pytest
 
 from experiments import risk_report
 from experiments.configs import risk_report as risk_config
+from recon_jax.attacks import informed
+from recon_jax.shadow import ShadowSet
 
 
 def _smoke():
@@ -41,6 +43,7 @@ def test_malformed_configs_fail_before_training(tmp_path, monkeypatch, field, va
     def no_training(*args, **kwargs):
         raise AssertionError("training started before validation")
 
+    monkeypatch.setattr(informed, "generate_shadow_models", no_training)
     monkeypatch.setattr(risk_report.shadow, "generate_shadow_models", no_training)
     config = _smoke()
     with config.unlocked():
@@ -55,9 +58,10 @@ def test_nan_stops_the_run(tmp_path, monkeypatch):
     from experiments.common import NonFiniteResult
 
     def nan_models(*args, outputs=("params",), **kwargs):
-        return {k: np.full((len(args[3][0]), 7960), np.nan, np.float32) for k in outputs}
+        n = len(args[3][0])
+        return ShadowSet({k: np.full((n, 7960), np.nan, np.float32) for k in outputs}, None, n)
 
-    monkeypatch.setattr(risk_report.shadow, "generate_shadow_models", nan_models)
+    monkeypatch.setattr(informed, "generate_shadow_models", nan_models)
     with pytest.raises(NonFiniteResult, match="shadow model parameters"):
         risk_report.run(_smoke(), str(tmp_path))
     assert not (tmp_path / "metrics.json").exists()
@@ -232,6 +236,7 @@ def test_unsupported_model_and_data_fail_before_training(tmp_path, monkeypatch, 
     def no_training(*args, **kwargs):
         raise AssertionError("training started before validation")
 
+    monkeypatch.setattr(informed, "generate_shadow_models", no_training)
     monkeypatch.setattr(risk_report.shadow, "generate_shadow_models", no_training)
     config = _folder_config(_image_folder(tmp_path / "images", n_train=70, n_test=30))
     with config.unlocked():
