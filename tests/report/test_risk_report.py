@@ -5,9 +5,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from experiments import risk_report
-from experiments.configs import risk_report as risk_config
 from recon_jax.attacks import informed
+from recon_jax.report import risk_config, risk_report
 from recon_jax.shadow import ShadowSet
 
 
@@ -55,7 +54,7 @@ def test_malformed_configs_fail_before_training(tmp_path, monkeypatch, field, va
 
 
 def test_nan_stops_the_run(tmp_path, monkeypatch):
-    from experiments.common import NonFiniteResult
+    from recon_jax.report.evidence import NonFiniteResult
 
     def nan_models(*args, outputs=("params",), **kwargs):
         n = len(args[3][0])
