@@ -13,6 +13,9 @@ with a fixed number of elementwise operations per value (Temme's uniform expansi
 fraction), accurate for shapes up to 2e9 (chi-square CDFs at dimension d = 2a in the ReRo bounds).
 
 Notation: ``nu`` order, ``x`` argument, ``z = x / nu``, ``p = 1 / sqrt(1 + z^2) = nu / hypot(nu, x)``.
+
+The module is one concern despite its length (~640 lines): scalar special functions with one contract (elementwise
+``jnp``, jit / vmap / grad, checked against mpmath and SciPy), most of it expansion coefficients and their series.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ Two layouts:
 
 from __future__ import annotations
 
+import hashlib
 from typing import NamedTuple
 
 import jax
@@ -48,13 +49,20 @@ class InformedSplits(NamedTuple):
 
 
 def _seed_from(key_or_seed) -> int:
+    """A NumPy seed: a non-negative int as it is; a jax key as the first 63 bits of the SHA-256 of its key data.
+
+    The hash sees every bit of the key (and its shape), so distinct keys give distinct seeds with overwhelming
+    probability (a sum of the key's words would make keys like ``[0, 1]`` and ``[1, 0]`` collide).
+    """
     if isinstance(key_or_seed, (int, np.integer)):
         if key_or_seed < 0:
             raise ValueError(f"key_or_seed must be a non-negative int or a jax key, got {key_or_seed}")
         return int(key_or_seed)
     if isinstance(key_or_seed, jax.Array):
         data = jax.random.key_data(key_or_seed) if jax.dtypes.issubdtype(key_or_seed.dtype, jax.dtypes.prng_key) else key_or_seed
-        return int(np.asarray(data, dtype=np.uint64).ravel().sum() % (2**63))
+        words = np.ascontiguousarray(np.asarray(data), dtype="<u4")
+        digest = hashlib.sha256(repr(words.shape).encode() + words.tobytes()).digest()
+        return int.from_bytes(digest[:8], "little") >> 1
     raise ValueError(f"key_or_seed must be a non-negative int or a jax key, got {type(key_or_seed).__name__}")
 
 
