@@ -13,25 +13,10 @@ follows the same shape::
 
 from __future__ import annotations
 
+from recon_jax.report import cli, evidence
 from recon_jax.report.cli import experiment_flags, run_app
 from recon_jax.report.evidence import (NonFiniteResult, RunInfo, claim, claims_markdown, config_to_dict,
                                        finish_run, keyed_dir, prepare_workdir, provenance, publish, require_finite,
                                        start_run, write_run_info)
 
-__all__ = [
-    "prepare_workdir",
-    "config_to_dict",
-    "write_run_info",
-    "experiment_flags",
-    "RunInfo",
-    "start_run",
-    "finish_run",
-    "claim",
-    "claims_markdown",
-    "NonFiniteResult",
-    "require_finite",
-    "keyed_dir",
-    "provenance",
-    "publish",
-    "run_app",
-]
+__all__ = [*evidence.__all__, *cli.__all__]
