@@ -9,12 +9,13 @@ its config is :mod:`recon_jax.report.risk_config`, which ``experiments/configs/r
 For the non-private setting and each noise multiplier of the sweep it: trains the released models (one per
 evaluation target, on D- + target; reports test accuracy); trains shadow models and Balle et al.'s reconstructor
 network; reconstructs every target and scores it (MSE, PSNR, SSIM, NCC, success against the nearest-neighbour
-oracle); and, for DP settings, computes epsilon (RDP and PLD), ReRo bounds from every route, Ziller et al.'s
+oracle), all through the library's informed-adversary pipeline (:mod:`recon_jax.attacks.informed`); and, for DP settings, computes epsilon (RDP and PLD), ReRo bounds from every route, Ziller et al.'s
 prior-free bounds and Bayes' capacity. For the "every update released" threat model it plays the prior-aware
 reconstruction game of Hayes et al. (2023) at priors of k random records and a with/without-canary game for a 95%
 lower bound on epsilon; it calibrates sigma to a reconstruction-risk target and measures the accuracy that costs.
 Every DP setting draws its own noise. Writes report.md, metrics.json (with the claims it checks), config.json and
-PNG figures.
+PNG figures. Config validation and the model, data and reconstructor it names: :mod:`recon_jax.report.risk_setup`;
+the report's text and claims: :mod:`recon_jax.report.risk_text`.
 """
 
 from __future__ import annotations
