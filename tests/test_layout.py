@@ -81,3 +81,35 @@ def test_split_modules_reexport_the_same_objects(name, home, old):
     assert obj.__module__ == home and getattr(module, name) is obj and name in module.__all__
     if old.startswith("recon_jax.bounds"):
         assert getattr(package, name) is obj
+
+
+def test_the_wheel_holds_only_recon_jax_and_its_console_script():
+    """pyproject's package discovery finds recon_jax and its subpackages only (no top-level experiments or
+    benchmarks), and the console script and its default config live in the package."""
+    import importlib
+    import os
+    import tomllib
+
+    import setuptools
+
+    root = ROOT.parent
+    meta = tomllib.loads((root / "pyproject.toml").read_text())
+    found = setuptools.find_packages(where=str(root), include=meta["tool"]["setuptools"]["packages"]["find"]["include"])
+    assert "recon_jax" in found and {p.split(".")[0] for p in found} == {"recon_jax"}, found
+    module, _, attr = meta["project"]["scripts"]["recon-jax-report"].partition(":")
+    assert module.split(".")[0] == "recon_jax"
+    report = importlib.import_module(module)
+    assert callable(getattr(report, attr))
+    config_file = report.DEFAULT_CONFIG.rpartition(":")[0]
+    assert os.path.isfile(config_file) and pathlib.Path(config_file).resolve().is_relative_to(ROOT.resolve())
+
+
+def test_experiment_entry_points_are_the_package_report():
+    from experiments import risk_report
+    from experiments.configs import risk_report as config
+
+    from recon_jax.report import risk_config
+    from recon_jax.report import risk_report as home
+
+    assert risk_report.run is home.run and risk_report.console_main is home.console_main
+    assert config.get_config is risk_config.get_config
