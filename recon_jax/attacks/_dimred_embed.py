@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recon_jax.io import seed_from_key
+
 __all__ = [
     "METHODS",
     "DETERMINISTIC_METHODS",
@@ -170,27 +172,6 @@ def srp_embed(data: jax.Array, key: jax.Array, n_components: int = 2, density: f
     _check_data(data)
     r = srp_matrix(key, np.shape(data)[1], n_components, density)
     return jnp.asarray(data) @ r
-
-
-def _seed(key: jax.Array) -> jax.Array:
-    return jax.random.randint(key, (), 0, 2**31 - 1)
-
-
-def seed_from_key(key: jax.Array) -> int | np.ndarray:
-    """Non-negative 31-bit integer seeds derived from typed keys (for scikit-learn / umap / NumPy).
-
-    The one key-to-seed conversion of the DR attack: a scalar key gives an ``int``; an array of keys (e.g. the
-    per-run keys of :func:`run_key`) gives an ``int64`` array of the same shape, equal to the per-key seeds.
-
-    Example:
-      >>> import jax
-      >>> keys = jax.random.split(jax.random.key(0), 3)
-      >>> seed_from_key(keys).tolist() == [seed_from_key(k) for k in keys]
-      True
-    """
-    if key.ndim == 0:
-        return int(_seed(key))
-    return np.asarray(jax.vmap(_seed)(key.reshape(-1)), dtype=np.int64).reshape(key.shape)
 
 
 def run_key(key: jax.Array, seed_policy: str, run_index: int | jax.Array) -> jax.Array:
