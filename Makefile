@@ -41,8 +41,10 @@ results: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
 
-# The library wheel (dist/), e.g. to install in a notebook elsewhere.
+# The library wheel (dist/), e.g. to install in a notebook elsewhere. setuptools copies whatever an earlier build
+# left in build/ into the wheel, so that directory goes first (it once shipped old top-level packages).
 wheel: $(STAMP)
+	rm -rf build
 	$(PY) -m pip wheel --quiet --no-deps -w dist .
 
 clean-venv:

@@ -14,6 +14,7 @@ import os
 import tempfile
 from typing import Any
 
+import jax
 import numpy as np
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "atomic_write_text",
     "atomic_write_json",
     "atomic_save_npz",
+    "seed_from_key",
     "stable_hash",
     "strict_json",
 ]
@@ -143,3 +145,30 @@ def _json_default(obj: Any) -> Any:
     if hasattr(obj, "__array__"):
         return np.asarray(obj).tolist()
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def _seed(key: jax.Array) -> jax.Array:
+    return jax.random.randint(key, (), 0, 2**31 - 1)
+
+
+def seed_from_key(key: jax.Array) -> int | np.ndarray:
+    """Non-negative 31-bit integer seeds drawn from typed JAX keys, for host libraries (NumPy, scikit-learn, umap).
+
+    The library's one key-to-seed conversion: a uniform draw from the key, so distinct keys give independent
+    seeds (it is used by the data splits and the dimensionality-reduction attack). A scalar key gives an ``int``;
+    an array of keys gives an ``int64`` array of the same shape, equal to the per-key seeds. Raw ``uint32`` key
+    data is accepted too (wrapped with the default implementation).
+
+    Example:
+      >>> import jax
+      >>> keys = jax.random.split(jax.random.key(0), 3)
+      >>> seed_from_key(keys).tolist() == [seed_from_key(k) for k in keys]
+      True
+      >>> 0 <= seed_from_key(jax.random.key(1)) < 2**31
+      True
+    """
+    if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.wrap_key_data(key)
+    if key.ndim == 0:
+        return int(_seed(key))
+    return np.asarray(jax.vmap(_seed)(key.reshape(-1)), dtype=np.int64).reshape(key.shape)

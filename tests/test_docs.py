@@ -1,9 +1,12 @@
 """Every public name of recon_jax has a docstring that ``help()`` renders (issue: docs for every public function)."""
 
+import ast
 import importlib
 import inspect
+import pathlib
 import pkgutil
 import pydoc
+import re
 
 import pytest
 
@@ -62,3 +65,51 @@ def test_public_object_documented_and_renders(qualname, obj):
         params = list(inspect.signature(obj).parameters)
         if params:
             assert params[0] in text
+
+
+_SECTION = re.compile(r"^( *)(Args|Arguments|Returns|Raises|Yields|Attributes|Example|Examples|Note|Notes):\s*$")
+_OTHER_DIALECTS = re.compile(r"^\s*(Parameters|Returns|Raises|Attributes)\s*\n\s*-{3,}\s*$|^\s*:(param|returns?|raises?)\b",
+                             re.MULTILINE)
+
+
+def _dialect_errors(source: str) -> list[str]:
+    """Docstring sections of ``source`` that are not Google style with two-space indented entries."""
+    errors = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        doc = ast.get_docstring(node, clean=True)
+        if not doc:
+            continue
+        name = getattr(node, "name", "<module>")
+        if _OTHER_DIALECTS.search(doc):
+            errors.append(f"{name}: numpy- or reST-style fields (use Args: / Returns: / Raises:)")
+        lines = doc.split("\n")
+        for i, line in enumerate(lines):
+            match = _SECTION.match(line)
+            if not match:
+                continue
+            body = next((x for x in lines[i + 1:] if x.strip()), None)
+            if body is None:
+                continue
+            indent = len(body) - len(body.lstrip())
+            if indent > len(match.group(1)) and indent != len(match.group(1)) + 2:
+                errors.append(f"{name}: {match.group(2)}: entries indented by {indent - len(match.group(1))}, not 2")
+    return errors
+
+
+def test_docstrings_use_one_dialect():
+    """Google style throughout: section headers followed by entries indented two spaces (issue 22)."""
+    root = pathlib.Path(recon_jax.__file__).parent
+    bad = [f"{p.relative_to(root)}: {e}" for p in sorted(root.rglob("*.py")) for e in _dialect_errors(p.read_text())]
+    assert not bad, "docstrings in another dialect:\n" + "\n".join(bad)
+
+
+def test_the_dialect_check_can_fail():
+    four = 'def f(x):\n    """F.\n\n    Args:\n        x: an input.\n    """\n'
+    numpy = 'def f(x):\n    """F.\n\n    Parameters\n    ----------\n    x : int\n    """\n'
+    rest = 'def f(x):\n    """F.\n\n    :param x: an input.\n    """\n'
+    two = 'def f(x):\n    """F.\n\n    Args:\n      x: an input,\n        continued.\n\n    Example:\n      >>> 1\n      1\n    """\n'
+    assert "indented by 4" in _dialect_errors(four)[0]
+    assert _dialect_errors(numpy) and _dialect_errors(rest)
+    assert _dialect_errors(two) == []

@@ -1,12 +1,14 @@
 """Reconstruction and membership attacks.
 
 - :mod:`~recon_jax.attacks.glm`: closed-form inversion of GLMs (Balle et al. Thm 1, Thm 8).
-- :mod:`~recon_jax.attacks.reconn`: reconstructor networks trained on shadow models (Balle et al.).
+- :mod:`~recon_jax.attacks.reconn`: reconstructor networks trained on shadow models (Balle et al.), on the
+  features of :mod:`~recon_jax.attacks.features`.
 - :mod:`~recon_jax.attacks.informed`: the informed-adversary pipeline (splits -> shadow and released models ->
   reconstructor -> NN oracle -> metrics and success) shared by the experiments and notebooks.
 - :mod:`~recon_jax.attacks.oracle`: the nearest-neighbour oracle baseline.
 - :mod:`~recon_jax.attacks.mia`: informed membership inference (Balle et al. Alg. 2).
-- :mod:`~recon_jax.attacks.gradient`: linear-layer attack (Ziller et al.), Inverting Gradients, DLG.
+- :mod:`~recon_jax.attacks.gradient`: linear-layer attack (Ziller et al.; home :mod:`~recon_jax.attacks.linear_layer`),
+  Inverting Gradients, DLG.
 - :mod:`~recon_jax.attacks.dimred`: attacks on dimensionality-reduction embeddings (Lumbut & Ponnoprat).
 - :mod:`~recon_jax.attacks.audit`: Clopper-Pearson intervals and the empirical epsilon of a canary game.
 - :mod:`~recon_jax.attacks.prior_aware`: the prior-aware attack on every released DP-(S)GD update (Hayes et al. 2023).

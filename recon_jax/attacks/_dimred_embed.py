@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recon_jax.io import seed_from_key
+
 __all__ = [
     "METHODS",
     "DETERMINISTIC_METHODS",
@@ -54,21 +56,21 @@ def pca_embed(data: jax.Array, n_components: int = 2, solver: str = "auto") -> j
     value is positive (the convention of scikit-learn >= 1.5, ``svd_flip(u_based_decision=False)``).
 
     Args:
-        data: ``[n, d]`` data matrix.
-        n_components: number of principal components (``1 <= n_components <= min(n, d)``).
-        solver: ``"auto"``, ``"svd"`` or ``"gram"``.
+      data: ``[n, d]`` data matrix.
+      n_components: number of principal components (``1 <= n_components <= min(n, d)``).
+      solver: ``"auto"``, ``"svd"`` or ``"gram"``.
 
     Returns:
-        ``[n, n_components]`` scores ``(X - mean) V``.
+      ``[n, n_components]`` scores ``(X - mean) V``.
 
     Raises:
-        ValueError: if ``data`` is not 2-D with n, d >= 3 or ``n_components`` is out of range.
+      ValueError: if ``data`` is not 2-D with n, d >= 3 or ``n_components`` is out of range.
 
     Example:
-        >>> import jax.numpy as jnp
-        >>> x = jnp.array([[0., 0., 0.], [1., 0., 0.], [2., 0., 0.], [3., 0.1, 0.]])
-        >>> pca_embed(x).shape
-        (4, 2)
+      >>> import jax.numpy as jnp
+      >>> x = jnp.array([[0., 0., 0.], [1., 0., 0.], [2., 0., 0.], [3., 0.1, 0.]])
+      >>> pca_embed(x).shape
+      (4, 2)
     """
     _check_data(data)
     n, d = np.shape(data)
@@ -123,22 +125,22 @@ def srp_matrix(key: jax.Array, dim: int, n_components: int = 2, density: float |
     (``components_`` is ``[r, d]``).
 
     Args:
-        key: typed PRNG key.
-        dim: input dimension d (>= 1).
-        n_components: output dimension r (>= 1).
-        density: ``"paper"`` (1/d), ``"auto"`` (1/sqrt(d)) or a float in (0, 1].
+      key: typed PRNG key.
+      dim: input dimension d (>= 1).
+      n_components: output dimension r (>= 1).
+      density: ``"paper"`` (1/d), ``"auto"`` (1/sqrt(d)) or a float in (0, 1].
 
     Returns:
-        ``[dim, n_components]`` float32 matrix.
+      ``[dim, n_components]`` float32 matrix.
 
     Raises:
-        ValueError: for dim < 1, n_components < 1 or a density outside (0, 1].
+      ValueError: for dim < 1, n_components < 1 or a density outside (0, 1].
 
     Example:
-        >>> import jax
-        >>> r = srp_matrix(jax.random.key(0), 784, density=0.5)
-        >>> r.shape, float(abs(r).max()) == 1.0
-        ((784, 2), True)
+      >>> import jax
+      >>> r = srp_matrix(jax.random.key(0), 784, density=0.5)
+      >>> r.shape, float(abs(r).max()) == 1.0
+      ((784, 2), True)
     """
     if dim < 1:
         raise ValueError(f"dim must be >= 1, got {dim}")
@@ -154,43 +156,22 @@ def srp_embed(data: jax.Array, key: jax.Array, n_components: int = 2, density: f
     """Sparse random projection ``theta = D R`` (paper eq. 1) with ``R = srp_matrix(key, d, ...)``.
 
     Args:
-        data: ``[n, d]`` data.
-        key: typed PRNG key for ``R``.
-        n_components: output dimension.
-        density: see :func:`srp_matrix`.
+      data: ``[n, d]`` data.
+      key: typed PRNG key for ``R``.
+      n_components: output dimension.
+      density: see :func:`srp_matrix`.
 
     Returns:
-        ``[n, n_components]`` embedding.
+      ``[n, n_components]`` embedding.
 
     Example:
-        >>> import jax, jax.numpy as jnp
-        >>> srp_embed(jnp.ones((5, 10)), jax.random.key(1), density=1.0).shape
-        (5, 2)
+      >>> import jax, jax.numpy as jnp
+      >>> srp_embed(jnp.ones((5, 10)), jax.random.key(1), density=1.0).shape
+      (5, 2)
     """
     _check_data(data)
     r = srp_matrix(key, np.shape(data)[1], n_components, density)
     return jnp.asarray(data) @ r
-
-
-def _seed(key: jax.Array) -> jax.Array:
-    return jax.random.randint(key, (), 0, 2**31 - 1)
-
-
-def seed_from_key(key: jax.Array) -> int | np.ndarray:
-    """Non-negative 31-bit integer seeds derived from typed keys (for scikit-learn / umap / NumPy).
-
-    The one key-to-seed conversion of the DR attack: a scalar key gives an ``int``; an array of keys (e.g. the
-    per-run keys of :func:`run_key`) gives an ``int64`` array of the same shape, equal to the per-key seeds.
-
-    Example:
-        >>> import jax
-        >>> keys = jax.random.split(jax.random.key(0), 3)
-        >>> seed_from_key(keys).tolist() == [seed_from_key(k) for k in keys]
-        True
-    """
-    if key.ndim == 0:
-        return int(_seed(key))
-    return np.asarray(jax.vmap(_seed)(key.reshape(-1)), dtype=np.int64).reshape(key.shape)
 
 
 def run_key(key: jax.Array, seed_policy: str, run_index: int | jax.Array) -> jax.Array:
@@ -273,24 +254,24 @@ def embed(method: str, data: Any, key_or_seed: Any, **opts: Any) -> jax.Array:
     """Embeds ``data`` [n, d] into 2-D with one of the paper's six methods (Lumbut & Ponnoprat, Sec. 2.1).
 
     Args:
-        method: ``"pca"``, ``"srp"``, ``"mds"``, ``"isomap"``, ``"tsne"`` or ``"umap"``.
-        data: ``[n, d]`` array (n >= 3, d >= 3).
-        key_or_seed: typed ``jax.random.key`` or a non-negative int; the method's randomness (SRP matrix,
-            MDS / t-SNE / UMAP initialisation). Ignored by the deterministic PCA and Isomap.
-        **opts: method options: ``density`` for SRP (see :func:`srp_matrix`); scikit-learn / umap keyword
-            arguments for the others.
+      method: ``"pca"``, ``"srp"``, ``"mds"``, ``"isomap"``, ``"tsne"`` or ``"umap"``.
+      data: ``[n, d]`` array (n >= 3, d >= 3).
+      key_or_seed: typed ``jax.random.key`` or a non-negative int; the method's randomness (SRP matrix,
+        MDS / t-SNE / UMAP initialisation). Ignored by the deterministic PCA and Isomap.
+      **opts: method options: ``density`` for SRP (see :func:`srp_matrix`); scikit-learn / umap keyword
+        arguments for the others.
 
     Returns:
-        ``[n, 2]`` embedding (``jax.Array``).
+      ``[n, 2]`` embedding (``jax.Array``).
 
     Raises:
-        ValueError: for an unknown method, a malformed ``data`` or an invalid key/seed.
+      ValueError: for an unknown method, a malformed ``data`` or an invalid key/seed.
 
     Example:
-        >>> import numpy as np
-        >>> x = np.random.default_rng(0).random((20, 5))
-        >>> embed("pca", x, 0).shape, embed("srp", x, 0, density=0.5).shape
-        ((20, 2), (20, 2))
+      >>> import numpy as np
+      >>> x = np.random.default_rng(0).random((20, 5))
+      >>> embed("pca", x, 0).shape, embed("srp", x, 0, density=0.5).shape
+      ((20, 2), (20, 2))
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")

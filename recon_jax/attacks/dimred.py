@@ -80,9 +80,9 @@ def insert_row(known: jax.Array, x: jax.Array, target_row: int) -> jax.Array:
     """Returns ``known`` [n-1, d] with ``x`` [d] inserted as row ``target_row`` ([n, d]).
 
     Example:
-        >>> import jax.numpy as jnp
-        >>> insert_row(jnp.zeros((2, 3)), jnp.ones(3), 1)[:, 0].tolist()
-        [0.0, 1.0, 0.0]
+      >>> import jax.numpy as jnp
+      >>> insert_row(jnp.zeros((2, 3)), jnp.ones(3), 1)[:, 0].tolist()
+      [0.0, 1.0, 0.0]
     """
     return jnp.concatenate([known[:target_row], x[None, :], known[target_row:]], axis=0)
 
@@ -158,37 +158,37 @@ def shadow_embeddings(
     offsets, scale, noise, the keys, and the digests of ``known`` and ``candidates``).
 
     Args:
-        method: one of ``METHODS``.
-        known: the known members D- ``[n-1, d]`` (images are flattened).
-        candidates: ``[m, d]`` public points x'_j (or the victim's targets).
-        key: typed key of the method's randomness (shadows: the adversary's; victim: the curator's).
-        seed_policy: ``"known"`` or ``"fresh"`` (see :func:`run_key`).
-        index_offset: global index of the first run.
-        target_row: row of the candidate in each embedded dataset (0 in the paper's code).
-        data_scale: the data are multiplied by this before noise and embedding (255 reproduces the
-            reference implementation, which embedded raw 8-bit MNIST pixels).
-        noise_sigma: standard deviation of the additive Gaussian input noise, in units of the scaled data.
-        noise_key: typed key of the noise (required when ``noise_sigma > 0``).
-        method_opts: options passed to the method (see :func:`embed`).
-        store_dir: directory of the resumable store (None: in memory only).
-        chunk_size: runs per chunk (and per worker task).
-        n_jobs: joblib worker processes for the scikit-learn / umap methods.
-        progress: show a tqdm progress bar.
+      method: one of ``METHODS``.
+      known: the known members D- ``[n-1, d]`` (images are flattened).
+      candidates: ``[m, d]`` public points x'_j (or the victim's targets).
+      key: typed key of the method's randomness (shadows: the adversary's; victim: the curator's).
+      seed_policy: ``"known"`` or ``"fresh"`` (see :func:`run_key`).
+      index_offset: global index of the first run.
+      target_row: row of the candidate in each embedded dataset (0 in the paper's code).
+      data_scale: the data are multiplied by this before noise and embedding (255 reproduces the
+        reference implementation, which embedded raw 8-bit MNIST pixels).
+      noise_sigma: standard deviation of the additive Gaussian input noise, in units of the scaled data.
+      noise_key: typed key of the noise (required when ``noise_sigma > 0``).
+      method_opts: options passed to the method (see :func:`embed`).
+      store_dir: directory of the resumable store (None: in memory only).
+      chunk_size: runs per chunk (and per worker task).
+      n_jobs: joblib worker processes for the scikit-learn / umap methods.
+      progress: show a tqdm progress bar.
 
     Returns:
-        ``[m, 2n]`` float32 array; row ``j`` is the flattened embedding of run ``j`` (row-major, so the
-        candidate's two coordinates are entries ``2*target_row`` and ``2*target_row + 1``).
+      ``[m, 2n]`` float32 array; row ``j`` is the flattened embedding of run ``j`` (row-major, so the
+      candidate's two coordinates are entries ``2*target_row`` and ``2*target_row + 1``).
 
     Raises:
-        ValueError: for invalid arguments, or (:class:`recon_jax.shadow.ShadowStoreMismatchError`) when
-            ``store_dir`` holds a different configuration.
+      ValueError: for invalid arguments, or (:class:`recon_jax.shadow.ShadowStoreMismatchError`) when
+        ``store_dir`` holds a different configuration.
 
     Example:
-        >>> import jax, numpy as np
-        >>> rng = np.random.default_rng(0)
-        >>> known, cands = rng.random((9, 16)), rng.random((4, 16))
-        >>> shadow_embeddings("pca", known, cands, jax.random.key(0), progress=False).shape
-        (4, 20)
+      >>> import jax, numpy as np
+      >>> rng = np.random.default_rng(0)
+      >>> known, cands = rng.random((9, 16)), rng.random((4, 16))
+      >>> shadow_embeddings("pca", known, cands, jax.random.key(0), progress=False).shape
+      (4, 20)
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -299,35 +299,35 @@ def fit_attack(
     loss and keeps a reference to the live model, i.e. returns the final weights.)
 
     Args:
-        kind: ``"split"`` (paper, Tables 1 + 3/5) or ``"mlp"`` (Balle et al. 2 x 1000 baseline).
-        train_theta, val_theta: ``[m, 2n]`` shadow embeddings (:func:`shadow_embeddings`).
-        train_images, val_images: ``[m, H, W, 1]`` the corresponding public points.
-        key: typed key (initialisation, shuffling, dropout).
-        width: decoder channel scale of the split network (64 = paper).
-        target_row: the target's row used when the shadows were made.
-        learning_rate: Adam step size (paper: 1e-5).
-        batch_size: minibatch size (paper: 64); clipped to ``m``.
-        max_epochs: maximum epochs (paper: 500).
-        patience: epochs without validation improvement before stopping (reference code: 5).
-        l1_weight: weight of the L1 term (paper: 1).
-        checkpoint_dir: resume training from per-epoch checkpoints in this directory (see the shared trainer).
-        progress: show a tqdm bar over epochs.
+      kind: ``"split"`` (paper, Tables 1 + 3/5) or ``"mlp"`` (Balle et al. 2 x 1000 baseline).
+      train_theta, val_theta: ``[m, 2n]`` shadow embeddings (:func:`shadow_embeddings`).
+      train_images, val_images: ``[m, H, W, 1]`` the corresponding public points.
+      key: typed key (initialisation, shuffling, dropout).
+      width: decoder channel scale of the split network (64 = paper).
+      target_row: the target's row used when the shadows were made.
+      learning_rate: Adam step size (paper: 1e-5).
+      batch_size: minibatch size (paper: 64); clipped to ``m``.
+      max_epochs: maximum epochs (paper: 500).
+      patience: epochs without validation improvement before stopping (reference code: 5).
+      l1_weight: weight of the L1 term (paper: 1).
+      checkpoint_dir: resume training from per-epoch checkpoints in this directory (see the shared trainer).
+      progress: show a tqdm bar over epochs.
 
     Returns:
-        A :class:`recon_jax.attacks.reconn.ReconstructorFit`: ``model``, the best epoch's ``params``, the
-        min-max ``standardizer``, the curves ``losses`` / ``eval_loss`` (the early-stopping objective) /
-        ``eval_mse`` and ``best_epoch`` (1-based).
+      A :class:`recon_jax.attacks.reconn.ReconstructorFit`: ``model``, the best epoch's ``params``, the
+      min-max ``standardizer``, the curves ``losses`` / ``eval_loss`` (the early-stopping objective) /
+      ``eval_mse`` and ``best_epoch`` (1-based).
 
     Raises:
-        ValueError: for malformed data or out-of-range hyper-parameters.
+      ValueError: for malformed data or out-of-range hyper-parameters.
 
     Example:
-        >>> import jax, numpy as np
-        >>> rng = np.random.default_rng(0)
-        >>> th, im = rng.random((16, 20)), rng.random((16, 28, 28, 1))
-        >>> atk = fit_attack("mlp", th, im, th, im, jax.random.key(0), max_epochs=1, batch_size=8)
-        >>> reconstruct(atk, th[:3]).shape
-        (3, 28, 28, 1)
+      >>> import jax, numpy as np
+      >>> rng = np.random.default_rng(0)
+      >>> th, im = rng.random((16, 20)), rng.random((16, 28, 28, 1))
+      >>> atk = fit_attack("mlp", th, im, th, im, jax.random.key(0), max_epochs=1, batch_size=8)
+      >>> reconstruct(atk, th[:3]).shape
+      (3, 28, 28, 1)
     """
     train_images = np.asarray(train_images, np.float32)
     val_images = np.asarray(val_images, np.float32)
@@ -355,9 +355,9 @@ def per_example_mse(a: Any, b: Any) -> jax.Array:
     """Mean squared error over pixels for each example (the paper's MSE, before averaging over examples).
 
     Example:
-        >>> import jax.numpy as jnp
-        >>> per_example_mse(jnp.zeros((2, 2, 2, 1)), jnp.ones((2, 2, 2, 1))).tolist()
-        [1.0, 1.0]
+      >>> import jax.numpy as jnp
+      >>> per_example_mse(jnp.zeros((2, 2, 2, 1)), jnp.ones((2, 2, 2, 1))).tolist()
+      [1.0, 1.0]
     """
     a, b = jnp.asarray(a), jnp.asarray(b)
     if a.shape != b.shape or a.ndim < 2:
@@ -373,6 +373,6 @@ def noise_defence_mse(attack: ReconstructorFit, clean_theta: Any, noisy_theta: A
     of the attack MSE.
 
     Example:
-        >>> # see fit_attack; noise_defence_mse(atk, theta, theta) is all zeros
+      >>> # see fit_attack; noise_defence_mse(atk, theta, theta) is all zeros
     """
     return per_example_mse(reconstruct(attack, clean_theta), reconstruct(attack, noisy_theta))

@@ -51,7 +51,7 @@ from jax.flatten_util import ravel_pytree
 from recon_jax.models.adapters import ModelFns
 from recon_jax.models.losses import softmax_cross_entropy
 from recon_jax.training.dp import clip_gradients, per_example_gradients
-from recon_jax.training.ghost import ghost_clipped_sum, ghost_supported
+from recon_jax.training.ghost import dense_call_gradients, ghost_clipped_sum, ghost_squared_norms, ghost_supported
 
 __all__ = [
     "step_log_likelihoods",
@@ -142,42 +142,21 @@ def _ghost_candidate_terms(tap, params, x, y, residual_tree, clip_norm, loss_fn)
     """``(<r, clip(g_j)>, ||clip(g_j)||^2)`` for every candidate j without materialising ``[k, P]`` gradients.
 
     For a dense layer the gradient of example j is ``a_j^T delta_j`` (kernel) and ``delta_j`` (bias), so
-    ``<R, a_j^T delta_j> = a_j R delta_j^T`` and its squared norm is the ghost norm of
-    :mod:`recon_jax.training.ghost` (inputs with extra axes ``[k, T, d]`` are summed over T).
+    ``<R, a_j^T delta_j> = a_j R delta_j^T``; its squared norm is the ghost norm
+    (:func:`recon_jax.training.ghost.ghost_squared_norms`; inputs with extra axes ``[k, T, d]`` are summed over T).
     """
-    box = []
-
-    def shapes(p, xx):
-        logits, calls = tap(p, xx, None)
-        box.append([(c.kernel_path, c.bias_path, c.out_shape, c.out_dtype) for c in calls])
-        return logits
-
-    jax.eval_shape(shapes, params, x)
-    calls = box[0]
-
-    def total_loss(perturbations):
-        logits, recs = tap(params, x, perturbations)
-        return jnp.sum(loss_fn(logits, y)), [r.inputs for r in recs]
-
-    zeros = [jnp.zeros(shape, dtype) for *_, shape, dtype in calls]
-    deltas, inputs = jax.grad(total_loss, has_aux=True)(zeros)
+    _, calls, inputs, deltas = dense_call_gradients(tap, params, x, y, loss_fn)
     dtype = jax.tree_util.tree_leaves(residual_tree)[0].dtype
-    sq = jnp.zeros((x.shape[0],), dtype)
+    sq = ghost_squared_norms(calls, inputs, deltas, dtype)
     dot = jnp.zeros((x.shape[0],), dtype)
     hi = jax.lax.Precision.HIGHEST
     for (kernel_path, bias_path, *_), a, d in zip(calls, inputs, deltas):
         a3 = a.reshape((a.shape[0], -1, a.shape[-1])).astype(dtype)
         d3 = d.reshape((d.shape[0], -1, d.shape[-1])).astype(dtype)
-        if a3.shape[1] == 1:
-            sq = sq + jnp.sum(a3[:, 0] ** 2, -1) * jnp.sum(d3[:, 0] ** 2, -1)
-        else:
-            sq = sq + jnp.einsum("bts,bts->b", jnp.einsum("bti,bsi->bts", a3, a3), jnp.einsum("bto,bso->bts", d3, d3))
         ar = jnp.einsum("bti,io->bto", a3, _get(residual_tree, kernel_path).astype(dtype), precision=hi)
         dot = dot + jnp.einsum("bto,bto->b", ar, d3, precision=hi)
         if bias_path is not None:
-            db = jnp.sum(d3, axis=1)
-            sq = sq + jnp.sum(db ** 2, -1)
-            dot = dot + db @ _get(residual_tree, bias_path).astype(dtype)
+            dot = dot + jnp.sum(d3, axis=1) @ _get(residual_tree, bias_path).astype(dtype)
     factor = jnp.minimum(1.0, clip_norm / jnp.maximum(jnp.sqrt(sq), jnp.finfo(dtype).tiny))
     return factor * dot, factor * factor * sq
 

@@ -5,16 +5,11 @@ The informed adversary knows D- and the training algorithm A. It trains one shad
 model into a feature vector, and trains a network ``phi`` mapping features to targets; the reconstruction of
 the released model's unknown target is ``phi(features(theta))``.
 
-Features (Sec. V-A c, VI-C, App. F):
-
-- white-box: the flattened parameters (all layers concatenated, or a subset of layers selected by path with
-  :func:`recon_jax.models.select`), see :func:`whitebox_features`;
-- black-box: the concatenated logits of the model on a fixed probe set, see :func:`blackbox_features`.
-
-Every coordinate is standardised to zero mean and unit variance with statistics fitted on the *training*
-shadow models only (:func:`fit_standardizer`); the same transform is then applied to held-out shadows and
-released models. ``scaling="minmax"`` maps each coordinate's training range to [0, 1] instead
-(:func:`fit_minmax`; the dimensionality-reduction attack of Lumbut & Ponnoprat, :mod:`recon_jax.attacks.dimred`).
+Features (Sec. V-A c, VI-C, App. F): white-box (flattened parameters) or black-box (logits on a probe set),
+standardised with statistics of the *training* shadows only; they live in :mod:`recon_jax.attacks.features`
+and are re-exported here, as is the objective :func:`reconstruction_loss` (:mod:`recon_jax.models.losses`). The
+trainer's compiled kernels and its per-epoch checkpoints are the private modules ``_reconn_steps`` and
+``_reconn_checkpoint``.
 
 Training (:func:`train_reconstructor`): loss ``mae_weight * MAE + mse_weight * MSE`` (Table V), optionally plus
 a perceptual loss from a caller-supplied feature network (the paper uses LPIPS on CIFAR-10; no pretrained LPIPS
@@ -29,11 +24,9 @@ reconstructor on shadow models of a new fixed set (App. B) is :func:`fine_tune_r
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-import os
 import time
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -41,8 +34,29 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
-from recon_jax.io import array_digest, atomic_save_npz, stable_hash
-from recon_jax.models.flatten import Layout, select
+from recon_jax.attacks._reconn_checkpoint import EpochCheckpoint, tree_digest
+from recon_jax.attacks.features import (
+    Standardizer,
+    as_feature_matrix,
+    blackbox_features,
+    fit_minmax,
+    fit_standardizer,
+    standardize,
+    whitebox_features,
+)
+from recon_jax.attacks._reconn_steps import (
+    DROPOUT_STREAM,
+    batch_mse,
+    batch_objective,
+    default_optimizer,
+    gather,
+    make_steps,
+    permutation,
+    predict_jit,
+    trainable_part,
+)
+from recon_jax.io import array_digest
+from recon_jax.models.losses import reconstruction_loss
 
 __all__ = [
     "Standardizer",
@@ -58,157 +72,6 @@ __all__ = [
     "fine_tune_reconstructor",
     "reconstruct",
 ]
-
-
-class Standardizer(NamedTuple):
-    """Per-coordinate affine standardisation ``(features - mean) / scale`` (``[F]`` each)."""
-
-    mean: jax.Array
-    scale: jax.Array
-
-
-def _features_2d(features, name="features"):
-    f = features if isinstance(features, (np.ndarray, jax.Array)) else np.asarray(features)
-    if f.ndim != 2:
-        raise ValueError(f"{name} must be [K, F] (one feature row per model), got shape {f.shape}")
-    return f
-
-
-def fit_standardizer(features: jax.Array, min_scale: float = 1e-8) -> Standardizer:
-    """Fits per-coordinate mean and standard deviation on the *training* shadow features ``[K, F]``.
-
-    Coordinates whose standard deviation is below ``min_scale`` (e.g. parameters no model ever updates) get
-    scale 1, so they are centred but not blown up.
-
-    Args:
-      features: ``[K, F]`` features of the training shadow models only (NumPy, memory-mapped or jax).
-      min_scale: threshold below which a coordinate is treated as constant (>= 0).
-
-    Returns:
-      A :class:`Standardizer`.
-
-    >>> import numpy as np
-    >>> s = fit_standardizer(np.array([[0., 1.], [2., 1.]]))
-    >>> s.mean.tolist(), s.scale.tolist()
-    ([1.0, 1.0], [1.0, 1.0])
-    """
-    f = _features_2d(features)
-    if f.shape[0] < 2:
-        raise ValueError(f"features needs at least 2 rows to estimate a variance, got {f.shape[0]}")
-    if not min_scale >= 0:
-        raise ValueError(f"min_scale must be >= 0, got {min_scale}")
-    # Host-side float64 accumulation in row chunks: exact enough and never holds a second [K, F] copy.
-    n, mean, m2 = 0, np.zeros(f.shape[1]), np.zeros(f.shape[1])
-    for start in range(0, f.shape[0], 1024):
-        block = np.asarray(f[start:start + 1024], np.float64)
-        bn, bmean = block.shape[0], block.mean(axis=0)
-        bm2 = ((block - bmean) ** 2).sum(axis=0)
-        delta = bmean - mean
-        tot = n + bn
-        mean = mean + delta * bn / tot
-        m2 = m2 + bm2 + delta**2 * n * bn / tot
-        n = tot
-    std = np.sqrt(m2 / n)
-    scale = np.where(std > min_scale, std, 1.0)
-    dtype = f.dtype if np.issubdtype(np.dtype(f.dtype), np.floating) else np.float32
-    dtype = jax.dtypes.canonicalize_dtype(dtype)  # float64 only under jax_enable_x64
-    return Standardizer(jnp.asarray(mean, dtype), jnp.asarray(scale, dtype))
-
-
-def fit_minmax(features: jax.Array) -> Standardizer:
-    """Fits a per-coordinate min-max map to [0, 1] on the *training* features ``[K, F]``, as a :class:`Standardizer`.
-
-    ``mean`` holds the minimum and ``scale`` the range (1 for a constant coordinate), so :func:`standardize` maps
-    the training rows into [0, 1] (the scaling of the DR attack's reference implementation, Lumbut & Ponnoprat).
-
-    Args:
-      features: ``[K, F]`` features of the training shadows only (K >= 1; NumPy, memory-mapped or jax).
-
-    Returns:
-      A :class:`Standardizer` in the features' (canonical) float dtype.
-
-    >>> import numpy as np
-    >>> s = fit_minmax(np.array([[0., 5.], [2., 5.]]))
-    >>> standardize(s, np.array([[1., 5.]])).tolist()
-    [[0.5, 0.0]]
-    """
-    f = _features_2d(features)
-    if f.shape[0] < 1:
-        raise ValueError(f"features needs at least 1 row, got {f.shape[0]}")
-    dtype = f.dtype if np.issubdtype(np.dtype(f.dtype), np.floating) else np.float32
-    dtype = jax.dtypes.canonicalize_dtype(dtype)  # float64 only under jax_enable_x64
-    low, high = np.full(f.shape[1], np.inf, dtype), np.full(f.shape[1], -np.inf, dtype)
-    for start in range(0, f.shape[0], 1024):  # row blocks: never a second copy of a memory map
-        block = np.asarray(f[start:start + 1024], dtype)
-        low, high = np.minimum(low, block.min(axis=0)), np.maximum(high, block.max(axis=0))
-    span = high - low
-    return Standardizer(jnp.asarray(low, dtype), jnp.asarray(np.where(span > 0, span, 1).astype(dtype)))
-
-
-def standardize(standardizer: Standardizer, features: jax.Array) -> jax.Array:
-    """Applies a fitted :class:`Standardizer` to ``[K, F]`` (or ``[F]``) features.
-
-    >>> import numpy as np
-    >>> s = fit_standardizer(np.array([[0., 1.], [2., 1.]]))
-    >>> standardize(s, np.array([[4., 3.]])).tolist()
-    [[3.0, 2.0]]
-    """
-    f = jnp.asarray(features)
-    if f.shape[-1] != standardizer.mean.shape[-1]:
-        raise ValueError(f"features must have {standardizer.mean.shape[-1]} columns, got shape {f.shape}")
-    return (f - standardizer.mean) / standardizer.scale
-
-
-def whitebox_features(flat_params, layout: Layout | None = None, include: str | Sequence[str] | None = None):
-    """White-box features: flattened parameters ``[K, P]``, optionally restricted to layers matched by path.
-
-    Args:
-      flat_params: ``[K, P]`` flat parameters (e.g. ``ShadowSet.params``).
-      layout: their :class:`~recon_jax.models.Layout` (required with ``include``).
-      include: layer paths, prefixes or globs (Balle et al. App. F: ``"Dense_1"``, the second layer only).
-
-    Returns:
-      ``[K, F]`` (a view for ``include=None``; NumPy in, NumPy out).
-
-    >>> import jax, jax.numpy as jnp
-    >>> from recon_jax.models import balle_mnist_mlp, ravel
-    >>> flat, layout = ravel(balle_mnist_mlp().init(jax.random.key(0), jnp.zeros((1, 784)))["params"])
-    >>> whitebox_features(flat[None], layout, "Dense_1").shape
-    (1, 110)
-    """
-    f = _features_2d(flat_params, "flat_params")
-    if include is None:
-        return f
-    if layout is None:
-        raise ValueError("layout is required to select layers with include")
-    if f.shape[1] != layout.size:
-        raise ValueError(f"flat_params must have {layout.size} columns (the layout size), got {f.shape[1]}")
-    return select(f, layout, include)
-
-
-def blackbox_features(probe_logits) -> jax.Array:
-    """Black-box features (Balle et al. Sec. VI-C): logits on a probe set, concatenated, ``[K, m * C]``.
-
-    >>> import numpy as np
-    >>> blackbox_features(np.zeros((3, 200, 10))).shape
-    (3, 2000)
-    """
-    p = probe_logits if isinstance(probe_logits, (np.ndarray, jax.Array)) else np.asarray(probe_logits)
-    if p.ndim < 2:
-        raise ValueError(f"probe_logits must be [K, m, C] or [K, F], got shape {p.shape}")
-    return p.reshape(p.shape[0], -1)
-
-
-def reconstruction_loss(targets: jax.Array, outputs: jax.Array, mae_weight: float = 1.0,
-                        mse_weight: float = 1.0) -> jax.Array:
-    """The MAE + MSE objective of Balle et al. (Table V), averaged over the batch and all coordinates.
-
-    >>> import jax.numpy as jnp
-    >>> float(reconstruction_loss(jnp.zeros((1, 2)), jnp.array([[0.5, 0.5]])))
-    0.75
-    """
-    diff = outputs - targets
-    return mae_weight * jnp.mean(jnp.abs(diff)) + mse_weight * jnp.mean(diff**2)
 
 
 def early_stopping(history: Sequence[float], patience: int | None = None,
@@ -280,178 +143,6 @@ class ReconstructorFit:
 def _check_int(name, v, lo=1):
     if not (isinstance(v, (int, np.integer)) and v >= lo):
         raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-
-
-# Reserved: ``fold_in(key, e + 2)`` shuffles epoch e, so this index is never an epoch's key (epochs < 2**32 - 3).
-_DROPOUT_STREAM = 2**32 - 1
-
-
-def _trainable(variables, train_flag):
-    """The optimised part of a model's variables: all of them, or only ``"params"`` with ``train_flag``."""
-    return variables["params"] if train_flag else variables
-
-
-@functools.lru_cache(maxsize=16)
-def _make_steps(model, optimizer, mae_weight, mse_weight, discriminator, disc_optimizer, adversarial_weight,
-                perceptual_fn, perceptual_weight, train_flag, step_loop):
-    """``(state, x [S, B, F], t [S, B, ...], scaler, epoch_key, step0) -> (state, losses [S])``: S optimiser steps.
-
-    ``step_loop="scan"``: one jitted ``lax.scan`` over the S steps; ``"host"``: a host loop calling one jitted
-    step per minibatch. Cached on its (hashable) arguments, so repeated fits of one model with one optimizer object
-    compile once. With ``train_flag`` the model runs in training mode: the optimiser updates ``"params"``, the
-    other collections (BatchNorm ``"batch_stats"``) take the forward pass's updates, and step ``i`` of the epoch
-    draws dropout from ``fold_in(epoch_key, i)``.
-    """
-
-    def gen_loss(trainable, variables, disc_params, x, t, rng):
-        if train_flag:
-            others = {k: v for k, v in variables.items() if k != "params"}
-            out = model.apply({**others, "params": trainable}, x, train=True, rngs={"dropout": rng},
-                              mutable=list(others) or False)
-            out, updates = out if others else (out, {})
-        else:
-            out, updates = model.apply(trainable, x), None
-        loss = reconstruction_loss(t, out, mae_weight, mse_weight)
-        if perceptual_fn is not None:
-            loss = loss + perceptual_weight * jnp.mean(perceptual_fn(t, out))
-        if discriminator is not None:
-            score = discriminator.apply(disc_params, out)
-            loss = loss + adversarial_weight * jnp.mean((score - 1.0) ** 2)  # LSGAN generator loss
-        return loss, (out, updates)
-
-    def disc_loss(disc_params, real, fake):
-        return jnp.mean((discriminator.apply(disc_params, real) - 1.0) ** 2) + jnp.mean(
-            discriminator.apply(disc_params, fake) ** 2)
-
-    def step(s, batch, scaler, epoch_key):
-        params, opt_state, dparams, dopt_state = s
-        x = (batch[0] - scaler.mean) / scaler.scale
-        t = batch[1]
-        rng = jax.random.fold_in(epoch_key, batch[2]) if train_flag else None
-        trainable = _trainable(params, train_flag)
-        (loss, (out, updates)), g = jax.value_and_grad(gen_loss, has_aux=True)(trainable, params, dparams, x, t,
-                                                                              rng)
-        upd, opt_state = optimizer.update(g, opt_state, trainable)
-        trainable = optax.apply_updates(trainable, upd)
-        params = {**params, **updates, "params": trainable} if train_flag else trainable
-        if discriminator is not None:
-            dg = jax.grad(disc_loss)(dparams, t, jax.lax.stop_gradient(out))
-            dupd, dopt_state = disc_optimizer.update(dg, dopt_state, dparams)
-            dparams = optax.apply_updates(dparams, dupd)
-        return (params, opt_state, dparams, dopt_state), loss
-
-    if step_loop == "scan":
-        def steps(state, xs, ts, scaler, epoch_key, step0):
-            return jax.lax.scan(lambda s, b: step(s, b, scaler, epoch_key), state,
-                                (xs, ts, step0 + jnp.arange(xs.shape[0], dtype=jnp.uint32)))
-
-        return jax.jit(steps)
-
-    one_step = jax.jit(lambda state, x, t, scaler, epoch_key, i: step(state, (x, t, i), scaler, epoch_key))
-
-    def host_steps(state, xs, ts, scaler, epoch_key, step0):
-        losses = []
-        for j in range(xs.shape[0]):  # dispatch is asynchronous: the host runs ahead of the device
-            state, loss = one_step(state, xs[j], ts[j], scaler, epoch_key, np.uint32(step0 + j))
-            losses.append(loss)
-        return state, jnp.stack(losses)
-
-    return host_steps
-
-
-@functools.lru_cache(maxsize=16)
-def _default_optimizer(learning_rate: float) -> optax.GradientTransformation:
-    """RMSProp (Balle et al. Table V); one object per learning rate, so :func:`_make_steps` hits its cache."""
-    return optax.rmsprop(learning_rate)
-
-
-@functools.partial(jax.jit, static_argnums=1)
-def _permutation(key, n):
-    return jax.random.permutation(key, n)
-
-
-def _gather(a, idx, dtype):
-    """Rows ``idx`` of a host (NumPy / memory-mapped) or device array, as a device array of ``dtype``.
-
-    Host arrays are read row by row through NumPy fancy indexing, so a memory-mapped store is paged in one
-    chunk at a time and never copied whole."""
-    if isinstance(a, jax.Array):
-        return jnp.take(a, jnp.asarray(idx), axis=0).astype(dtype)
-    return jnp.asarray(np.asarray(a[idx], dtype=dtype))
-
-
-@jax.jit
-def _eval_mse(params_and_model_out, targets):
-    return jnp.mean((params_and_model_out - targets) ** 2)
-
-
-def _predict(model, params, scaler, features, batch_size, train_flag=False):
-    """Applies the standardiser and the model (evaluation mode) in batches (``lax.map``), ``[K, ...]``."""
-    f = jnp.asarray(features)
-    n = f.shape[0]
-    pad = (-n) % batch_size
-    if pad:
-        f = jnp.concatenate([f, jnp.zeros((pad, f.shape[1]), f.dtype)])
-    blocks = f.reshape(-1, batch_size, f.shape[1])
-    kw = {"train": False} if train_flag else {}
-    out = jax.lax.map(lambda b: model.apply(params, (b - scaler.mean) / scaler.scale, **kw), blocks)
-    return out.reshape((-1, *out.shape[2:]))[:n]
-
-
-_predict_jit = jax.jit(_predict, static_argnums=(0, 4, 5))
-
-
-@functools.partial(jax.jit, static_argnums=(2, 3))
-def _eval_loss(outputs, targets, mae_weight, mse_weight):
-    """The validation objective ``mae_weight * MAE + mse_weight * MSE``."""
-    return reconstruction_loss(targets, outputs, mae_weight, mse_weight)
-
-
-def _tree_digest(tree) -> str:
-    leaves = jax.tree_util.tree_leaves(tree)
-    return stable_hash([array_digest(np.atleast_1d(np.asarray(x))) for x in leaves])
-
-
-class _Checkpoint:
-    """Per-epoch training state in ``directory/reconstructor-<hash>.npz``, written atomically.
-
-    The file name is a hash of everything that determines the state after epoch ``e`` (model, optimiser
-    settings, key, data digests, batch size, ...), not of ``epochs`` or ``patience``: a run can be resumed with
-    more epochs, and a different configuration never picks up another's state.
-    """
-
-    def __init__(self, directory: str, key_description: dict):
-        digest = stable_hash(key_description)
-        self.path = os.path.join(os.fspath(directory), f"reconstructor-{digest[:24]}.npz")
-        self.description = key_description
-
-    def load(self, template_state, template_best):
-        if not os.path.exists(self.path):
-            return None
-        with np.load(self.path, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
-        state_leaves, state_def = jax.tree_util.tree_flatten(template_state)
-        best_leaves, best_def = jax.tree_util.tree_flatten(template_best)
-        got_state = [data[f"state_{i}"] for i in range(len(state_leaves))]
-        got_best = [data[f"best_{i}"] for i in range(len(best_leaves))]
-        for want, got in zip(state_leaves + best_leaves, got_state + got_best):
-            if np.shape(want) != got.shape:
-                raise ValueError(f"checkpoint {self.path} does not match the model (shape {got.shape} != "
-                                 f"{np.shape(want)}); delete it to start over")
-        eval_mse = list(data["eval_mse"])
-        # Checkpoints written before the objective was recorded: NaN for those epochs (never "best" under
-        # monitor="loss", which is part of the checkpoint name, so such a run never resumes from them).
-        eval_loss = list(data["eval_loss"]) if "eval_loss" in data else [math.nan] * len(eval_mse)
-        return {"state": jax.tree_util.tree_unflatten(state_def, [jnp.asarray(x) for x in got_state]),
-                "best": jax.tree_util.tree_unflatten(best_def, [jnp.asarray(x) for x in got_best]),
-                "losses": list(data["losses"]), "eval_mse": eval_mse, "eval_loss": eval_loss,
-                "best_epoch": int(data["best_epoch"])}
-
-    def save(self, state, best, losses, eval_mse, eval_loss, best_epoch):
-        arrays = {f"state_{i}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(state))}
-        arrays.update({f"best_{i}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(best))})
-        atomic_save_npz(self.path, losses=np.asarray(losses, np.float64), eval_mse=np.asarray(eval_mse, np.float64),
-                        eval_loss=np.asarray(eval_loss, np.float64), best_epoch=np.asarray(best_epoch), **arrays)
 
 
 def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int = 100, batch_size: int = 128,
@@ -533,7 +224,7 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
     >>> bool(fit.losses[-1] < fit.losses[0]), reconstruct(fit, f[:3]).shape, fit.epochs_run
     (True, (3, 4), 40)
     """
-    f = _features_2d(features)
+    f = as_feature_matrix(features)
     t = targets if isinstance(targets, (np.ndarray, jax.Array)) else np.asarray(targets)
     if t.shape[0] != f.shape[0]:
         raise ValueError(f"features and targets must have the same length, got {f.shape[0]} and {t.shape[0]}")
@@ -578,22 +269,22 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
     if init_params is not None:
         params = init_params
     elif train_flag:
-        params = model.init(jax.random.fold_in(key, 0), _gather(f, np.arange(1), dtype), train=False)
+        params = model.init(jax.random.fold_in(key, 0), gather(f, np.arange(1), dtype), train=False)
     else:
-        params = model.init(jax.random.fold_in(key, 0), _gather(f, np.arange(1), dtype))
-    opt = _default_optimizer(float(learning_rate)) if optimizer is None else optimizer
+        params = model.init(jax.random.fold_in(key, 0), gather(f, np.arange(1), dtype))
+    opt = default_optimizer(float(learning_rate)) if optimizer is None else optimizer
     dparams = dopt = dopt_state = None
     if discriminator is not None:
-        dparams = discriminator.init(jax.random.fold_in(key, 1), _gather(t, np.arange(1), dtype))
+        dparams = discriminator.init(jax.random.fold_in(key, 1), gather(t, np.arange(1), dtype))
         dopt = optax.adam(discriminator_learning_rate)
         dopt_state = dopt.init(dparams)
-    steps_fn = _make_steps(model, opt, float(mae_weight), float(mse_weight), discriminator, dopt,
+    steps_fn = make_steps(model, opt, float(mae_weight), float(mse_weight), discriminator, dopt,
                            float(adversarial_weight), perceptual_fn, float(perceptual_weight), train_flag, step_loop)
-    state = (params, opt.init(_trainable(params, train_flag)), dparams, dopt_state)
-    dropout_key = jax.random.fold_in(key, _DROPOUT_STREAM)
+    state = (params, opt.init(trainable_part(params, train_flag)), dparams, dopt_state)
+    dropout_key = jax.random.fold_in(key, DROPOUT_STREAM)
     ef = et = None
     if eval_set is not None:
-        ef = jnp.asarray(_features_2d(eval_set[0], "eval_set features"), dtype)
+        ef = jnp.asarray(as_feature_matrix(eval_set[0], "eval_set features"), dtype)
         et = jnp.asarray(eval_set[1], dtype)
         if ef.shape[1] != f.shape[1] or et.shape[1:] != tuple(t.shape[1:]) or ef.shape[0] != et.shape[0]:
             raise ValueError("eval_set must be (features [E, F], targets [E, ...]) matching the training shapes")
@@ -607,15 +298,15 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
             "discriminator_learning_rate": float(discriminator_learning_rate), "batch_size": bs,
             "key": np.asarray(jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
                               else key).tolist(), "features": array_digest(f),
-            "targets": array_digest(t), "standardizer": _tree_digest(tuple(scaler)),
-            "init_params": None if init_params is None else _tree_digest(init_params),
+            "targets": array_digest(t), "standardizer": tree_digest(tuple(scaler)),
+            "init_params": None if init_params is None else tree_digest(init_params),
             "eval_set": None if eval_set is None else [array_digest(ef), array_digest(et)],
             "dtype": str(dtype), "extra": checkpoint_key}
         if train_flag:  # only when set, so checkpoints written before these options existed still resume
             description["train_flag"] = True
         if monitor != "mse":
             description["monitor"] = monitor
-        ckpt = _Checkpoint(checkpoint_dir, description)
+        ckpt = EpochCheckpoint(checkpoint_dir, description)
         saved = ckpt.load(state, best)
         if saved is not None:
             state, best = saved["state"], saved["best"]
@@ -633,14 +324,14 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
         if should_stop():
             break
         t_epoch = time.perf_counter()
-        perm = np.asarray(_permutation(jax.random.fold_in(key, e + 2), f.shape[0]))[: n_steps * bs]
+        perm = np.asarray(permutation(jax.random.fold_in(key, e + 2), f.shape[0]))[: n_steps * bs]
         epoch_dropout_key = jax.random.fold_in(dropout_key, e)
         epoch_losses = []
         for s0 in range(0, n_steps, block_steps):
             idx = perm[s0 * bs: min(n_steps, s0 + block_steps) * bs]
             shape = (-1, bs)
-            xs = _gather(f, idx, dtype).reshape(*shape, f.shape[1])
-            ts = _gather(t, idx, dtype).reshape(*shape, *t.shape[1:])
+            xs = gather(f, idx, dtype).reshape(*shape, f.shape[1])
+            ts = gather(t, idx, dtype).reshape(*shape, *t.shape[1:])
             state, block_losses = steps_fn(state, xs, ts, scaler, epoch_dropout_key,
                                            np.uint32(s0))  # async: the next gather overlaps it
             if epoch_losses:  # but at most two blocks in flight, never the whole epoch's features
@@ -650,9 +341,9 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
         seconds.append(time.perf_counter() - t_epoch)
         post = {"loss": f"{losses[-1]:.4f}"}
         if eval_set is not None:
-            out = _predict_jit(model, state[0], scaler, ef, min(256, ef.shape[0]), train_flag)
-            eval_mse.append(float(_eval_mse(out, et)))
-            eval_loss.append(float(_eval_loss(out, et, float(mae_weight), float(mse_weight))))
+            out = predict_jit(model, state[0], scaler, ef, min(256, ef.shape[0]), train_flag)
+            eval_mse.append(float(batch_mse(out, et)))
+            eval_loss.append(float(batch_objective(out, et, float(mae_weight), float(mse_weight))))
             new_best = early_stopping(monitored, None, min_delta)[0]
             if new_best == len(monitored):
                 best, best_epoch = state[0], new_best
@@ -705,9 +396,9 @@ def reconstruct(fit: ReconstructorFit, features, batch_size: int = 256) -> jax.A
     >>> reconstruct(fit, f).shape
     (16, 2)
     """
-    f = _features_2d(features)
+    f = as_feature_matrix(features)
     if f.shape[1] != fit.standardizer.mean.shape[-1]:
         raise ValueError(f"features must have {fit.standardizer.mean.shape[-1]} columns, got {f.shape[1]}")
     _check_int("batch_size", batch_size)
-    return _predict_jit(fit.model, fit.params, fit.standardizer, jnp.asarray(f, fit.standardizer.mean.dtype),
+    return predict_jit(fit.model, fit.params, fit.standardizer, jnp.asarray(f, fit.standardizer.mean.dtype),
                         min(int(batch_size), f.shape[0]), bool(fit.train_flag))

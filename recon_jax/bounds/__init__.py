@@ -1,7 +1,9 @@
 """Jittable analytic bounds on reconstruction success.
 
-Modules: :mod:`~recon_jax.bounds.rero` (Balle et al.; Hayes et al. / Kaissis et al.),
-:mod:`~recon_jax.bounds.prior_free` (Ziller et al.), :mod:`~recon_jax.bounds.bayes_capacity` (Biswas et al.),
+Modules: :mod:`~recon_jax.bounds.rero` (Balle et al.; Hayes et al. / Kaissis et al.) with the priors' baselines in
+:mod:`~recon_jax.bounds.baselines`,
+:mod:`~recon_jax.bounds.prior_free` (Ziller et al.; its NCC bounds in
+:mod:`~recon_jax.bounds.prior_free_ncc`), :mod:`~recon_jax.bounds.bayes_capacity` (Biswas et al.),
 :mod:`~recon_jax.bounds.hcr` (Tygert et al.: the HCR closed form and Algorithm 1) with
 :mod:`~recon_jax.bounds.cramer_rao` (its small-perturbation limit), :mod:`~recon_jax.bounds.hcr_eval` (accuracy
 under dither, the bound's visualisation) and the helpers :mod:`~recon_jax.bounds.dct` (coordinates) and

@@ -55,17 +55,17 @@ def cramer_rao_variance_bound(
     estimator exists), identifiable ones the pseudo-inverse value.
 
     Args:
-        jacobian: ``[m, n]`` Jacobian (features x input coordinates, in the coordinates wanted).
-        noise_sigma: ``sigma > 0``.
-        rcond: singular values ``<= rcond * s_max`` count as zero (default ``max(m, n) * machine eps``).
-        validate: raise ``ValueError`` on invalid concrete input (default); under ``jit`` invalid
-            ``noise_sigma`` gives NaN.
+      jacobian: ``[m, n]`` Jacobian (features x input coordinates, in the coordinates wanted).
+      noise_sigma: ``sigma > 0``.
+      rcond: singular values ``<= rcond * s_max`` count as zero (default ``max(m, n) * machine eps``).
+      validate: raise ``ValueError`` on invalid concrete input (default); under ``jit`` invalid
+        ``noise_sigma`` gives NaN.
 
     Returns:
-        ``[n]`` variance lower bounds.
+      ``[n]`` variance lower bounds.
 
     Raises:
-        ValueError: if ``jacobian`` is not 2-D or not finite, or ``noise_sigma`` is not in ``(0, inf)``.
+      ValueError: if ``jacobian`` is not 2-D or not finite, or ``noise_sigma`` is not in ``(0, inf)``.
 
     >>> j = jnp.array([[2.0, 0.0], [0.0, 0.5], [0.0, 0.0]])
     >>> [round(float(t), 4) for t in cramer_rao_variance_bound(j, 1.0)]
@@ -110,19 +110,19 @@ def cramer_rao_bounds(
     eq. 18), which requires ``feature_fn`` to be differentiable at ``x``.
 
     Args:
-        feature_fn: ``x -> a(x)`` for one example.
-        x: one input, any shape.
-        noise_sigma: ``sigma > 0``.
-        coordinates: ``"dct"``, ``"pixel"`` or an orthogonal matrix (see
-            :func:`~recon_jax.bounds.dct.to_coordinates`).
-        dct_axes: DCT axes (default :func:`~recon_jax.bounds.dct.default_dct_axes`).
-        rcond: see :func:`cramer_rao_variance_bound`.
+      feature_fn: ``x -> a(x)`` for one example.
+      x: one input, any shape.
+      noise_sigma: ``sigma > 0``.
+      coordinates: ``"dct"``, ``"pixel"`` or an orthogonal matrix (see
+        :func:`~recon_jax.bounds.dct.to_coordinates`).
+      dct_axes: DCT axes (default :func:`~recon_jax.bounds.dct.default_dct_axes`).
+      rcond: see :func:`cramer_rao_variance_bound`.
 
     Returns:
-        Standard-deviation lower bounds shaped like ``x`` (``inf`` for unidentifiable coordinates).
+      Standard-deviation lower bounds shaped like ``x`` (``inf`` for unidentifiable coordinates).
 
     Raises:
-        ValueError: if ``noise_sigma`` is invalid (concrete values).
+      ValueError: if ``noise_sigma`` is invalid (concrete values).
 
     >>> [round(float(t), 4) for t in cramer_rao_bounds(lambda v: 2.0 * v, jnp.zeros(2), 1.0,
     ...                                                 coordinates="pixel")]
@@ -150,12 +150,12 @@ def jacobian_rank(
     (small inputs only).
 
     Args:
-        feature_fn: ``x -> a(x)`` for one example.
-        x: one input.
-        rcond: relative threshold.
+      feature_fn: ``x -> a(x)`` for one example.
+      x: one input.
+      rcond: relative threshold.
 
     Returns:
-        The rank (int32 scalar).
+      The rank (int32 scalar).
 
     >>> int(jacobian_rank(lambda v: jnp.array([v[0] + v[1], 2.0 * (v[0] + v[1])]), jnp.zeros(2)))
     1

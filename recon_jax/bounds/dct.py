@@ -31,14 +31,14 @@ def dct_ii_matrix(n: int, dtype=None) -> jax.Array:
     """The n x n orthonormal DCT-II matrix ``C`` (``C @ x`` is ``scipy.fft.dct(x, norm="ortho")``).
 
     Args:
-        n: transform length, a Python int ``>= 1``.
-        dtype: the floating dtype (default: JAX's default float).
+      n: transform length, a Python int ``>= 1``.
+      dtype: the floating dtype (default: JAX's default float).
 
     Returns:
-        ``C`` with ``C @ C.T = I``.
+      ``C`` with ``C @ C.T = I``.
 
     Raises:
-        ValueError: if ``n < 1``.
+      ValueError: if ``n < 1``.
 
     >>> c = dct_ii_matrix(4)
     >>> bool(jnp.allclose(c @ c.T, jnp.eye(4), atol=1e-6))
@@ -83,14 +83,14 @@ def dctn_ortho(x: jax.Array, axes: int | Sequence[int] | None = None) -> jax.Arr
     """Orthonormal n-dimensional DCT-II over ``axes`` (default all), like ``scipy.fft.dctn(norm="ortho")``.
 
     Args:
-        x: real array.
-        axes: the axes to transform (ints, negative allowed); ``None`` for all axes.
+      x: real array.
+      axes: the axes to transform (ints, negative allowed); ``None`` for all axes.
 
     Returns:
-        The coefficients, shaped like ``x``.
+      The coefficients, shaped like ``x``.
 
     Raises:
-        ValueError: if an axis is out of range or repeated.
+      ValueError: if an axis is out of range or repeated.
 
     >>> x = jnp.arange(6.0).reshape(2, 3)
     >>> bool(jnp.allclose(idctn_ortho(dctn_ortho(x)), x, atol=1e-5))
@@ -106,14 +106,14 @@ def idctn_ortho(x: jax.Array, axes: int | Sequence[int] | None = None) -> jax.Ar
     """Inverse of :func:`dctn_ortho` (an orthonormal DCT-III), like ``scipy.fft.idctn(norm="ortho")``.
 
     Args:
-        x: real array of DCT-II coefficients.
-        axes: the axes to transform; ``None`` for all axes.
+      x: real array of DCT-II coefficients.
+      axes: the axes to transform; ``None`` for all axes.
 
     Returns:
-        The signal, shaped like ``x``.
+      The signal, shaped like ``x``.
 
     Raises:
-        ValueError: if an axis is out of range or repeated.
+      ValueError: if an axis is out of range or repeated.
 
     >>> c = dctn_ortho(jnp.array([1.0, 2.0, 3.0]))
     >>> [round(float(t), 4) for t in idctn_ortho(c)]
@@ -143,17 +143,17 @@ def to_coordinates(v: jax.Array, coordinates="dct", dct_axes=None) -> jax.Array:
     """Expresses an input-space vector in the coordinate system of the bounds.
 
     Args:
-        v: input-shaped array.
-        coordinates: ``"dct"`` (orthonormal DCT-II over ``dct_axes``), ``"pixel"`` (identity), or an
-            orthogonal matrix ``Q`` of shape ``[v.size, v.size]`` whose rows are the basis vectors
-            (coefficients ``Q @ v.ravel()``, reshaped like ``v``).
-        dct_axes: axes for ``"dct"``; default :func:`default_dct_axes`.
+      v: input-shaped array.
+      coordinates: ``"dct"`` (orthonormal DCT-II over ``dct_axes``), ``"pixel"`` (identity), or an
+        orthogonal matrix ``Q`` of shape ``[v.size, v.size]`` whose rows are the basis vectors
+        (coefficients ``Q @ v.ravel()``, reshaped like ``v``).
+      dct_axes: axes for ``"dct"``; default :func:`default_dct_axes`.
 
     Returns:
-        The coefficients, shaped like ``v``.
+      The coefficients, shaped like ``v``.
 
     Raises:
-        ValueError: for an unknown ``coordinates``.
+      ValueError: for an unknown ``coordinates``.
 
     >>> to_coordinates(jnp.ones(4), "pixel").tolist()
     [1.0, 1.0, 1.0, 1.0]

@@ -139,18 +139,18 @@ def log_hcr_variance_bound(
     gives ``-inf`` (a vacuous bound), including when ``s = 0``.
 
     Args:
-        input_shift: ``Delta_i``, the perturbation of the input coordinate(s) bounded (any real).
-        feature_shift_sq_norm: ``||a(x + Delta) - a(x)||^2 >= 0``.
-        noise_sigma: the dither's standard deviation ``sigma > 0``.
-        validate: raise ``ValueError`` on invalid concrete input (default). Under ``jit`` (or with
-            ``validate=False``) invalid entries give NaN.
+      input_shift: ``Delta_i``, the perturbation of the input coordinate(s) bounded (any real).
+      feature_shift_sq_norm: ``||a(x + Delta) - a(x)||^2 >= 0``.
+      noise_sigma: the dither's standard deviation ``sigma > 0``.
+      validate: raise ``ValueError`` on invalid concrete input (default). Under ``jit`` (or with
+        ``validate=False``) invalid entries give NaN.
 
     Returns:
-        ``log Var`` lower bound, broadcast over the arguments.
+      ``log Var`` lower bound, broadcast over the arguments.
 
     Raises:
-        ValueError: if ``input_shift`` is not finite, ``feature_shift_sq_norm`` is negative or NaN, or
-            ``noise_sigma`` is not in ``(0, inf)`` (concrete values only).
+      ValueError: if ``input_shift`` is not finite, ``feature_shift_sq_norm`` is negative or NaN, or
+        ``noise_sigma`` is not in ``(0, inf)`` (concrete values only).
 
     >>> round(float(log_hcr_variance_bound(1.0, 1e-30, 1.0)), 3)  # = log(1e30)
     69.078
@@ -186,18 +186,18 @@ def hcr_variance_bound(
     vmappable, differentiable in all arguments where finite.
 
     Args:
-        input_shift: ``Delta_i`` (any real, broadcastable).
-        feature_shift_sq_norm: ``||delta||^2 >= 0``.
-        noise_sigma: ``sigma > 0``.
-        validate: raise ``ValueError`` on invalid concrete input (default); under ``jit`` invalid entries
-            give NaN.
+      input_shift: ``Delta_i`` (any real, broadcastable).
+      feature_shift_sq_norm: ``||delta||^2 >= 0``.
+      noise_sigma: ``sigma > 0``.
+      validate: raise ``ValueError`` on invalid concrete input (default); under ``jit`` invalid entries
+        give NaN.
 
     Returns:
-        The variance lower bound, broadcast over the arguments.
+      The variance lower bound, broadcast over the arguments.
 
     Raises:
-        ValueError: if ``input_shift`` is not finite, ``feature_shift_sq_norm`` is negative or NaN, or
-            ``noise_sigma`` is not in ``(0, inf)`` (concrete values only).
+      ValueError: if ``input_shift`` is not finite, ``feature_shift_sq_norm`` is negative or NaN, or
+        ``noise_sigma`` is not in ``(0, inf)`` (concrete values only).
 
     >>> round(float(hcr_variance_bound(2.0, 1.0, 1.0)), 5)  # 4 / (e - 1)
     2.32791
@@ -218,12 +218,12 @@ class HCRInfo(NamedTuple):
     """Diagnostics of :func:`hcr_bounds` (leading axes ``[num_restarts, num_rounds]``).
 
     Attributes:
-        feature_shift_norm: ``||a(x + eps) - a(x)||`` per restart and round.
-        input_shift_norm: ``||eps||`` per restart and round.
-        lsqr_itn: LSQR iterations per restart and round (both solves with ``refine="inverse"``).
-        lsqr_istop: LSQR stopping codes per restart and round.
-        best_input_shift: the perturbation (input-shaped, pixel coordinates) of the last round of the
-            restart whose bound summed over coordinates is largest.
+      feature_shift_norm: ``||a(x + eps) - a(x)||`` per restart and round.
+      input_shift_norm: ``||eps||`` per restart and round.
+      lsqr_itn: LSQR iterations per restart and round (both solves with ``refine="inverse"``).
+      lsqr_istop: LSQR stopping codes per restart and round.
+      best_input_shift: the perturbation (input-shaped, pixel coordinates) of the last round of the
+        restart whose bound summed over coordinates is largest.
     """
 
     feature_shift_norm: jax.Array
@@ -290,34 +290,34 @@ def hcr_bounds(
     Assumptions: Gaussian isotropic dither with known ``sigma``, unbiased estimation.
 
     Args:
-        feature_fn: ``x -> a(x)``, differentiable almost everywhere (ReLU nets are fine), one example.
-        x: one input, any shape (e.g. ``[28, 28, 1]``).
-        noise_sigma: dither standard deviation ``sigma > 0`` (scalar).
-        key: a typed PRNG key; restart ``r`` uses ``fold_in(key, r)``.
-        num_restarts: independent random starts (paper: 25).
-        num_rounds: rounds of LSQR + exact forward pass per start (reference code: 10 for MNIST).
-        perturbation_size: target ``||delta|| / sigma`` (paper: 1/200 or 1/1000 for MNIST).
-        coordinates: ``"dct"``, ``"pixel"``, or an orthogonal matrix (rows = basis vectors); see
-            :func:`to_coordinates`.
-        dct_axes: axes of the DCT (default :func:`default_dct_axes`).
-        atol, btol, conlim, iter_lim, damp: LSQR settings (see :func:`~recon_jax.bounds.lsqr.lsqr`).
-        keep_best_round: maximise over rounds as well as restarts (else only the last round counts, as in
-            the reference code).
-        refine: how the next round's ``z`` is chosen. ``"paper"``: ``z = a(x + eps) - a(x)`` (Alg. 1 as
-            published; for a linear ``a`` this is ``J J^+ z``, a fixed point, so the rounds only matter
-            through the nonlinearity). ``"inverse"``: ``z = (J^T)^+ eps`` by a second LSQR solve, so
-            ``eps_{k+1} = (J^T J)^+ eps_k``: inverse iteration, converging to the least singular
-            direction of ``J`` (the direction of the largest Cramer-Rao variance). Either way the bound
-            of each round is evaluated with the exact ``delta``, so both are rigorous.
-        return_info: also return an :class:`HCRInfo`.
+      feature_fn: ``x -> a(x)``, differentiable almost everywhere (ReLU nets are fine), one example.
+      x: one input, any shape (e.g. ``[28, 28, 1]``).
+      noise_sigma: dither standard deviation ``sigma > 0`` (scalar).
+      key: a typed PRNG key; restart ``r`` uses ``fold_in(key, r)``.
+      num_restarts: independent random starts (paper: 25).
+      num_rounds: rounds of LSQR + exact forward pass per start (reference code: 10 for MNIST).
+      perturbation_size: target ``||delta|| / sigma`` (paper: 1/200 or 1/1000 for MNIST).
+      coordinates: ``"dct"``, ``"pixel"``, or an orthogonal matrix (rows = basis vectors); see
+        :func:`to_coordinates`.
+      dct_axes: axes of the DCT (default :func:`default_dct_axes`).
+      atol, btol, conlim, iter_lim, damp: LSQR settings (see :func:`~recon_jax.bounds.lsqr.lsqr`).
+      keep_best_round: maximise over rounds as well as restarts (else only the last round counts, as in
+        the reference code).
+      refine: how the next round's ``z`` is chosen. ``"paper"``: ``z = a(x + eps) - a(x)`` (Alg. 1 as
+        published; for a linear ``a`` this is ``J J^+ z``, a fixed point, so the rounds only matter
+        through the nonlinearity). ``"inverse"``: ``z = (J^T)^+ eps`` by a second LSQR solve, so
+        ``eps_{k+1} = (J^T J)^+ eps_k``: inverse iteration, converging to the least singular
+        direction of ``J`` (the direction of the largest Cramer-Rao variance). Either way the bound
+        of each round is evaluated with the exact ``delta``, so both are rigorous.
+      return_info: also return an :class:`HCRInfo`.
 
     Returns:
-        ``std_bound`` shaped like ``x`` (coefficients in the chosen coordinates), and an
-        :class:`HCRInfo` if ``return_info``.
+      ``std_bound`` shaped like ``x`` (coefficients in the chosen coordinates), and an
+      :class:`HCRInfo` if ``return_info``.
 
     Raises:
-        ValueError: for a non-positive or non-finite ``noise_sigma`` or ``perturbation_size`` (when
-            concrete), ``num_restarts < 1`` or ``num_rounds < 1``.
+      ValueError: for a non-positive or non-finite ``noise_sigma`` or ``perturbation_size`` (when
+        concrete), ``num_restarts < 1`` or ``num_rounds < 1``.
 
     >>> import jax
     >>> w = jnp.diag(jnp.array([1.0, 2.0, 4.0]))
@@ -412,15 +412,15 @@ def hcr_bounds_batch(
     not depend on how a data set is chunked if the caller passes global indices.
 
     Args:
-        feature_fn: as in :func:`hcr_bounds` (for one example).
-        xs: ``[N, ...]`` inputs.
-        noise_sigma: dither standard deviation (scalar, shared).
-        key: typed PRNG key.
-        example_ids: ``[N]`` integer ids for key derivation.
-        **kwargs: forwarded to :func:`hcr_bounds` (``num_restarts``, ``perturbation_size``, ...).
+      feature_fn: as in :func:`hcr_bounds` (for one example).
+      xs: ``[N, ...]`` inputs.
+      noise_sigma: dither standard deviation (scalar, shared).
+      key: typed PRNG key.
+      example_ids: ``[N]`` integer ids for key derivation.
+      **kwargs: forwarded to :func:`hcr_bounds` (``num_restarts``, ``perturbation_size``, ...).
 
     Returns:
-        ``[N, ...]`` standard-deviation bounds (and a batched :class:`HCRInfo` if ``return_info=True``).
+      ``[N, ...]`` standard-deviation bounds (and a batched :class:`HCRInfo` if ``return_info=True``).
 
     >>> import jax
     >>> xs = jnp.zeros((2, 3))
@@ -446,11 +446,11 @@ class HCRReferenceInfo(NamedTuple):
     """Diagnostics of :func:`hcr_bounds_reference`.
 
     Attributes:
-        feature_shift_norm: ``[num_restarts, B]`` ``||a(x_b + Delta_b) - a(x_b)||`` of the scored (last) round.
-        input_shift_norm: ``[num_restarts, B]`` ``||Delta_b||`` of the last round.
-        lsqr_itn: ``[num_restarts, num_rounds]`` iterations of the batch LSQR solve of each round.
-        lsqr_istop: ``[num_restarts, num_rounds]`` its stopping code (SciPy's meaning; 7 = iteration limit).
-        lsqr_rel_residual: ``[num_restarts, num_rounds]`` ``||J Delta - z|| / ||z||`` of each solve.
+      feature_shift_norm: ``[num_restarts, B]`` ``||a(x_b + Delta_b) - a(x_b)||`` of the scored (last) round.
+      input_shift_norm: ``[num_restarts, B]`` ``||Delta_b||`` of the last round.
+      lsqr_itn: ``[num_restarts, num_rounds]`` iterations of the batch LSQR solve of each round.
+      lsqr_istop: ``[num_restarts, num_rounds]`` its stopping code (SciPy's meaning; 7 = iteration limit).
+      lsqr_rel_residual: ``[num_restarts, num_rounds]`` ``||J Delta - z|| / ||z||`` of each solve.
     """
 
     feature_shift_norm: jax.Array
@@ -499,26 +499,26 @@ def hcr_bounds_reference(
     achieved. Restarts run in parallel (``vmap``).
 
     Args:
-        feature_fn: ``x -> a(x)`` for one example.
-        xs: ``[B, ...]`` inputs (one batch: one LSQR system).
-        noise_sigma: dither standard deviation ``sigma > 0``.
-        key: typed PRNG key; example ``b`` of restart ``r`` draws from ``fold_in(fold_in(key, id_b), r)``.
-        num_restarts: independent starts (reference: 25).
-        num_rounds: rounds per start (reference, MNIST: 10).
-        perturbation_size: ``1 / diffdiv`` (reference, MNIST: 1/200; the Cramer-Rao limit run 1/1000).
-        example_ids: ``[B]`` integer ids for the noise draws (default ``0..B-1``).
-        coordinates: ``"dct"``, ``"pixel"`` or an orthogonal matrix (see :func:`to_coordinates`).
-        dct_axes: DCT axes (default :func:`default_dct_axes` of one example).
-        atol_factor: LSQR ``atol = atol_factor * min_b ||z_b||``.
-        btol, conlim: LSQR settings.
-        iter_lim: LSQR iteration limit (default ``2 n``, SciPy's).
-        return_info: also return an :class:`HCRReferenceInfo`.
+      feature_fn: ``x -> a(x)`` for one example.
+      xs: ``[B, ...]`` inputs (one batch: one LSQR system).
+      noise_sigma: dither standard deviation ``sigma > 0``.
+      key: typed PRNG key; example ``b`` of restart ``r`` draws from ``fold_in(fold_in(key, id_b), r)``.
+      num_restarts: independent starts (reference: 25).
+      num_rounds: rounds per start (reference, MNIST: 10).
+      perturbation_size: ``1 / diffdiv`` (reference, MNIST: 1/200; the Cramer-Rao limit run 1/1000).
+      example_ids: ``[B]`` integer ids for the noise draws (default ``0..B-1``).
+      coordinates: ``"dct"``, ``"pixel"`` or an orthogonal matrix (see :func:`to_coordinates`).
+      dct_axes: DCT axes (default :func:`default_dct_axes` of one example).
+      atol_factor: LSQR ``atol = atol_factor * min_b ||z_b||``.
+      btol, conlim: LSQR settings.
+      iter_lim: LSQR iteration limit (default ``2 n``, SciPy's).
+      return_info: also return an :class:`HCRReferenceInfo`.
 
     Returns:
-        ``[B, ...]`` standard-deviation bounds in the chosen coordinates (and the info if ``return_info``).
+      ``[B, ...]`` standard-deviation bounds in the chosen coordinates (and the info if ``return_info``).
 
     Raises:
-        ValueError: as :func:`hcr_bounds`, or if ``xs`` has no batch axis or ``atol_factor`` is negative.
+      ValueError: as :func:`hcr_bounds`, or if ``xs`` has no batch axis or ``atol_factor`` is negative.
 
     >>> import jax
     >>> w = jnp.diag(jnp.array([1.0, 2.0, 4.0]))

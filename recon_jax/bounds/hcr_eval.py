@@ -38,18 +38,18 @@ def dithered_accuracy(
     """Classifier accuracy on clean features and on dithered features (averaged over ``num_draws``).
 
     Args:
-        classifier_fn: ``[N, d] features -> [N, classes]`` logits.
-        features: ``[N, d]`` clean features.
-        labels: ``[N]`` integer labels.
-        noise_sigma: dither standard deviation ``>= 0``.
-        key: typed PRNG key; draw ``t`` uses ``fold_in(key, t)``.
-        num_draws: independent dithers averaged.
+      classifier_fn: ``[N, d] features -> [N, classes]`` logits.
+      features: ``[N, d]`` clean features.
+      labels: ``[N]`` integer labels.
+      noise_sigma: dither standard deviation ``>= 0``.
+      key: typed PRNG key; draw ``t`` uses ``fold_in(key, t)``.
+      num_draws: independent dithers averaged.
 
     Returns:
-        ``(clean_accuracy, dithered_accuracy)`` in ``[0, 1]``.
+      ``(clean_accuracy, dithered_accuracy)`` in ``[0, 1]``.
 
     Raises:
-        ValueError: if ``num_draws < 1`` or ``noise_sigma`` is invalid.
+      ValueError: if ``num_draws < 1`` or ``noise_sigma`` is invalid.
 
     >>> import jax
     >>> f = jnp.array([[5.0, 0.0], [0.0, 5.0]])
@@ -86,17 +86,17 @@ def rademacher_perturbation(
     ``[0, 1]`` for display.)
 
     Args:
-        key: typed PRNG key.
-        x: one input (normalised), any shape.
-        std_bound: bounds shaped like ``x``, from :func:`~recon_jax.bounds.hcr.hcr_bounds` with the same coordinates.
-        coordinates: as in :func:`~recon_jax.bounds.dct.to_coordinates`.
-        dct_axes: DCT axes.
+      key: typed PRNG key.
+      x: one input (normalised), any shape.
+      std_bound: bounds shaped like ``x``, from :func:`~recon_jax.bounds.hcr.hcr_bounds` with the same coordinates.
+      coordinates: as in :func:`~recon_jax.bounds.dct.to_coordinates`.
+      dct_axes: DCT axes.
 
     Returns:
-        The perturbed input in the original (pixel) coordinates, shaped like ``x``.
+      The perturbed input in the original (pixel) coordinates, shaped like ``x``.
 
     Raises:
-        ValueError: if the shapes differ.
+      ValueError: if the shapes differ.
 
     >>> import jax
     >>> out = rademacher_perturbation(jax.random.key(0), jnp.zeros(4), jnp.ones(4), coordinates="pixel")

@@ -45,15 +45,15 @@ class LSQRResult(NamedTuple):
     """Output of :func:`lsqr` (names and meaning as in ``scipy.sparse.linalg.lsqr``).
 
     Attributes:
-        x: the solution estimate, shape of ``rmatvec(b)``.
-        istop: the stopping reason (see the module docstring), int32.
-        itn: the number of iterations performed, int32.
-        r1norm: ``||A x - b||``.
-        r2norm: ``sqrt(||A x - b||^2 + damp^2 ||x||^2)``.
-        anorm: the estimate of the Frobenius norm of ``[A; damp I]``.
-        acond: the estimate of ``cond([A; damp I])``.
-        arnorm: ``||A^T (b - A x) - damp^2 x||``.
-        xnorm: ``||x||``.
+      x: the solution estimate, shape of ``rmatvec(b)``.
+      istop: the stopping reason (see the module docstring), int32.
+      itn: the number of iterations performed, int32.
+      r1norm: ``||A x - b||``.
+      r2norm: ``sqrt(||A x - b||^2 + damp^2 ||x||^2)``.
+      anorm: the estimate of the Frobenius norm of ``[A; damp I]``.
+      acond: the estimate of ``cond([A; damp I])``.
+      arnorm: ``||A^T (b - A x) - damp^2 x||``.
+      xnorm: ``||x||``.
     """
 
     x: jax.Array
@@ -115,23 +115,23 @@ def lsqr(
     inside the vmapped function) to solve one small problem per example, each stopping on its own.
 
     Args:
-        matvec: ``v -> A v`` (x-shaped array to b-shaped array).
-        rmatvec: ``u -> A^T u`` (b-shaped to x-shaped).
-        b: right-hand side, any shape.
-        damp: damping ``>= 0`` (Tikhonov regularisation ``damp^2 ||x||^2``).
-        atol: relative tolerance on ``||A^T r|| / (||A|| ||r||)`` (and on ``||A|| ||x||`` in the residual
-            test), ``>= 0``.
-        btol: relative tolerance on ``||r|| / ||b||``, ``>= 0``.
-        conlim: stop when the estimate of ``cond(A)`` exceeds it; ``> 0``.
-        iter_lim: the maximum number of iterations; default ``2 * n`` with ``n = size of x`` (SciPy's
-            default). Must be a Python int (static) when given.
+      matvec: ``v -> A v`` (x-shaped array to b-shaped array).
+      rmatvec: ``u -> A^T u`` (b-shaped to x-shaped).
+      b: right-hand side, any shape.
+      damp: damping ``>= 0`` (Tikhonov regularisation ``damp^2 ||x||^2``).
+      atol: relative tolerance on ``||A^T r|| / (||A|| ||r||)`` (and on ``||A|| ||x||`` in the residual
+        test), ``>= 0``.
+      btol: relative tolerance on ``||r|| / ||b||``, ``>= 0``.
+      conlim: stop when the estimate of ``cond(A)`` exceeds it; ``> 0``.
+      iter_lim: the maximum number of iterations; default ``2 * n`` with ``n = size of x`` (SciPy's
+        default). Must be a Python int (static) when given.
 
     Returns:
-        An :class:`LSQRResult`.
+      An :class:`LSQRResult`.
 
     Raises:
-        ValueError: if ``damp``, ``atol``, ``btol`` are negative, ``conlim <= 0`` or ``iter_lim < 0``
-            (checked when the values are concrete; traced values are used as given).
+      ValueError: if ``damp``, ``atol``, ``btol`` are negative, ``conlim <= 0`` or ``iter_lim < 0``
+        (checked when the values are concrete; traced values are used as given).
 
     >>> import jax.numpy as jnp
     >>> a = jnp.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
@@ -323,13 +323,13 @@ def jacobian_lsqr(
     ``J^T u`` its transpose (``jax.linear_transpose``, a vector-Jacobian product).
 
     Args:
-        fn: a differentiable function of one array.
-        primal: the point where ``fn`` is linearised.
-        b: right-hand side, shaped like ``fn(primal)``.
-        **lsqr_kwargs: ``damp``, ``atol``, ``btol``, ``conlim``, ``iter_lim`` (see :func:`lsqr`).
+      fn: a differentiable function of one array.
+      primal: the point where ``fn`` is linearised.
+      b: right-hand side, shaped like ``fn(primal)``.
+      **lsqr_kwargs: ``damp``, ``atol``, ``btol``, ``conlim``, ``iter_lim`` (see :func:`lsqr`).
 
     Returns:
-        An :class:`LSQRResult`; ``x`` has the shape of ``primal``.
+      An :class:`LSQRResult`; ``x`` has the shape of ``primal``.
 
     >>> import jax.numpy as jnp
     >>> res = jacobian_lsqr(lambda x: 3.0 * x, jnp.ones(2), jnp.array([3.0, 6.0]))

@@ -21,7 +21,8 @@ Notation:
 =========  ==========================================================
 
 All functions are pure ``jnp``: jittable, vmappable over parameter grids, broadcasting, differentiable where the
-math is. Inputs are validated when concrete (``ValueError``); under ``jit`` invalid values give NaN (see
+math is. The baselines kappa of two priors (:mod:`recon_jax.bounds.baselines`) are re-exported here. Inputs are
+validated when concrete (``ValueError``); under ``jit`` invalid values give NaN (see
 :mod:`recon_jax._validation`).
 """
 
@@ -33,7 +34,11 @@ import numpy as np
 from jax.scipy import special as jsp
 
 from recon_jax import _validation as v
-from recon_jax.special import gammainc as _gammainc
+from recon_jax.bounds.baselines import (
+    baseline_kappa_gaussian,
+    baseline_kappa_gaussian_tail_bound,
+    baseline_kappa_uniform_ball,
+)
 
 __all__ = [
     "baseline_kappa_uniform_ball",
@@ -49,112 +54,6 @@ __all__ = [
 ]
 
 ArrayLike = jax.typing.ArrayLike
-
-
-def baseline_kappa_uniform_ball(eta: ArrayLike, dim: ArrayLike, *, validate: bool = True) -> jax.Array:
-    """Baseline kappa for the uniform prior on the unit ball of R^d with l2 error (Balle et al., Prop. 6).
-
-    ``kappa = sup_z0 Vol(B_1 cap B_eta(z0)) / Vol(B_1) = min(eta, 1)^d`` (a ball of radius eta < 1 fits inside the
-    unit ball; for eta >= 1 the ball around the origin covers it). Computed as ``exp(d log min(eta, 1))``.
-
-    Args:
-      eta: error threshold, > 0.
-      dim: dimension d, >= 1.
-      validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
-
-    Returns:
-      kappa in (0, 1] (at least the dtype's smallest normal number: where ``eta^d`` underflows, that
-      conservative upper bound is returned instead of 0).
-
-    Raises:
-      ValueError: ``eta <= 0`` or ``dim < 1``.
-
-    Example:
-      >>> round(float(baseline_kappa_uniform_ball(0.5, 3)), 6)
-      0.125
-    """
-    v.check_positive("eta", eta, validate)
-    v.check_at_least("dim", dim, 1, validate)
-    ok = v.all_valid((eta, v.POSITIVE), (dim, v.at_least(1)))
-    log_eta = v.log_positive(eta, v.as_float(eta).dtype)
-    eta, dim = v.as_float(eta, dim)
-    out = v.floor_tiny(jnp.exp(dim * jnp.minimum(log_eta, 0.0)))  # 0.5^200 underflows float32: smallest normal
-    return v.nan_if(~ok, out)
-
-
-def baseline_kappa_gaussian(eta: ArrayLike, sigma: ArrayLike, dim: ArrayLike, *, validate: bool = True) -> jax.Array:
-    """Baseline kappa for the Gaussian prior N(w, sigma^2 I_d) with l2 error (Balle et al., proof of Prop. 7).
-
-    Exact: the supremum is attained at z0 = w, so ``kappa = P[||Z|| <= eta / sigma] = P[chi^2_d <= eta^2/sigma^2]
-    = P(d/2, eta^2 / (2 sigma^2))`` with P the regularised lower incomplete gamma function
-    (:func:`recon_jax.special.gammainc`, accurate also for d up to 2e9, where both ``jax.scipy.special.gammainc``
-    and ``scipy.special.gammainc`` lose accuracy in the lower tail).
-
-    Args:
-      eta: error threshold, > 0.
-      sigma: prior standard deviation, > 0.
-      dim: dimension d, >= 1.
-      validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
-
-    Returns:
-      kappa in [0, 1].
-
-    Raises:
-      ValueError: ``eta <= 0``, ``sigma <= 0`` or ``dim < 1``.
-
-    Example:
-      >>> round(float(baseline_kappa_gaussian(1.0, 1.0, 1)), 5)  # P[|N(0,1)| <= 1] = erf(1/sqrt(2))
-      0.68269
-    """
-    v.check_positive("eta", eta, validate)
-    v.check_positive("sigma", sigma, validate)
-    v.check_at_least("dim", dim, 1, validate)
-    eta, sigma, dim = v.as_float(eta, sigma, dim)
-    ok = (eta > 0) & (sigma > 0) & (dim >= 1)
-    ratio = jnp.where(ok, eta / sigma, 1.0)
-    out = _gammainc(jnp.where(ok, dim, 1.0) / 2.0, 0.5 * ratio * ratio)
-    return v.nan_if(~ok, out)
-
-
-def baseline_kappa_gaussian_tail_bound(
-    eta: ArrayLike, sigma: ArrayLike, dim: ArrayLike, *, validate: bool = True
-) -> jax.Array:
-    """The closed-form upper bound on the Gaussian-prior kappa used in Balle et al.'s proof of Prop. 7.
-
-    ``kappa <= exp(d/2 (1 - t + log t))`` with ``t = eta^2 / (sigma^2 d)`` (chi-square lower-tail bound,
-    Dasgupta & Gupta Lemma 2.2), valid for ``t <= 1``; for ``t > 1`` the bound exceeds 1 and 1 is returned.
-
-    Args:
-      eta: error threshold, > 0.
-      sigma: prior standard deviation, > 0.
-      dim: dimension d, >= 1.
-      validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
-
-    Returns:
-      An upper bound on :func:`baseline_kappa_gaussian`, in (0, 1].
-
-    Raises:
-      ValueError: ``eta <= 0``, ``sigma <= 0`` or ``dim < 1``.
-
-    Example:
-      >>> float(baseline_kappa_gaussian_tail_bound(1.0, 1.0, 100)) < 1e-60
-      True
-    """
-    v.check_positive("eta", eta, validate)
-    v.check_positive("sigma", sigma, validate)
-    v.check_at_least("dim", dim, 1, validate)
-    eta, sigma, dim = v.as_float(eta, sigma, dim)
-    ok = (eta > 0) & (sigma > 0) & (dim >= 1)
-    # log t = 2 log(eta / sigma) - log d, kept in log space so that t never under/overflows.
-    log_t = 2.0 * (jnp.log(jnp.where(ok, eta, 1.0)) - jnp.log(jnp.where(ok, sigma, 1.0))) - jnp.log(
-        jnp.where(ok, dim, 1.0)
-    )
-    t = jnp.exp(jnp.minimum(log_t, 0.0))
-    # 1 - t + log t = -(t - 1 - log t) <= 0; log1p form is accurate near t = 1.
-    exponent = 0.5 * dim * (log_t - jnp.expm1(log_t))
-    out = jnp.where(log_t >= 0, 1.0, jnp.exp(jnp.minimum(exponent, 0.0)))
-    del t
-    return v.nan_if(~ok, out)
 
 
 def _log1m(kappa, dtype):

@@ -17,6 +17,8 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from recon_jax.io import seed_from_key
+
 __all__ = ["InformedSplits", "informed_splits", "pool_splits"]
 
 
@@ -48,13 +50,13 @@ class InformedSplits(NamedTuple):
 
 
 def _seed_from(key_or_seed) -> int:
+    """A NumPy seed: a non-negative int as it is; a jax key (typed or raw data) by :func:`recon_jax.io.seed_from_key`."""
     if isinstance(key_or_seed, (int, np.integer)):
         if key_or_seed < 0:
             raise ValueError(f"key_or_seed must be a non-negative int or a jax key, got {key_or_seed}")
         return int(key_or_seed)
     if isinstance(key_or_seed, jax.Array):
-        data = jax.random.key_data(key_or_seed) if jax.dtypes.issubdtype(key_or_seed.dtype, jax.dtypes.prng_key) else key_or_seed
-        return int(np.asarray(data, dtype=np.uint64).ravel().sum() % (2**63))
+        return seed_from_key(key_or_seed)
     raise ValueError(f"key_or_seed must be a non-negative int or a jax key, got {type(key_or_seed).__name__}")
 
 

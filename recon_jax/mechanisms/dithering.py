@@ -23,15 +23,15 @@ def dither(key: jax.Array, features: jax.Array, noise_sigma: float | jax.Array) 
     """Dithered features ``a + N(0, sigma^2 I)`` (Tygert et al. eq. 7); usually ``sigma = scale * RMS``.
 
     Args:
-        key: typed PRNG key.
-        features: ``[..., d]`` features.
-        noise_sigma: ``sigma >= 0``.
+      key: typed PRNG key.
+      features: ``[..., d]`` features.
+      noise_sigma: ``sigma >= 0``.
 
     Returns:
-        Noisy features, shaped like ``features``.
+      Noisy features, shaped like ``features``.
 
     Raises:
-        ValueError: if ``noise_sigma`` is negative or not finite (concrete values).
+      ValueError: if ``noise_sigma`` is negative or not finite (concrete values).
 
     >>> import jax
     >>> dither(jax.random.key(0), jnp.zeros(3), 0.0).tolist()

@@ -123,10 +123,10 @@ class SplitEncoder(nn.Module):
     """Paper Table 1: split the 2n inputs into the target's 2 and the other 2n - 2, dense 16 + dense 64.
 
     Attributes:
-        target_row: which row of the embedding is the target (the attack places it in a fixed row; 0 here
-            and in the reference implementation).
-        target_features: units of the target branch (16 in the paper).
-        context_features: units of the branch for the other points (64 in the paper).
+      target_row: which row of the embedding is the target (the attack places it in a fixed row; 0 here
+        and in the reference implementation).
+      target_features: units of the target branch (16 in the paper).
+      context_features: units of the branch for the other points (64 in the paper).
     """
 
     target_row: int = 0
@@ -194,9 +194,9 @@ class SplitReconstructor(nn.Module):
     """The paper's attack network: :class:`SplitEncoder` followed by a transposed-conv decoder.
 
     Attributes:
-        decoder: ``"mnist"`` (Table 3, 28x28) or ``"chest64"`` (Table 5, 64x64).
-        width: decoder channel scale (64 = the paper).
-        target_row: the target's row in the embedding.
+      decoder: ``"mnist"`` (Table 3, 28x28) or ``"chest64"`` (Table 5, 64x64).
+      width: decoder channel scale (64 = the paper).
+      target_row: the target's row in the embedding.
     """
 
     decoder: str = "mnist"
@@ -217,8 +217,8 @@ class BalleMLP(nn.Module):
     """Balle et al. (2022) reconstructor baseline: dense ReLU layers, ReLU output reshaped to an image.
 
     Attributes:
-        image_shape: output shape ``(H, W, C)``.
-        hidden: hidden layer widths ((1000, 1000) as described in the paper).
+      image_shape: output shape ``(H, W, C)``.
+      hidden: hidden layer widths ((1000, 1000) as described in the paper).
     """
 
     image_shape: Sequence[int] = (28, 28, 1)
@@ -243,25 +243,25 @@ def make_reconstructor(
     """Builds the attack network by name.
 
     Args:
-        kind: ``"split"`` (the paper's network; decoder picked from ``image_shape``: 28x28 -> Table 3,
-            64x64 -> Table 5) or ``"mlp"`` (Balle et al. baseline, 2 x 1000).
-        image_shape: ``(H, W, 1)`` of the reconstructed images.
-        width: decoder channel scale for ``"split"`` (64 = paper).
-        target_row: the target's row in the embedding.
+      kind: ``"split"`` (the paper's network; decoder picked from ``image_shape``: 28x28 -> Table 3,
+        64x64 -> Table 5) or ``"mlp"`` (Balle et al. baseline, 2 x 1000).
+      image_shape: ``(H, W, 1)`` of the reconstructed images.
+      width: decoder channel scale for ``"split"`` (64 = paper).
+      target_row: the target's row in the embedding.
 
     Returns:
-        A flax module mapping ``[batch, 2n]`` to ``[batch, H, W, 1]``.
+      A flax module mapping ``[batch, 2n]`` to ``[batch, H, W, 1]``.
 
     Raises:
-        ValueError: for an unknown ``kind``, an unsupported ``image_shape`` or ``width < 1``.
+      ValueError: for an unknown ``kind``, an unsupported ``image_shape`` or ``width < 1``.
 
     Example:
-        >>> import jax, jax.numpy as jnp
-        >>> net = make_reconstructor("split", width=4)
-        >>> theta = jnp.zeros((3, 20))  # n = 10 points
-        >>> variables = jax.jit(net.init)(jax.random.key(0), theta)
-        >>> jax.jit(net.apply)(variables, theta).shape
-        (3, 28, 28, 1)
+      >>> import jax, jax.numpy as jnp
+      >>> net = make_reconstructor("split", width=4)
+      >>> theta = jnp.zeros((3, 20))  # n = 10 points
+      >>> variables = jax.jit(net.init)(jax.random.key(0), theta)
+      >>> jax.jit(net.apply)(variables, theta).shape
+      (3, 28, 28, 1)
     """
     image_shape = tuple(int(s) for s in image_shape)
     if width < 1:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["softmax_cross_entropy"]
+__all__ = ["softmax_cross_entropy", "reconstruction_loss"]
 
 
 def softmax_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -35,3 +35,15 @@ def softmax_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     # a one-hot product (fused elementwise) rather than a gather, whose gradient is a scatter (slow on CPU)
     onehot = jax.nn.one_hot(labels, logits.shape[-1], dtype=logits.dtype)
     return logz - jnp.sum(onehot * logits, axis=-1)
+
+
+def reconstruction_loss(targets: jax.Array, outputs: jax.Array, mae_weight: float = 1.0,
+                        mse_weight: float = 1.0) -> jax.Array:
+    """The MAE + MSE objective of Balle et al. (Table V), averaged over the batch and all coordinates.
+
+    >>> import jax.numpy as jnp
+    >>> float(reconstruction_loss(jnp.zeros((1, 2)), jnp.array([[0.5, 0.5]])))
+    0.75
+    """
+    diff = outputs - targets
+    return mae_weight * jnp.mean(jnp.abs(diff)) + mse_weight * jnp.mean(diff**2)

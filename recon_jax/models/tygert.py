@@ -53,11 +53,11 @@ def torch_uniform_init(fan_in_axes: tuple[int, ...] = (0,)) -> Callable:
     """Initialiser drawing from U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (PyTorch's default for Linear/Conv).
 
     Args:
-        fan_in_axes: the axes of the kernel whose product is fan-in (``(0,)`` for Dense kernels,
-            ``(0, 1, 2)`` for HWIO convolution kernels).
+      fan_in_axes: the axes of the kernel whose product is fan-in (``(0,)`` for Dense kernels,
+        ``(0, 1, 2)`` for HWIO convolution kernels).
 
     Returns:
-        A flax initialiser ``(key, shape, dtype) -> array``.
+      A flax initialiser ``(key, shape, dtype) -> array``.
 
     >>> w = torch_uniform_init()(jax.random.key(0), (4, 3))
     >>> bool(jnp.all(jnp.abs(w) <= 0.5))
@@ -150,8 +150,8 @@ class MNISTFeatureNet(nn.Module):
     """Tygert et al. Sec. 3.1: 784 ReLU features from two Affine784x784 layers, classifier Affine784x10.
 
     Attributes:
-        width: hidden/feature width (784 in the paper).
-        num_classes: classifier outputs.
+      width: hidden/feature width (784 in the paper).
+      num_classes: classifier outputs.
 
     Inputs are normalised images ``[N, 28, 28, 1]`` (or a single ``[28, 28, 1]``).
     """
@@ -183,9 +183,9 @@ class CIFAR10FeatureNet(nn.Module):
     """Tygert et al. Sec. 3.2: 3,072 features from a 3-conv + Affine3072x3072 net, classifier Affine3072x10.
 
     Attributes:
-        widths: channels of the three convolutions (32, 1024, 3072 in the paper); the dense feature
-            layer has ``widths[2]`` units.
-        num_classes: classifier outputs.
+      widths: channels of the three convolutions (32, 1024, 3072 in the paper); the dense feature
+        layer has ``widths[2]`` units.
+      num_classes: classifier outputs.
 
     Inputs are normalised images ``[N, 32, 32, 3]`` (or a single ``[32, 32, 3]``).
 
@@ -232,8 +232,8 @@ def feature_and_classifier_fns(model: nn.Module, params) -> tuple[Callable, Call
     """Closes ``model.features`` and ``model.classify`` over ``params``.
 
     Returns:
-        ``(feature_fn, classifier_fn)``; ``feature_fn`` maps one image (or a batch) to features, as
-        :func:`recon_jax.bounds.hcr_bounds` expects.
+      ``(feature_fn, classifier_fn)``; ``feature_fn`` maps one image (or a batch) to features, as
+      :func:`recon_jax.bounds.hcr_bounds` expects.
 
     >>> model = MNISTFeatureNet(width=8)
     >>> params = model.init(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))

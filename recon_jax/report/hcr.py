@@ -23,14 +23,14 @@ def plot_bound_histograms(
     """Histograms of per-mode HCR standard-deviation bounds: all modes, and the lowest-frequency modes.
 
     Args:
-        std_bounds: ``[N, H, W, C]`` bounds in DCT coordinates (mode ``(0, 0)`` is the lowest frequency).
-        low_freq: keep modes ``[:low_freq, :low_freq]`` in the right panel (the paper uses 8 for MNIST).
-        bins: histogram bins.
-        title: figure title prefix.
-        path: if given, the PNG is written there.
+      std_bounds: ``[N, H, W, C]`` bounds in DCT coordinates (mode ``(0, 0)`` is the lowest frequency).
+      low_freq: keep modes ``[:low_freq, :low_freq]`` in the right panel (the paper uses 8 for MNIST).
+      bins: histogram bins.
+      title: figure title prefix.
+      path: if given, the PNG is written there.
 
     Returns:
-        The matplotlib figure.
+      The matplotlib figure.
     """
     import matplotlib.pyplot as plt
 
@@ -60,13 +60,13 @@ def plot_rademacher_grid(
     """Originals (top row) and their Rademacher-perturbed versions (bottom row), pixel values in [0, 1].
 
     Args:
-        originals: ``[K, H, W, C]`` images in display space.
-        perturbed: ``[K, H, W, C]`` images in display space (clipped to [0, 1] here).
-        titles: optional per-column titles.
-        path: if given, the PNG is written there.
+      originals: ``[K, H, W, C]`` images in display space.
+      perturbed: ``[K, H, W, C]`` images in display space (clipped to [0, 1] here).
+      titles: optional per-column titles.
+      path: if given, the PNG is written there.
 
     Returns:
-        The matplotlib figure.
+      The matplotlib figure.
     """
     import matplotlib.pyplot as plt
 

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 
 from recon_jax.models.adapters import ModelFns, model_identity
 from recon_jax.models.flatten import layout_of
+from recon_jax.shadow.arguments import OUTPUTS, ShadowOutputs, check_shadow_args
 from recon_jax.shadow.devices import MODEL_AXIS, default_mesh
 from recon_jax.shadow.store import ShadowSet, ShadowStore, array_digest, host_key_data, key_fingerprint
 from recon_jax.training.algorithms import Algorithm
@@ -38,8 +39,6 @@ from recon_jax.training.gram import FIRST_LAYER_MODES, choose_first_layer, fixed
 from recon_jax.training.train import train
 
 __all__ = ["FIRST_LAYER_MODES", "OUTPUTS", "generate_shadow_models", "shadow_model_fn"]
-
-OUTPUTS = ("params", "probe_logits", "eval_accuracy", "target_loss", "final_loss")
 
 
 def shadow_model_fn(model_fns: ModelFns, algorithm: Algorithm, outputs: Sequence[str] = ("params",),
@@ -145,7 +144,7 @@ def _to_host(tree) -> dict:
 
 def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set, targets, key: jax.Array, *,
                            init_params=None, shuffle_key: jax.Array | None = None, target_weights=None,
-                           probe_inputs=None, eval_set=None, outputs: Sequence[str] = ("params",),
+                           probe_inputs=None, eval_set=None, outputs: Sequence[str] | ShadowOutputs = ("params",),
                            chunk_size: int | None = None, mesh: Mesh | None = None, store: str | None = None,
                            progress: bool = True, dtype=None, first_layer: str = "auto") -> ShadowSet:
     """Trains one model per target on ``fixed_set + {target_i}`` and returns (or stores) their outputs.
@@ -162,7 +161,9 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
       probe_inputs: ``[m, ...]`` inputs for ``"probe_logits"`` (Balle et al.'s black-box features).
       eval_set: ``(x, y)`` for ``"eval_accuracy"``.
       outputs: any of ``"params"`` (flat ``[P]``), ``"probe_logits"`` (``[m, classes]``), ``"eval_accuracy"``,
-        ``"target_loss"`` (loss on the model's own target, for MIA), ``"final_loss"`` (last training loss).
+        ``"target_loss"`` (loss on the model's own target, for MIA), ``"final_loss"`` (last training loss); or a
+        :class:`~recon_jax.shadow.arguments.ShadowOutputs` grouping the names with ``probe_inputs`` and
+        ``eval_set`` (which are then not given separately).
       chunk_size: models per compiled call (rounded up to a multiple of the device count); bounds memory.
         Default: on CPU 16 per device for dense-only models (small per-device batches stay in cache: measured
         fastest for the Balle MLP, see ``benchmarks/shadow.py``) and 1 per device for other models (CNNs), 256
@@ -190,8 +191,9 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
       A :class:`~recon_jax.shadow.ShadowSet` (``arrays[name]`` has a leading model axis of size K).
 
     Raises:
-      ValueError: on invalid arguments; :class:`~recon_jax.shadow.ShadowStoreMismatchError` if ``store``
-      holds a shadow set with a different configuration.
+      ValueError: on invalid arguments (:func:`~recon_jax.shadow.arguments.check_shadow_args`, and a mesh without a
+        ``"models"`` axis); :class:`~recon_jax.shadow.ShadowStoreMismatchError` if ``store``
+        holds a shadow set with a different configuration.
 
     >>> import jax, jax.numpy as jnp
     >>> from recon_jax.models import from_flax, balle_mnist_mlp
@@ -205,56 +207,11 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
     >>> s["params"].shape, s["target_loss"].shape
     ((8, 7960), (8,))
     """
-    outputs = tuple(outputs)
-    bad = [o for o in outputs if o not in OUTPUTS]
-    if bad or not outputs:
-        raise ValueError(f"outputs must be a non-empty subset of {OUTPUTS}, got {outputs}")
-    if len(set(outputs)) != len(outputs):
-        raise ValueError(f"outputs has duplicates: {outputs}")
-    if first_layer not in FIRST_LAYER_MODES:
-        raise ValueError(f"first_layer must be one of {FIRST_LAYER_MODES}, got {first_layer!r}")
-    if chunk_size is not None and not (isinstance(chunk_size, int) and chunk_size >= 1):
-        raise ValueError(f"chunk_size must be None or an integer >= 1, got {chunk_size!r}")
-    if not (isinstance(fixed_set, (tuple, list)) and len(fixed_set) == 2):
-        raise ValueError("fixed_set must be a pair (x [n, ...], y [n])")
-    if not (isinstance(targets, (tuple, list)) and len(targets) == 2):
-        raise ValueError("targets must be a pair (x [K, ...], y [K])")
-    fx, fy = np.asarray(fixed_set[0]), np.asarray(fixed_set[1])
-    tx, ty = np.asarray(targets[0]), np.asarray(targets[1])
-    if dtype is None:
-        dtype = fx.dtype if np.issubdtype(fx.dtype, np.floating) else np.float32
-    dtype = np.dtype(jnp.zeros((), dtype).dtype)  # respects jax_enable_x64
-    fx, tx = fx.astype(dtype), tx.astype(dtype)
-    if not (np.issubdtype(fy.dtype, np.integer) and np.issubdtype(ty.dtype, np.integer)):
-        raise ValueError(f"labels must be integers, got fixed_set y {fy.dtype} and targets y {ty.dtype}")
-    fy, ty = fy.astype(np.int32), ty.astype(np.int32)
-    if fx.shape[0] != fy.shape[0]:
-        raise ValueError(f"fixed_set x and y must have the same length, got {fx.shape[0]} and {fy.shape[0]}")
-    if tx.shape[0] != ty.shape[0] or tx.shape[0] < 1:
-        raise ValueError(f"targets x and y must have the same length >= 1, got {tx.shape[0]} and {ty.shape[0]}")
-    if tx.shape[1:] != fx.shape[1:]:
-        raise ValueError(f"targets x must have example shape {fx.shape[1:]}, got {tx.shape[1:]}")
+    fx, fy, tx, ty, tw, dtype, outputs, shuffle_key, probe, ex, ey = check_shadow_args(
+        algorithm, fixed_set, targets, init_params=init_params, shuffle_key=shuffle_key, target_weights=target_weights,
+        probe_inputs=probe_inputs, eval_set=eval_set, outputs=outputs, chunk_size=chunk_size, dtype=dtype,
+        first_layer=first_layer)
     count = tx.shape[0]
-    tw = np.ones(count, dtype) if target_weights is None else np.asarray(target_weights, dtype)
-    if tw.shape != (count,) or not np.all((tw == 0) | (tw == 1)):
-        raise ValueError(f"target_weights must be a [{count}] array of 0/1, got shape {tw.shape}")
-    if algorithm.init == "fixed" and init_params is None:
-        raise ValueError("init_params is required when algorithm.init == 'fixed' (the adversary-known init)")
-    if algorithm.init == "random" and init_params is not None:
-        raise ValueError("init_params must be None when algorithm.init == 'random'")
-    needs_shuffle = algorithm.batch_size is not None and algorithm.shuffle == "known"
-    if needs_shuffle and shuffle_key is None:
-        raise ValueError("shuffle_key is required for minibatch training with shuffle='known'")
-    if not needs_shuffle:
-        shuffle_key = None
-    if "probe_logits" in outputs and probe_inputs is None:
-        raise ValueError("probe_inputs is required for the 'probe_logits' output")
-    if "eval_accuracy" in outputs and eval_set is None:
-        raise ValueError("eval_set is required for the 'eval_accuracy' output")
-    probe = None if "probe_logits" not in outputs else np.asarray(probe_inputs, dtype)
-    ex = ey = None
-    if "eval_accuracy" in outputs:
-        ex, ey = np.asarray(eval_set[0], dtype), np.asarray(eval_set[1])
 
     mesh = default_mesh() if mesh is None else mesh
     if MODEL_AXIS not in mesh.axis_names:

@@ -31,6 +31,9 @@ so a run whose directory was deleted stops instead of writing into a successor's
 configuration hash and the SHA-256 of its arrays; the manifest of a complete store records the size and SHA-256
 of every consolidated ``.npy``, checked on load (:class:`ShadowStoreCorruptError` names the file). Leftovers of a
 crash (temporary files, chunks of a store already consolidated) are removed by the next writer.
+
+The module is one concern despite its length (~550 lines): the store's on-disk format and its write / resume /
+verify protocol; the lock, chunk, manifest and consolidation steps keep the format's invariants together.
 """
 
 from __future__ import annotations

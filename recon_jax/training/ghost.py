@@ -30,7 +30,8 @@ from recon_jax.models.losses import softmax_cross_entropy
 from recon_jax.models.taps import DenseCall, flax_tap, haiku_tap, leaf_paths, static_calls, tap_calls
 
 # DenseCall and the taps live in recon_jax.models.taps (re-exported here for existing imports).
-__all__ = ["DenseCall", "ghost_supported", "ghost_clipped_sum", "flax_tap", "haiku_tap"]
+__all__ = ["DenseCall", "ghost_supported", "dense_call_gradients", "ghost_squared_norms", "ghost_clipped_sum",
+           "flax_tap", "haiku_tap"]
 
 
 def ghost_supported(tap: Callable | None, params, x) -> bool:
@@ -74,6 +75,84 @@ def _flat3(a):
     return a.reshape((a.shape[0], -1, a.shape[-1]))
 
 
+def dense_call_gradients(tap: Callable, params, x: jax.Array, y: jax.Array, loss_fn: Callable | None = None):
+    """One forward pass and one backward pass to the outputs of every dense call.
+
+    Args:
+      tap: the model's tap (``ModelFns.tap``).
+      params: parameters.
+      x, y: the batch ``[B, ...]``, ``[B]``.
+      loss_fn: per-example loss ``(logits, labels) -> [B]`` (default softmax cross-entropy).
+
+    Returns:
+      ``(losses [B], calls, inputs, deltas)``: the per-example losses, the dense calls
+      (:func:`recon_jax.models.taps.static_calls`), and per call its inputs ``a`` and the gradients
+      ``delta = d loss_i / d z_i`` of the summed loss at its outputs ``z = a W + b``. Example i's gradient of
+      a call's kernel is ``a_i^T delta_i``, of its bias ``sum_t delta_i[t]``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from recon_jax.models import from_flax, MLP
+    >>> fns = from_flax(MLP(features=(5, 3)))
+    >>> x, y = jnp.ones((4, 6)), jnp.arange(4) % 3
+    >>> losses, calls, inputs, deltas = dense_call_gradients(fns.tap, fns.init(jax.random.key(0), x), x, y)
+    >>> losses.shape, len(calls), [a.shape for a in inputs], [d.shape for d in deltas]
+    ((4,), 2, [(4, 6), (4, 5)], [(4, 5), (4, 3)])
+    """
+    return _dense_call_gradients(tap, params, x, y, loss_fn)[:4]
+
+
+def _dense_call_gradients(tap, params, x, y, loss_fn):
+    """:func:`dense_call_gradients` and, per dense call, whether it receives ``x`` itself (static)."""
+    if loss_fn is None:
+        loss_fn = softmax_cross_entropy
+    calls = static_calls(tap, params, x)
+    zeros = [jnp.zeros(out_shape, out_dtype) for *_, out_shape, out_dtype in calls]
+    reads_x = []  # recorded while tracing: the tap hands x itself to the first layer of an MLP
+
+    def total_loss(perturbations):
+        logits, recs = tap(params, x, perturbations)
+        reads_x[:] = [r.inputs is x for r in recs]
+        losses = loss_fn(logits, y)
+        return jnp.sum(losses), (losses, [r.inputs for r in recs])
+
+    (_, (losses, inputs)), deltas = jax.value_and_grad(total_loss, has_aux=True)(zeros)
+    return losses, calls, inputs, deltas, tuple(reads_x)
+
+
+def ghost_squared_norms(calls, inputs, deltas, dtype, input_sq_norms=None) -> jax.Array:
+    """``||g_i||^2``, the squared norm of each example's whole gradient, from :func:`dense_call_gradients`.
+
+    Per dense call ``||a_i||^2 ||delta_i||^2`` (one input row per example) or ``sum_{t,s} (a_t . a_s)
+    (delta_t . delta_s)`` (inputs ``[B, T, d]``), plus ``||sum_t delta_t||^2`` for its bias; computed in
+    ``dtype``. ``input_sq_norms``: optional sequence, one entry per call, of ``None`` or the ``[B]`` squared norms
+    ``||a_i||^2`` of that call's (one-row) inputs, used instead of reducing ``a`` again (minibatch training
+    gathers them from norms of the fixed set computed once).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from recon_jax.models import from_flax, MLP
+    >>> from recon_jax.training import per_example_gradients
+    >>> fns = from_flax(MLP(features=(5, 3)))
+    >>> x, y = jax.random.normal(jax.random.key(1), (4, 6)), jnp.arange(4) % 3
+    >>> params = fns.init(jax.random.key(0), x)
+    >>> _, calls, inputs, deltas = dense_call_gradients(fns.tap, params, x, y)
+    >>> sq = ghost_squared_norms(calls, inputs, deltas, jnp.float32)
+    >>> bool(jnp.allclose(sq, jnp.sum(per_example_gradients(fns, params, x, y) ** 2, -1), rtol=1e-4))
+    True
+    """
+    sq = jnp.zeros((inputs[0].shape[0],) if inputs else (0,), dtype)
+    given = [None] * len(calls) if input_sq_norms is None else list(input_sq_norms)
+    for (kernel_path, bias_path, *_), a, d, a_sq in zip(calls, inputs, deltas, given):
+        a3, d3 = _flat3(a).astype(dtype), _flat3(d).astype(dtype)
+        if a3.shape[1] == 1:
+            a_sq = jnp.sum(a3[:, 0] ** 2, -1) if a_sq is None else jnp.asarray(a_sq).astype(dtype)
+            sq = sq + a_sq * jnp.sum(d3[:, 0] ** 2, -1)
+        else:
+            sq = sq + jnp.einsum("bts,bts->b", jnp.einsum("bti,bsi->bts", a3, a3), jnp.einsum("bto,bso->bts", d3, d3))
+        if bias_path is not None:
+            sq = sq + jnp.sum(jnp.sum(d3, axis=1) ** 2, -1)
+    return sq
+
+
 def ghost_clipped_sum(tap: Callable, params, x: jax.Array, y: jax.Array, clip_norm: float,
                       weights: jax.Array | None = None, loss_fn: Callable | None = None,
                       per_model_batches: bool = False, input_sq_norms: jax.Array | None = None):
@@ -103,31 +182,9 @@ def ghost_clipped_sum(tap: Callable, params, x: jax.Array, y: jax.Array, clip_no
     Returns:
       ``(losses [B], clipped_sum pytree, norms [B])``.
     """
-    if loss_fn is None:
-        loss_fn = softmax_cross_entropy
-    calls = static_calls(tap, params, x)
-    zeros = [jnp.zeros(out_shape, out_dtype) for *_, out_shape, out_dtype in calls]
-
-    reads_x = []  # per dense call: does it receive x itself? (static, recorded while tracing)
-
-    def total_loss(perturbations):
-        logits, recs = tap(params, x, perturbations)
-        reads_x[:] = [r.inputs is x for r in recs]
-        losses = loss_fn(logits, y)
-        return jnp.sum(losses), (losses, [r.inputs for r in recs])
-
-    (_, (losses, inputs)), deltas = jax.value_and_grad(total_loss, has_aux=True)(zeros)
-
-    sq = jnp.zeros((x.shape[0],), losses.dtype)
-    for (kernel_path, bias_path, *_), a, d, is_x in zip(calls, inputs, deltas, reads_x):
-        a3, d3 = _flat3(a).astype(sq.dtype), _flat3(d).astype(sq.dtype)
-        if a3.shape[1] == 1:
-            a_sq = input_sq_norms.astype(sq.dtype) if is_x and input_sq_norms is not None else jnp.sum(a3[:, 0] ** 2, -1)
-            sq = sq + a_sq * jnp.sum(d3[:, 0] ** 2, -1)
-        else:
-            sq = sq + jnp.einsum("bts,bts->b", jnp.einsum("bti,bsi->bts", a3, a3), jnp.einsum("bto,bso->bts", d3, d3))
-        if bias_path is not None:
-            sq = sq + jnp.sum(jnp.sum(d3, axis=1) ** 2, -1)
+    losses, calls, inputs, deltas, reads_x = _dense_call_gradients(tap, params, x, y, loss_fn)
+    given = [input_sq_norms if is_x else None for is_x in reads_x] if input_sq_norms is not None else None
+    sq = ghost_squared_norms(calls, inputs, deltas, losses.dtype, given)
     norms = jnp.sqrt(sq)
     factor = jnp.minimum(1.0, clip_norm / jnp.maximum(norms, jnp.finfo(sq.dtype).tiny))
     if weights is not None:

@@ -342,6 +342,10 @@ def test_ci_experiment_runs_and_pca_attack_beats_mean_image(tmp_path):
     # A rerun of the same config resumes from its keyed cache (same directory, same numbers).
     again = run(config, str(tmp_path))
     assert again["cache_dir"] == metrics["cache_dir"] and again["summary"] == metrics["summary"]
+    # ... and says so: every point restored, the summed per-point time carried over from the first segment.
+    assert metrics["grid_points_restored"] == 0 and again["grid_points_restored"] == again["grid_points"] > 0
+    assert again["seconds_grid_points"] == pytest.approx(metrics["seconds_grid_points"])
+    assert "restored from an earlier segment" in (tmp_path / "report.md").read_text()
 
 
 @pytest.mark.slow  # ~170 s CPU on this machine (mostly XLA compilation of the conv-transpose training step)

@@ -61,3 +61,32 @@ def test_shared_model_sets_and_argument_checks():
     with pytest.raises(ValueError, match="num_targets"):
         informed.train_model_sets(fns, training.full_batch_gd(epochs=2), sp, jax.random.key(1), init_params=p0,
                                   num_targets=4)
+
+
+@pytest.mark.parametrize("shape,kind,expected", [
+    ((28, 28, 1), "mlp", "ReconstructorMLP"),
+    ((28, 28, 1), "auto", "ReconstructorMLP"),  # grey images: the MLP (Table V)
+    ((32, 32, 3), "auto", "TransposedConvDecoder"),  # square RGB, side a multiple of 4: the decoder (Table VII)
+    ((30, 30, 3), "auto", "ReconstructorMLP"),  # side not a multiple of 4: the decoder cannot emit it
+    ((16, 16, 1), "conv", "TransposedConvDecoder"),
+])
+def test_reconstructor_network_choice(shape, kind, expected):
+    net = informed.reconstructor_network(shape, kind)
+    assert type(net).__name__ == expected
+    variables = jax.eval_shape(net.init, jax.random.key(0), np.zeros((1, 7), np.float32))
+    assert jax.eval_shape(net.apply, variables, np.zeros((2, 7), np.float32)).shape == (2,) + shape
+
+
+def test_reconstructor_network_refuses_what_it_cannot_build():
+    with pytest.raises(ValueError, match="kind 'conv'"):
+        informed.reconstructor_network((18, 18, 1), "conv")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        informed.reconstructor_network((28, 28, 1), "gan")
+
+
+def test_spec_kind_selects_the_network_when_no_model_is_given():
+    f = np.random.default_rng(2).normal(size=(20, 5)).astype(np.float32)
+    t = np.random.default_rng(3).uniform(size=(20, 8, 8, 3)).astype(np.float32)
+    spec = informed.ReconstructorSpec(epochs=1, batch_size=10, kind="conv")
+    fit = informed.fit_reconstructor(f, t, jax.random.key(0), spec, progress=False)
+    assert type(fit.model).__name__ == "TransposedConvDecoder"

@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from recon_jax.attacks import reconn
+from recon_jax.attacks import _reconn_steps, reconn
 from recon_jax.models import reconstructors
 
 
@@ -334,7 +334,7 @@ def test_repeated_fits_with_one_optimizer_compile_once():
     model = reconstructors.reconstructor_mlp((6,), (8,))
     opt = optax.adam(1e-2)
     reconn.train_reconstructor(model, f, t, jax.random.key(0), epochs=1, batch_size=16, optimizer=opt, progress=False)
-    before = reconn._make_steps.cache_info()
+    before = _reconn_steps.make_steps.cache_info()
     reconn.train_reconstructor(model, f, t, jax.random.key(1), epochs=1, batch_size=16, optimizer=opt, progress=False)
-    after = reconn._make_steps.cache_info()
+    after = _reconn_steps.make_steps.cache_info()
     assert after.hits == before.hits + 1 and after.misses == before.misses

@@ -188,3 +188,27 @@ def test_train_plus_test_is_seventy_thousand_mnist_records():
     tx, _ = data.load_dataset("mnist", "test")
     assert x.shape == (70000, 28, 28, 1) and y.shape == (70000,)
     np.testing.assert_array_equal(x[60000:], tx)
+
+
+def test_split_seeds_ints_unchanged_and_distinct_keys_distinct():
+    """Int seeds are NumPy seeds as they are (experiments' splits never change); a key's seed is a draw from it."""
+    from recon_jax.data.splits import _seed_from
+
+    x, y = np.arange(50, dtype=np.float32)[:, None], np.arange(50)
+    for seed in (0, 7, 2**40):
+        s = data.informed_splits(x, y, 10, 10, 10, 5, key_or_seed=seed)
+        perm = np.random.default_rng(seed).permutation(50)  # the documented rule, computed independently
+        np.testing.assert_array_equal(s.fixed_idx, np.sort(perm[:10]))
+        np.testing.assert_array_equal(s.eval_idx, np.sort(perm[30:35]))
+        assert _seed_from(seed) == seed and _seed_from(np.int64(seed)) == seed
+    # Keys whose words have the same sum (the old conversion's collisions) and many split keys: all distinct.
+    swapped = [jax.random.wrap_key_data(np.array(w, np.uint32)) for w in ([0, 1], [1, 0], [2, 2**32 - 1])]
+    keys = list(jax.random.split(jax.random.key(0), 2000)) + swapped
+    seeds = [_seed_from(k) for k in keys]
+    assert len(set(seeds)) == len(keys) and all(0 <= s < 2**31 for s in seeds)
+    assert _seed_from(jax.random.key(3)) == _seed_from(jax.random.key_data(jax.random.key(3)))  # raw key, same seed
+    a = data.informed_splits(x, y, 10, 10, 10, key_or_seed=swapped[0])
+    b = data.informed_splits(x, y, 10, 10, 10, key_or_seed=swapped[1])
+    assert not np.array_equal(a.fixed_idx, b.fixed_idx)
+    with pytest.raises(ValueError, match="key_or_seed"):
+        _seed_from(-1)

@@ -5,8 +5,9 @@ import ml_collections
 import numpy as np
 import pytest
 
-from experiments import risk_report
-from experiments.configs import risk_report as risk_config
+from recon_jax.attacks import informed
+from recon_jax.report import risk_config, risk_report, risk_text
+from recon_jax.shadow import ShadowSet
 
 
 def _smoke():
@@ -41,6 +42,7 @@ def test_malformed_configs_fail_before_training(tmp_path, monkeypatch, field, va
     def no_training(*args, **kwargs):
         raise AssertionError("training started before validation")
 
+    monkeypatch.setattr(informed, "generate_shadow_models", no_training)
     monkeypatch.setattr(risk_report.shadow, "generate_shadow_models", no_training)
     config = _smoke()
     with config.unlocked():
@@ -52,12 +54,13 @@ def test_malformed_configs_fail_before_training(tmp_path, monkeypatch, field, va
 
 
 def test_nan_stops_the_run(tmp_path, monkeypatch):
-    from experiments.common import NonFiniteResult
+    from recon_jax.report.evidence import NonFiniteResult
 
     def nan_models(*args, outputs=("params",), **kwargs):
-        return {k: np.full((len(args[3][0]), 7960), np.nan, np.float32) for k in outputs}
+        n = len(args[3][0])
+        return ShadowSet({k: np.full((n, 7960), np.nan, np.float32) for k in outputs}, None, n)
 
-    monkeypatch.setattr(risk_report.shadow, "generate_shadow_models", nan_models)
+    monkeypatch.setattr(informed, "generate_shadow_models", nan_models)
     with pytest.raises(NonFiniteResult, match="shadow model parameters"):
         risk_report.run(_smoke(), str(tmp_path))
     assert not (tmp_path / "metrics.json").exists()
@@ -170,10 +173,10 @@ def test_interpretation_points_at_secret_batch_order():
     with config.unlocked():
         config.batch_size = 17
     row = {"noise_multiplier": 0, "success_rate": 0.0, "mean_mse": 0.09, "mean_oracle_mse": 0.04}
-    assert "--config.shuffle=known" in risk_report._interpretation([row], 0.1, config)
+    assert "--config.shuffle=known" in risk_text.interpretation([row], 0.1, config)
     with config.unlocked():
         config.shuffle = "known"
-    assert "--config.shuffle=known" not in risk_report._interpretation([row], 0.1, config)
+    assert "--config.shuffle=known" not in risk_text.interpretation([row], 0.1, config)
 
 
 def _image_folder(root, n_train=70, n_test=30, size=16):
@@ -232,6 +235,7 @@ def test_unsupported_model_and_data_fail_before_training(tmp_path, monkeypatch, 
     def no_training(*args, **kwargs):
         raise AssertionError("training started before validation")
 
+    monkeypatch.setattr(informed, "generate_shadow_models", no_training)
     monkeypatch.setattr(risk_report.shadow, "generate_shadow_models", no_training)
     config = _folder_config(_image_folder(tmp_path / "images", n_train=70, n_test=30))
     with config.unlocked():

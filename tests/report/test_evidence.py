@@ -1,4 +1,5 @@
-"""The evidence helpers every experiment uses: provenance, claims, NaN refusal, keyed caches, publishing."""
+"""The evidence helpers of the report and every experiment (recon_jax.report.evidence, re-exported by
+experiments/common.py): provenance, claims, NaN refusal, keyed caches, publishing; and run_app's errors."""
 
 import json
 import os
@@ -6,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from experiments import common
-from experiments.common import (NonFiniteResult, claim, finish_run, keyed_dir, publish, require_finite,
-                                start_run)
+from recon_jax.report import evidence
+from recon_jax.report.evidence import (NonFiniteResult, claim, finish_run, keyed_dir, publish, require_finite,
+                                       start_run)
 
 
 def _config():
@@ -86,9 +87,19 @@ def test_unknown_config_field_gives_a_clear_error():
     assert "Traceback" not in out.stderr
 
 
+def test_experiments_common_reexports_the_package_helpers():
+    from experiments import common
+
+    from recon_jax.report import cli
+
+    for name in common.__all__:
+        home = cli if name in cli.__all__ else evidence
+        assert getattr(common, name) is getattr(home, name), name
+
+
 def test_dirty_files_keep_the_first_path_whole_and_skip_results():
     """git status --porcelain begins a line with a status whose first letter may be a space; a run that started
     with a published result uncommitted once recorded "esults/..." as a dirty code file."""
     status = " M results/tygert_hcr/default/report.md\n M recon_jax/io.py\nM  experiments/common.py\n"
-    assert common._dirty_files(status) == ["recon_jax/io.py", "experiments/common.py"]
-    assert common._dirty_files("") == []
+    assert evidence._dirty_files(status) == ["recon_jax/io.py", "experiments/common.py"]
+    assert evidence._dirty_files("") == []

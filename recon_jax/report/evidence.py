@@ -1,0 +1,291 @@
+"""Evidence for a run: provenance, claims, NaN refusal, keyed caches, publishing.
+
+Used by the risk report (:mod:`recon_jax.report.risk_report`) and, through ``experiments/common.py``, by every
+experiment of the repository. Every run's ``run(config, workdir)`` follows the same shape::
+
+    run_info = start_run(workdir, config, seed=config.seed)   # config.json with commit, machine, versions
+    ...                                                       # require_finite(...) on losses, models, metrics
+    claims = [claim("attack beats the oracle", mse < oracle, f"mean MSE {mse:.4f} vs oracle {oracle:.4f}")]
+    return finish_run(run_info, metrics, report_text, claims)  # report.md (+ Claims), metrics.json, wall time
+
+Caches and resume points live in ``keyed_dir(workdir, name, key)``, whose name is a hash of everything that
+determines their content, so a rerun with another config in the same workdir recomputes instead of reporting the
+old numbers. ``publish(workdir, results_dir)`` copies a finished run's report, metrics, config and figures to
+``results/<experiment>/<variant>/`` (``make results EXP=name``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from recon_jax.io import atomic_write_json, atomic_write_text, stable_hash, strict_json
+
+__all__ = [
+    "prepare_workdir",
+    "config_to_dict",
+    "write_run_info",
+    "RunInfo",
+    "start_run",
+    "finish_run",
+    "claim",
+    "claims_markdown",
+    "NonFiniteResult",
+    "require_finite",
+    "keyed_dir",
+    "provenance",
+    "publish",
+]
+
+_PACKAGES = ("jax", "jaxlib", "flax", "optax", "dm-haiku", "numpy", "scipy", "dp-accounting", "scikit-learn",
+             "umap-learn", "recon-jax")
+
+
+def config_to_dict(config: Any) -> dict:
+    """Converts an ml_collections ConfigDict (or a dict) to plain JSON-able Python objects."""
+    if hasattr(config, "to_dict"):
+        config = config.to_dict()
+    return dict(config)
+
+
+def prepare_workdir(workdir: str) -> str:
+    """Creates ``workdir`` (and parents) and returns its absolute path."""
+    workdir = os.path.abspath(workdir)
+    os.makedirs(workdir, exist_ok=True)
+    return workdir
+
+
+def _git(*args: str) -> str | None:
+    """git's output in the checkout this package was imported from, or ``None`` when it was not imported from
+    one (an installed wheel: its directory is no checkout's root, even when a checkout encloses it). Not
+    stripped: ``status --porcelain`` lines begin with a two-letter status in which a space is significant."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if not os.path.exists(os.path.join(root, ".git")):
+        return None
+    try:
+        out = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None  # not a git checkout (an installed wheel): recorded as unknown, never guessed
+    return out.stdout
+
+
+def _dirty_files(status: str) -> list[str]:
+    r"""Changed tracked files from ``git status --porcelain`` output, without committed results and run outputs.
+
+    >>> _dirty_files(" M results/x/default/metrics.json\n M recon_jax/io.py\nM  runs/a\n")
+    ['recon_jax/io.py']
+    """
+    paths = [line[3:] for line in status.splitlines() if len(line) > 3]
+    return [p for p in paths if p.split("/")[0] not in ("results", "runs")]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def provenance() -> dict:
+    """Where and with what a run was made: git commit (and whether the tree had uncommitted changes), date,
+    machine (CPU model, cores, memory, accelerators), Python and package versions."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    dirty = None if status is None else _dirty_files(status)
+    try:
+        mem_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        mem_gib = None
+    devices = jax.devices()
+    return {
+        "git_commit": (_git("rev-parse", "HEAD") or "").strip() or None,
+        "git_dirty_files": dirty,
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {
+            "cpu_model": _cpu_model(),
+            "cpu_count": os.cpu_count(),
+            "memory_gib": mem_gib,
+            "platform": platform.platform(),
+            "jax_backend": jax.default_backend(),
+            "accelerators": sorted({d.device_kind for d in devices if d.platform != "cpu"}),
+            "devices": [str(d) for d in devices],
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        },
+        "versions": {"python": sys.version.split()[0], **{p: _version(p) for p in _PACKAGES}},
+        "argv": sys.argv,
+        "load_average_1min": _load(),
+    }
+
+
+def _load() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)  # > the core count: the machine was shared, wall times are upper estimates
+    except OSError:
+        return None
+
+
+def write_run_info(workdir: str, config: Any, seed: int | None = None, extra: dict | None = None) -> dict:
+    """Writes ``config.json`` with the resolved config, seed and :func:`provenance`. Returns what it wrote."""
+    info = {
+        "config": config_to_dict(config),
+        "seed": seed,
+        "jax_version": jax.__version__,
+        **provenance(),
+    }
+    if extra:
+        info.update(extra)
+    atomic_write_json(os.path.join(workdir, "config.json"), strict_json(info))
+    return info
+
+
+@dataclasses.dataclass
+class RunInfo:
+    """What :func:`start_run` recorded: the workdir, the config.json contents and the start time."""
+
+    workdir: str
+    info: dict
+    start: float
+
+
+def start_run(workdir: str, config: Any, seed: int | None = None, extra: dict | None = None) -> RunInfo:
+    """Creates ``workdir``, writes ``config.json`` (config, seed, provenance) and starts the wall clock."""
+    start = time.perf_counter()
+    workdir = prepare_workdir(workdir)
+    return RunInfo(workdir=workdir, info=write_run_info(workdir, config, seed=seed, extra=extra), start=start)
+
+
+def claim(name: str, holds: Any, detail: str) -> dict:
+    """A paper finding the run checks: ``{"name", "holds", "detail"}`` (``detail`` gives the numbers behind it).
+
+    >>> claim("attack beats oracle", 0.01 < 0.02, "MSE 0.01 vs oracle 0.02")
+    {'name': 'attack beats oracle', 'holds': True, 'detail': 'MSE 0.01 vs oracle 0.02'}
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"claim name must be a non-empty string, got {name!r}")
+    return {"name": name, "holds": bool(holds), "detail": str(detail)}
+
+
+def claims_markdown(claims: list[dict]) -> str:
+    """The report's Claims section: how many hold, then one row per claim with its numbers."""
+    held = sum(c["holds"] for c in claims)
+    lines = ["## Claims", "", f"{held} of {len(claims)} paper findings checked by this run hold.", ""]
+    if claims:
+        lines += ["| claim | holds | numbers |", "|---|---|---|"]
+        for c in claims:
+            lines.append(f"| {c['name']} | {'yes' if c['holds'] else '**NO**'} | {c['detail']} |")
+    return "\n".join(lines) + "\n"
+
+
+class NonFiniteResult(FloatingPointError):
+    """A model, loss or metric is NaN or infinite: the run stops instead of reporting it."""
+
+
+def require_finite(value: Any, what: str, hint: str = "") -> None:
+    """Raises :class:`NonFiniteResult` naming ``what`` (and ``hint``) if any leaf of ``value`` is NaN or inf.
+
+    >>> require_finite({"loss": 1.0}, "training loss")
+    >>> require_finite([1.0, float("nan")], "training loss", "learning rate too large?")
+    Traceback (most recent call last):
+    ...
+    recon_jax.report.evidence.NonFiniteResult: training loss is not finite (1 of 2 values NaN or inf); learning rate too large?
+    """
+    leaves = jax.tree_util.tree_leaves(value)
+    bad = total = 0
+    for leaf in leaves:
+        arr = np.asarray(leaf)
+        if not np.issubdtype(arr.dtype, np.number):
+            continue
+        total += arr.size
+        bad += int(arr.size - np.count_nonzero(np.isfinite(arr)))
+    if bad:
+        msg = f"{what} is not finite ({bad} of {total} values NaN or inf)"
+        raise NonFiniteResult(msg + (f"; {hint}" if hint else ""))
+
+
+def finish_run(run: RunInfo, metrics: dict, report: str, claims: list[dict]) -> dict:
+    """Writes the run's outputs: report.md with a Claims section, metrics.json (with ``claims``; strict JSON,
+    NaN refused naming its key, +-inf as ``"inf"``/``"-inf"``), and the wall time into config.json.
+
+    Returns the metrics as written.
+    """
+    for c in claims:
+        if set(c) != {"name", "holds", "detail"}:
+            raise ValueError(f"a claim must be made with claim(name, holds, detail), got {c!r}")
+    metrics = dict(metrics)
+    metrics["claims"] = list(claims)
+    try:
+        safe = strict_json(metrics)
+    except ValueError as err:
+        raise NonFiniteResult(f"{err} (in metrics.json of {run.workdir})") from None
+    wall = time.perf_counter() - run.start
+    text = report.rstrip("\n") + "\n\n" + claims_markdown(claims)
+    atomic_write_text(os.path.join(run.workdir, "report.md"), text)
+    atomic_write_json(os.path.join(run.workdir, "metrics.json"), safe)
+    info = dict(run.info, wall_time_s=round(wall, 1), finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                load_average_1min_end=_load())
+    atomic_write_json(os.path.join(run.workdir, "config.json"), strict_json(info))
+    run.info = info
+    return safe
+
+
+def keyed_dir(workdir: str, name: str, key: Any) -> str:
+    """A cache or resume directory ``workdir/<name>-<hash of key>``; writes ``key.json`` inside.
+
+    Everything that determines the directory's content must be in ``key`` (config fields, data, seeds), so a
+    run with another config never finds, and never reports, the old results.
+    """
+    digest = stable_hash(key)[:16]
+    path = os.path.join(workdir, f"{name}-{digest}")
+    os.makedirs(path, exist_ok=True)
+    key_file = os.path.join(path, "key.json")
+    if not os.path.exists(key_file):
+        atomic_write_json(key_file, json.loads(json.dumps(key, sort_keys=True, default=str)))
+    return path
+
+
+_PUBLISHED = ("report.md", "metrics.json", "config.json")
+
+
+def publish(workdir: str, results_dir: str) -> list[str]:
+    """Copies a finished run (report.md, metrics.json, config.json and top-level figures) to ``results_dir``.
+
+    Refuses a run whose config.json has no wall time (it did not finish) or whose metrics have no claims.
+    Returns the copied file names.
+    """
+    with open(os.path.join(workdir, "config.json")) as f:
+        info = json.load(f)
+    if "wall_time_s" not in info:
+        raise ValueError(f"{workdir} holds no finished run (config.json has no wall_time_s)")
+    with open(os.path.join(workdir, "metrics.json")) as f:
+        if "claims" not in json.load(f):
+            raise ValueError(f"{workdir}/metrics.json has no claims")
+    os.makedirs(results_dir, exist_ok=True)
+    for old in glob.glob(os.path.join(results_dir, "*")):
+        if os.path.isfile(old):
+            os.unlink(old)
+    names = list(_PUBLISHED) + sorted(os.path.basename(p) for p in glob.glob(os.path.join(workdir, "*.png")))
+    for name in names:
+        shutil.copy2(os.path.join(workdir, name), os.path.join(results_dir, name))
+    return names

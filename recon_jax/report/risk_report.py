@@ -1,0 +1,344 @@
+"""The reconstruction-risk report: "if I train this model on my data with this DP-SGD configuration and release
+it, how well could someone reconstruct a training record, and what do the theorems guarantee?"
+
+python -m experiments.risk_report --config=experiments/configs/risk_report.py:default --workdir=runs/demo
+or, from an installed wheel, ``recon-jax-report --workdir=runs/demo`` (the console script, :func:`console_main`;
+its config is :mod:`recon_jax.report.risk_config`, which ``experiments/configs/risk_report.py`` re-exports);
+``make demo`` runs the default config.
+
+For the non-private setting and each noise multiplier of the sweep it: trains the released models (one per
+evaluation target, on D- + target; reports test accuracy); trains shadow models and Balle et al.'s reconstructor
+network; reconstructs every target and scores it (MSE, PSNR, SSIM, NCC, success against the nearest-neighbour
+oracle), all through the library's informed-adversary pipeline (:mod:`recon_jax.attacks.informed`); and, for DP settings, computes epsilon (RDP and PLD), ReRo bounds from every route, Ziller et al.'s
+prior-free bounds and Bayes' capacity. For the "every update released" threat model it plays the prior-aware
+reconstruction game of Hayes et al. (2023) at priors of k random records and a with/without-canary game for a 95%
+lower bound on epsilon; it calibrates sigma to a reconstruction-risk target and measures the accuracy that costs.
+Every DP setting draws its own noise. Writes report.md, metrics.json (with the claims it checks), config.json and
+PNG figures. Config validation and the model, data and reconstructor it names: :mod:`recon_jax.report.risk_setup`;
+the report's text and claims: :mod:`recon_jax.report.risk_text`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import jax
+import numpy as np
+
+from recon_jax import accounting
+from recon_jax import data as rdata
+from recon_jax import models, shadow, training
+from recon_jax.accounting import privacy_bounds, tightest_rero
+from recon_jax.attacks import audit, informed, prior_aware
+from recon_jax.attacks import oracle as roracle
+from recon_jax.report.cli import experiment_flags, run_app
+from recon_jax.report.evidence import config_to_dict, finish_run, keyed_dir, require_finite, start_run
+from recon_jax.report.markdown import markdown_table
+from recon_jax.report.plots import image_grid
+from recon_jax.report.risk import plot_threat_models
+from recon_jax.report.risk_setup import build_model, check_model, load_data, reconstructor_for, validate_config
+from recon_jax.report.risk_text import claims as risk_claims
+from recon_jax.report.risk_text import report_markdown
+
+__all__ = ["DEFAULT_CONFIG", "validate_config", "sampling", "run", "console_main"]
+
+DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "risk_config.py") + ":default"
+"""The console script's ``--config`` default: the config file shipped inside the package (found from a wheel)."""
+
+
+def _algorithm(config, sigma):
+    common = dict(learning_rate=config.learning_rate, momentum=config.momentum, epochs=config.epochs)
+    if config.batch_size is None:
+        if sigma is None:
+            return training.full_batch_gd(**common)
+        return training.dp_gd(config.clip_norm, noise_multiplier=sigma, **common)
+    if sigma is None:
+        return training.minibatch_sgd(config.batch_size, shuffle=config.shuffle, **common)
+    return training.dp_sgd(config.batch_size, config.clip_norm, noise_multiplier=sigma, shuffle=config.shuffle,
+                           **common)
+
+
+def sampling(config) -> tuple[float, int]:
+    """(sampling rate q, number of steps) for the privacy accounting of one released model.
+
+    Full batch: every step sees every record (q = 1, one step per epoch). Minibatches with a secret ("fresh")
+    order: q = batch / (fixed_size + 1) per step, the usual DP-SGD analysis (it is proven for Poisson sampling;
+    shuffled fixed-size batches are accounted the same way, as is common practice). Minibatches whose order the
+    adversary knows ("known"): it knows which single step of each epoch used the target, so subsampling
+    amplifies nothing and the accounting is one unamplified Gaussian step per epoch (q = 1, epochs steps).
+    """
+    n_total = config.fixed_size + 1
+    if config.batch_size is None or config.shuffle == "known":
+        return 1.0, int(config.epochs)
+    return config.batch_size / n_total, int(config.epochs * (n_total // config.batch_size))
+
+
+def _ci(successes: int, trials: int, confidence: float) -> list[float]:
+    lo, hi = audit.clopper_pearson(successes, trials, confidence)
+    return [float(lo), float(hi)]
+
+
+def _game_chunk(config) -> int:
+    """Trials per compiled call: prior_aware_trials split evenly into chunks of at most chunk_size (no padding);
+    the audit uses the same chunk, so both games share one compilation."""
+    n = config.prior_aware_trials
+    return math.ceil(n / math.ceil(n / config.chunk_size))
+
+
+def _prior_aware(config, fns, p0, fixed, test_x, test_y, settings, q, steps, key, optimizer):
+    """The prior-aware game at every DP setting (one vmapped call; noise level s uses fold_in(key, s)).
+
+    Priors: for each trial, max(prior_sizes) distinct random test records beyond eval_size (not in D-); the target
+    is the first, and the prior of size k is the first k (exchangeable, so the target is uniform over it).
+    """
+    rng = np.random.default_rng([config.seed, 1])
+    pool = np.arange(config.eval_size + 1, len(test_x))  # index eval_size is the canary
+    kmax = max(config.prior_sizes)
+    idx = np.stack([rng.choice(pool, kmax, replace=False) for _ in range(config.prior_aware_trials)])
+    sigmas = [sg for _, sg in settings]
+    res = prior_aware.prior_aware_game(
+        fns, p0, fixed, (test_x[idx], test_y[idx]), np.zeros(len(idx), np.int32), noise_multipliers=sigmas,
+        clip_norm=config.clip_norm, steps=steps, optimizer=optimizer, key=key, sample_rate=q,
+        include_target=np.ones(len(idx), np.float32), chunk_size=_game_chunk(config))
+    scores = np.asarray(res.scores)
+    require_finite(scores, "prior-aware attack scores", "noise multiplier too small for float32 likelihoods?")
+    # Geometry of the candidates' clipped gradients at the initialisation (what limits the attack below the bound).
+    g = training.clip_gradients(training.per_example_gradients(fns, p0, test_x[idx[0]], test_y[idx[0]]),
+                                config.clip_norm)
+    g = np.asarray(g, np.float64)
+    norms = np.linalg.norm(g, axis=1)
+    cos = (g @ g.T) / np.maximum(np.outer(norms, norms), 1e-30)
+    off = cos[~np.eye(len(g), dtype=bool)]
+    geometry = {"mean_abs_cosine": float(np.abs(off).mean()), "max_abs_cosine": float(np.abs(off).max()),
+                "share_at_clip_norm": float(np.mean(norms >= 0.999 * config.clip_norm))}
+    return scores, geometry
+
+
+def _audit(config, fns, p0, fixed, test_x, test_y, settings, q, steps, key, num_classes, optimizer):
+    """White-box with/without-canary game per DP setting -> empirical epsilon (attacks.audit).
+
+    Canary: the test record at index eval_size with a wrong label ((y + 1) mod classes), whose gradient stays
+    large through training. Runs alternate with / without it; its scores are the log-likelihood ratios. The
+    candidate axis repeats the canary max(prior_sizes) times so that the game's compilation is shared with
+    :func:`_prior_aware` (only the first column is used).
+    """
+    n = 2 * config.audit_runs
+    kmax = max(config.prior_sizes)
+    cx = np.broadcast_to(test_x[config.eval_size][None, None], (n, kmax) + test_x.shape[1:])
+    cy = np.full((n, kmax), (int(test_y[config.eval_size]) + 1) % num_classes, np.int32)
+    include = np.arange(n) % 2
+    res = prior_aware.prior_aware_game(
+        fns, p0, fixed, (cx, cy), np.zeros(n, np.int32), noise_multipliers=[sg for _, sg in settings],
+        clip_norm=config.clip_norm, steps=steps, optimizer=optimizer, key=key, sample_rate=q,
+        include_target=include.astype(np.float32), chunk_size=_game_chunk(config))
+    scores = np.asarray(res.scores[..., 0])
+    require_finite(scores, "canary log-likelihood ratios")
+    out = []
+    rng = np.random.default_rng([config.seed, 2])
+    for i, (_, sigma) in enumerate(settings):
+        a = audit.empirical_epsilon(scores[i][include == 1], scores[i][include == 0], config.delta,
+                                    confidence=config.confidence)
+        # What a perfect canary could certify with the same number of runs: the same audit on the exact
+        # log-likelihood ratio of full-norm mu-GDP, N(mu, 1) vs N(0, 1) with mu = sqrt(T) / sigma (q = 1 only).
+        ideal = None
+        if q == 1.0:
+            mu = math.sqrt(steps) / sigma
+            ideal = audit.empirical_epsilon(rng.normal(mu, 1.0, config.audit_runs), rng.normal(0.0, 1.0, config.audit_runs),
+                                            config.delta, confidence=config.confidence).eps_lower
+        out.append({"empirical_eps": a.eps_lower, "audit_fpr": a.fpr, "audit_fnr": a.fnr,
+                    "audit_fpr_upper": a.fpr_upper, "audit_fnr_upper": a.fnr_upper,
+                    "audit_eval_runs_per_world": a.num_eval_with, "ideal_gaussian_audit_eps": ideal})
+    return out
+
+
+def _model_store(workdir, config, name, sigma):
+    """The stored shadow and released models (and reconstructor checkpoints) of one setting, keyed by the whole
+    config and the setting."""
+    key = {"config": config_to_dict(config), "setting": name, "noise_multiplier": sigma}
+    return keyed_dir(workdir, "models", key)
+
+
+def run(config, workdir: str) -> dict:
+    """Runs the report; returns the metrics dict (also written to ``workdir/metrics.json``)."""
+    t0 = time.time()
+    validate_config(config)
+    train_x, train_y, test_x, test_y = load_data(config)
+    validate_config(config, num_train=len(train_x), num_test=len(test_x))
+    num_classes = int(max(train_y.max(), test_y.max()) + 1)
+    fns = models.from_flax(build_model(config, num_classes))
+    check_model(config, fns, train_x, num_classes)
+    recon_net, recon_name = reconstructor_for(config, train_x.shape[1:])
+    run_info = start_run(workdir, config, seed=config.seed)
+    workdir = run_info.workdir
+
+    s = rdata.informed_splits(train_x, train_y, config.fixed_size, config.num_shadow, config.num_targets,
+                              key_or_seed=config.seed)
+    eval_set = (test_x[: config.eval_size], test_y[: config.eval_size])
+    image_shape = train_x.shape[1:]
+    data_dim = int(np.prod(image_shape))
+    key = jax.random.key(config.seed)
+    k_init, k_models, k_recon, k_game, k_audit, k_calib = (jax.random.fold_in(key, i) for i in (0, 1, 3, 5, 6, 7))
+    p0 = training.initial_params(fns, k_init, s.fixed_images)
+    num_params = models.count_params(p0)
+    fixed = (s.fixed_images, s.fixed_labels)
+    q, steps = sampling(config)
+    shuffle_key = jax.random.fold_in(key, 4) if config.batch_size is not None and config.shuffle == "known" else None
+
+    # The NN oracle: the closest record the adversary knows (D- and the shadow targets) to each evaluation target.
+    orc = informed.oracle_for(s)
+    oracle_mse = np.asarray(orc.nn_mse)
+    eta = float(np.median(oracle_mse))  # success threshold for the ReRo comparison: the median oracle MSE
+    kappa_eta = float(roracle.estimate_kappa(s.pool_images, eta, s.pool_labels, max_pool=None))
+    # The reconstructor trains on 90% of the shadow models; the last 10% give its validation MSE.
+    spec = informed.ReconstructorSpec(
+        epochs=config.reconstructor_epochs, batch_size=config.reconstructor_batch_size,
+        learning_rate=config.reconstructor_learning_rate,
+        validation_size=config.num_shadow - int(round(0.9 * config.num_shadow)), model=recon_net)
+
+    settings = ([("non-private", None)] if config.include_non_private else []) + [
+        (f"DP sigma={sg:g}", float(sg)) for sg in config.noise_multipliers]
+    dp_settings = [(n, sg) for n, sg in settings if sg is not None]
+    rows, recon_images = [], {}
+    timings = {}
+    for si, (name, sigma) in enumerate(settings):
+        print(f"== setting: {name} ==", flush=True)
+        t_set = time.time()
+        # Independent randomness per setting: its shadow and released models draw their noise (and fresh
+        # shuffles) from fold_in(k_models, si) (the library pipeline folds in 1 for shadow, 2 for released models).
+        store = _model_store(workdir, config, name, sigma)
+        ms = informed.train_model_sets(fns, _algorithm(config, sigma), s, jax.random.fold_in(k_models, si),
+                                       init_params=p0, shuffle_key=shuffle_key, eval_set=eval_set, store=store,
+                                       chunk_size=config.chunk_size)
+        require_finite(ms.shadow.params, f"shadow model parameters ({name})",
+                       "learning rate too large for this setting?")
+        require_finite(ms.released.params, f"released model parameters ({name})", "learning rate too large?")
+        res = informed.informed_attack(s, ms, k_recon, oracle=orc, reconstructor=spec, name=name,
+                                       checkpoint_dir=os.path.join(store, "reconstructor"))
+        require_finite(res.reconstructions, f"reconstructions ({name})", "reconstructor learning rate too large?")
+        recon_images[name] = res.reconstructions
+        n_t = int(config.num_targets)
+        wins, at_eta = int(res.success.sum()), int(np.sum(res.mse <= eta))
+        row = {
+            "setting": name,
+            "noise_multiplier": sigma if sigma is not None else 0.0,
+            "test_accuracy": float(np.mean(res.released_accuracy)),
+            "mean_mse": res.mean_mse,
+            "mean_oracle_mse": res.mean_oracle_mse,
+            "success_rate": wins / n_t,
+            "success_rate_ci": _ci(wins, n_t, config.confidence),
+            "success_at_eta": at_eta / n_t,
+            "success_at_eta_ci": _ci(at_eta, n_t, config.confidence),
+            "mean_psnr": float(np.mean(np.minimum(res.psnr, 100.0))),
+            "mean_ssim": None if res.ssim is None else float(res.ssim.mean()),
+            "mean_ncc": float(np.nanmean(res.ncc)),
+            "reconstructor_val_mse": float(res.validation_mse[-1]) if len(res.validation_mse) else None,
+            "num_shadow_models": int(config.num_shadow),
+            "num_targets": n_t,
+            "eps_rdp": float("inf"),
+            "eps_pld": float("inf"),
+        }
+        if sigma is not None:
+            kappas = sorted(set(config.kappas) | {1.0 / k for k in config.prior_sizes})
+            b = privacy_bounds(sigma, q, steps, config.delta, config.clip_norm, data_dim, kappas,
+                               eta_mse=eta, kappa_at_eta=kappa_eta, num_params=num_params)
+            row["eps_rdp"], row["eps_pld"] = b.eps_rdp, b.eps_pld
+            at = [r for r in b.rero if r.kappa == kappa_eta]
+            if at:
+                row.update(bound_rdp=at[0].rero_rdp, bound_zcdp=at[0].rero_zcdp, bound_gdp=at[0].rero_gdp,
+                           bound_at_eta=tightest_rero(at[0])[0])
+            row["bounds"] = b.to_dict()
+        rows.append(row)
+        timings[name] = time.time() - t_set
+
+    update_rows, geometry = [], None
+    if dp_settings:
+        print("== every update released: prior-aware game, canary audit ==", flush=True)
+        t_game = time.time()
+        optimizer = _algorithm(config, None).make_optimizer()  # one object: the game compiles once
+        scores, geometry = _prior_aware(config, fns, p0, fixed, test_x, test_y, dp_settings, q, steps, k_game,
+                                        optimizer)
+        timings["prior_aware_game"] = time.time() - t_game
+        t_aud = time.time()
+        audits = _audit(config, fns, p0, fixed, test_x, test_y, dp_settings, q, steps, k_audit, num_classes,
+                        optimizer)
+        timings["canary_audit"] = time.time() - t_aud
+        dp_rows = [r for r in rows if r["noise_multiplier"] > 0]
+        for i, (name, sigma) in enumerate(dp_settings):
+            row = dp_rows[i]
+            row.update(audits[i])
+            for k in config.prior_sizes:
+                wins = int(np.sum(np.argmax(scores[i, :, :k], axis=-1) == 0))
+                n_tr_game = scores.shape[1]
+                brow = next(r for r in row["bounds"]["rero"] if r["kappa"] == 1.0 / k)
+                bound, route = tightest_rero(brow)
+                rec = {"setting": name, "noise_multiplier": sigma, "prior_size": int(k), "kappa": 1.0 / k,
+                       "prior_aware_success": wins / n_tr_game,
+                       "prior_aware_ci": _ci(wins, n_tr_game, config.confidence),
+                       "prior_aware_bound": bound, "bound_route": route, "trials": n_tr_game,
+                       "success_over_bound": (wins / n_tr_game) / bound}
+                if q == 1.0:
+                    opt = prior_aware.orthogonal_success_probability(int(k), math.sqrt(steps) / sigma)
+                    rec["orthogonal_optimum"] = opt
+                    rec["orthogonal_optimum_over_bound"] = opt / bound
+                update_rows.append(rec)
+
+    calibration = None
+    if dp_settings or config.calibration_models:
+        t_cal = time.time()
+        sigma_cal = float(accounting.calibrate_sigma_for_rero(config.calibration_rero, config.calibration_kappa, q,
+                                                              steps))
+        calibration = {"rero": config.calibration_rero, "kappa": config.calibration_kappa, "sample_rate": q,
+                       "steps": steps, "noise_multiplier": sigma_cal, "test_accuracy": None, "models": 0}
+        if math.isfinite(sigma_cal):
+            m_cal = config.calibration_models
+            cal = shadow.generate_shadow_models(
+                fns, _algorithm(config, sigma_cal), fixed, (s.target_images[:m_cal], s.target_labels[:m_cal]),
+                k_calib, init_params=p0, shuffle_key=shuffle_key, outputs=("eval_accuracy",), eval_set=eval_set,
+                chunk_size=config.chunk_size)
+            calibration["test_accuracy"] = float(np.mean(cal["eval_accuracy"]))
+            calibration["models"] = m_cal
+        timings["calibration"] = time.time() - t_cal
+
+    figures = {}
+    grid = {"target": s.target_images}
+    grid.update({f"recon: {k}": v for k, v in recon_images.items()})
+    grid["NN oracle"] = s.pool_images[np.asarray(orc.nn_index)]
+    figures["reconstructions"] = image_grid(grid, os.path.join(workdir, "reconstructions.png"),
+                                            title="Targets, attack reconstructions per setting, NN oracle")
+    dp_rows = [r for r in rows if r["noise_multiplier"] > 0]
+    if dp_rows:
+        figures["bounds_vs_attack"] = plot_threat_models(dp_rows, update_rows,
+                                                         os.path.join(workdir, "bounds_vs_attack.png"))
+    elapsed = time.time() - t0
+    result = {"rows": rows, "prior_aware": update_rows, "candidate_gradient_geometry": geometry,
+              "calibration": calibration, "eta_mse": eta, "kappa_at_eta": kappa_eta, "sample_rate": q,
+              "steps": steps, "num_params": num_params, "runtime_seconds": elapsed,
+              "timings_seconds": timings, "figures": {k: os.path.basename(v) for k, v in figures.items()}}
+    report = report_markdown(config, result, s, num_params, q, steps, recon_name)
+    claims = risk_claims(config, result)
+    metrics = finish_run(run_info, result, report, claims)
+    print(markdown_table(rows, ["setting", "test_accuracy", "eps_rdp", "empirical_eps", "mean_mse", "success_rate",
+                                "success_at_eta"]))
+    if update_rows:
+        print(markdown_table(update_rows, ["setting", "prior_size", "prior_aware_success", "prior_aware_bound"]))
+    print(f"report: {os.path.join(workdir, 'report.md')}  ({elapsed / 60:.1f} min)")
+    return metrics
+
+
+def console_main() -> None:
+    """Entry point of the ``recon-jax-report`` console script and of ``python -m experiments.risk_report``:
+    ``--config`` (default :data:`DEFAULT_CONFIG`, variant ``default``) and ``--workdir`` (default
+    ``runs/risk_report``)."""
+    config, workdir = experiment_flags(DEFAULT_CONFIG, "runs/risk_report")
+
+    def main(argv):
+        del argv
+        run(config.value, workdir.value)
+
+    run_app(main)
+
+
+if __name__ == "__main__":
+    console_main()
