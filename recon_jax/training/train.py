@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from recon_jax.mechanisms import threefry
 from recon_jax.models.adapters import ModelFns
 from recon_jax.training.algorithms import Algorithm
 from recon_jax.training.keys import epoch_shuffle_key, init_key, noise_stream, shuffle_stream
@@ -164,7 +165,7 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
         if poisson:
             # Point i is in the batch iff u_i < q (independently); the `rows` smallest u are the slots, so when more
             # than `rows` points are sampled a uniformly random subset of them is kept.
-            u = jax.random.uniform(jax.random.fold_in(epoch_key, s), (n_total,))
+            u = threefry.uniform(jax.random.fold_in(epoch_key, s), (n_total,))  # = jax.random.uniform, bitwise
             neg_u, idx = jax.lax.top_k(-u, rows)
             return idx, -neg_u < sample_q
         idx = jax.lax.dynamic_slice_in_dim(perm, s * alg.batch_size, alg.batch_size)
