@@ -175,9 +175,9 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
     if not full_batch and alg.private:
         # Squared row norms of the fixed set, once (unbatched under vmap over targets: shared by every model);
         # ghost clipping reads them for the layer that sees the input instead of reducing each gathered batch.
-        fx_sq = jnp.sum(jnp.square(fx.reshape(n, -1)), axis=-1)
+        fx_sq = jnp.sum(jnp.square(fx.reshape(n, -1).astype(dtype)), axis=-1)  # in float: inputs may be integers
         if has_target:
-            tx_sq = jnp.sum(jnp.square(tx.reshape(-1)))
+            tx_sq = jnp.sum(jnp.square(tx.reshape(-1).astype(dtype)))
 
     def batch_of(idx, taken):
         """The :class:`Batch` of the points ``idx`` (those not ``taken`` get weight 0). The target, when drawn, is

@@ -334,3 +334,18 @@ def test_shuffled_dp_sgd_matches_naive_per_step_loop(x64, key, target_weight):
     ref = _naive_shuffled_dp_sgd(p0, fixed, target, mkey, batch=5, epochs=3, lr=0.3, momentum=0.9, clip_norm=0.5,
                                  sigma=0.8, target_weight=target_weight)
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12), res.params, ref)
+
+
+def test_minibatch_dp_sgd_on_integer_inputs_equals_float_inputs(key):
+    # uint8 pixels: the squared row norms the minibatch path precomputes must be taken in float (no uint8 wrap).
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, size=(13, 6), dtype=np.uint8)
+    y = (np.arange(13) % 4).astype(np.int32)
+    p0 = training.initial_params(FNS, key, jnp.zeros((1, 6)))
+    alg = training.dp_sgd(4, clip_norm=1.0, noise_multiplier=0.0, learning_rate=0.05, epochs=2, shuffle="fresh")
+    run = lambda xs: training.train(FNS, alg, (xs[:12], jnp.asarray(y[:12])), (xs[12], jnp.asarray(y[12])), key=key,
+                                    init_params=p0)
+    ints, floats = run(jnp.asarray(x)), run(jnp.asarray(x, jnp.float32))
+    # float32, same math on the same values (the integers are exact in float32)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), ints.params,
+                           floats.params)
