@@ -47,7 +47,7 @@ def test_balle_mnist_every_row(tmp_path):
     for k in ("fixed_size", "num_shadow", "num_targets", "eval_size", "probe_size", "epochs", "chunk_size",
               "recon_hidden", "recon_epochs", "recon_batch_size", "recon_validation_size", "wide_hidden",
               "long_epochs", "minibatch_size", "fewer_shadow_counts", "secondary_num_shadow",
-              "secondary_num_targets", "grid_columns"):
+              "secondary_num_targets", "set_num_shadow", "grid_columns"):
         config[k] = smoke[k]
     config.recon_patience = None
     config.dp_eps = (10.0,)
@@ -86,13 +86,19 @@ def test_paper_and_table2_variants_reach_the_papers_layout():
     from experiments.configs.balle_mnist import get_config
 
     images, labels = data.load_dataset("mnist", "train+test")
-    for variant in ("paper", "table2"):
+    # paper: Table V / Fig. 3a, 59K shadow models; table2: its stated reduction to 20K for the default set.
+    for variant, num_shadow in (("paper", 59000), ("table2", 20000)):
         c = get_config(variant)
         sp = data.pool_splits(images, labels, fixed_size=c.fixed_size, num_shadow=c.num_shadow,
                               num_targets=c.num_targets, eval_size=c.eval_size, key_or_seed=c.seed)
-        # Table V / Fig. 3a: 59K shadow models, 1K evaluation targets, a 69K pool; Table II's 1K fixed set.
+        # 1K evaluation targets and a 69K pool (Fig. 3a); Table II's 1K fixed set.
         assert (len(sp.fixed_idx), len(sp.shadow_idx), len(sp.target_idx), len(sp.pool_idx)) == (
-            1000, 59000, 1000, 69000)
+            1000, num_shadow, 1000, 69000)
         assert c.recon_epochs == 100 and c.recon_hidden == (1000, 1000) and c.recon_patience is not None
+    c = get_config("table2")
+    # Every secondary set says its size: the per-set overrides name sets that exist and stay below the default's.
+    assert set(c.set_num_shadow) <= {"wide", "minibatch_known", "minibatch_unknown", "epochs250", "relu",
+                                     "random_init"}
+    assert all(0 < v <= c.num_shadow for v in c.set_num_shadow.values())
     with pytest.raises(ValueError, match="variant"):
         get_config("full")
