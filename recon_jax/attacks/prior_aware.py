@@ -59,6 +59,7 @@ __all__ = [
     "GameResult",
     "prior_aware_game",
     "orthogonal_success_probability",
+    "separation_retained",
 ]
 
 
@@ -121,11 +122,17 @@ class GameResult(NamedTuple):
       scores: ``[S, N, k]`` log-likelihood of each candidate (relative to "no target").
       guess: ``[S, N]`` the argmax candidate.
       success: ``[S, N]`` whether the guess is the target.
+      separation: ``[S, N, k]`` how far apart the run's evidence puts the target and candidate j:
+        ``sum_t ||c_{t,z} - c_{t,j}||^2 / (sigma C)^2`` along the released trajectory (0 at the target itself).
+        In full-batch DP-GD the log-likelihood ratio of target vs candidate j is ``N(d/2, d)`` with d this value,
+        so it is the squared mu of that pair's test; candidates with orthogonal full-norm clipped gradients (the
+        bound's worst case) give ``2 T / sigma^2`` for every pair. :func:`separation_retained` divides by that.
     """
 
     scores: jax.Array
     guess: jax.Array
     success: jax.Array
+    separation: jax.Array
 
 
 def _flat_clipped_grads(model_fns, params, x, y, clip_norm, loss_fn):
@@ -138,27 +145,29 @@ def _get(tree, path):
     return tree
 
 
-def _ghost_candidate_terms(tap, params, x, y, residual_tree, clip_norm, loss_fn):
-    """``(<r, clip(g_j)>, ||clip(g_j)||^2)`` for every candidate j without materialising ``[k, P]`` gradients.
+def _ghost_candidate_terms(tap, params, x, y, trees, clip_norm, loss_fn):
+    """``([<t, clip(g_j)> for t in trees], ||clip(g_j)||^2)`` for every candidate j without materialising ``[k, P]``
+    gradients (one forward/backward pass over the candidates serves every tree).
 
     For a dense layer the gradient of example j is ``a_j^T delta_j`` (kernel) and ``delta_j`` (bias), so
     ``<R, a_j^T delta_j> = a_j R delta_j^T``; its squared norm is the ghost norm
     (:func:`recon_jax.training.ghost.ghost_squared_norms`; inputs with extra axes ``[k, T, d]`` are summed over T).
     """
     _, calls, inputs, deltas = dense_call_gradients(tap, params, x, y, loss_fn)
-    dtype = jax.tree_util.tree_leaves(residual_tree)[0].dtype
+    dtype = jax.tree_util.tree_leaves(trees[0])[0].dtype
     sq = ghost_squared_norms(calls, inputs, deltas, dtype)
-    dot = jnp.zeros((x.shape[0],), dtype)
+    dots = [jnp.zeros((x.shape[0],), dtype) for _ in trees]
     hi = jax.lax.Precision.HIGHEST
     for (kernel_path, bias_path, *_), a, d in zip(calls, inputs, deltas):
         a3 = a.reshape((a.shape[0], -1, a.shape[-1])).astype(dtype)
         d3 = d.reshape((d.shape[0], -1, d.shape[-1])).astype(dtype)
-        ar = jnp.einsum("bti,io->bto", a3, _get(residual_tree, kernel_path).astype(dtype), precision=hi)
-        dot = dot + jnp.einsum("bto,bto->b", ar, d3, precision=hi)
-        if bias_path is not None:
-            dot = dot + jnp.sum(d3, axis=1) @ _get(residual_tree, bias_path).astype(dtype)
+        for i, tree in enumerate(trees):
+            ar = jnp.einsum("bti,io->bto", a3, _get(tree, kernel_path).astype(dtype), precision=hi)
+            dots[i] = dots[i] + jnp.einsum("bto,bto->b", ar, d3, precision=hi)
+            if bias_path is not None:
+                dots[i] = dots[i] + jnp.sum(d3, axis=1) @ _get(tree, bias_path).astype(dtype)
     factor = jnp.minimum(1.0, clip_norm / jnp.maximum(jnp.sqrt(sq), jnp.finfo(dtype).tiny))
-    return factor * dot, factor * factor * sq
+    return [factor * dt for dt in dots], factor * factor * sq
 
 
 def _make_trial(model_fns: ModelFns, optimizer, clip_norm: float, steps: int, use_ghost: bool, loss_fn,
@@ -174,7 +183,7 @@ def _make_trial(model_fns: ModelFns, optimizer, clip_norm: float, steps: int, us
         q = sample_rate
 
         def step(carry, t):
-            params, opt_state, scores = carry
+            params, opt_state, scores, sep = carry
             k_noise, k_fixed, k_target = jax.random.split(jax.random.fold_in(key, t), 3)
             if poisson:
                 w_fixed = jax.random.bernoulli(k_fixed, sample_rate, (n,)).astype(flat0.dtype)
@@ -197,18 +206,25 @@ def _make_trial(model_fns: ModelFns, optimizer, clip_norm: float, steps: int, us
                         + noise_std * jax.random.normal(k_noise, base.shape, base.dtype))
             residual = observed - base  # the adversary subtracts the D- sum it recomputes at the released params
             if use_ghost:
-                dots, sqs = _ghost_candidate_terms(model_fns.tap, params, cand_x, cand_y, unravel(residual),
-                                                   clip_norm, loss_fn)
+                (dots, cross), sqs = _ghost_candidate_terms(model_fns.tap, params, cand_x, cand_y,
+                                                            [unravel(residual), unravel(target_grad)], clip_norm,
+                                                            loss_fn)
                 a = (dots - 0.5 * sqs) / jnp.square(noise_std)
                 scores = scores + jnp.logaddexp(jnp.log1p(-q), jnp.log(q) + a)
             else:
                 scores = scores + step_log_likelihoods(residual, cand, noise_std, sample_rate)
+                cross = jnp.einsum("kp,p->k", cand, target_grad, precision=jax.lax.Precision.HIGHEST)
+                sqs = jnp.sum(cand * cand, axis=-1)
+            # ||c_z - c_j||^2 in noise units (the target's own entry is 0 up to rounding; clamped at 0).
+            dist = jnp.maximum(jnp.sum(target_grad * target_grad) + sqs - 2.0 * cross, 0.0)
+            sep = sep + dist / jnp.square(noise_std)
             updates, opt_state = optimizer.update(unravel(observed / denom), opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state, scores), None
+            return (optax.apply_updates(params, updates), opt_state, scores, sep), None
 
-        scores0 = jnp.zeros((cand_x.shape[0],), flat0.dtype)
-        (_, _, scores), _ = jax.lax.scan(step, (params0, optimizer.init(params0), scores0), jnp.arange(steps))
-        return scores
+        zeros = jnp.zeros((cand_x.shape[0],), flat0.dtype)
+        (_, _, scores, sep), _ = jax.lax.scan(step, (params0, optimizer.init(params0), zeros, zeros),
+                                              jnp.arange(steps))
+        return scores, sep
 
     return trial
 
@@ -317,11 +333,44 @@ def prior_aware_game(model_fns: ModelFns, init_params, fixed_set, candidates, ta
         # one compilation serves every chunk and every call with the same shapes.
         idx = np.concatenate([real, np.full(chunk_size - real.size, real[-1])])
         keys = jax.vmap(lambda lk: jax.vmap(lambda i: jax.random.fold_in(lk, i))(jnp.asarray(idx)))(level_keys)
-        out.append(game(init_params, fx, fy, cx[idx], cy[idx], target_index[idx], include[idx], sigmas,
-                        jnp.asarray(sample_rate, sigmas.dtype), keys)[:, : real.size])
-    scores = jnp.concatenate(out, axis=1)
+        sc, sep = game(init_params, fx, fy, cx[idx], cy[idx], target_index[idx], include[idx], sigmas,
+                       jnp.asarray(sample_rate, sigmas.dtype), keys)
+        out.append((sc[:, : real.size], sep[:, : real.size]))
+    scores = jnp.concatenate([o[0] for o in out], axis=1)
+    separation = jnp.concatenate([o[1] for o in out], axis=1)
     guess = jnp.argmax(scores, axis=-1)
-    return GameResult(scores, guess, guess == target_index[None, :])
+    return GameResult(scores, guess, guess == target_index[None, :], separation)
+
+
+def separation_retained(result: GameResult, noise_multipliers, steps: int, target_index,
+                        prior_size: int | None = None) -> np.ndarray:
+    """The fraction of the worst case's separation that the candidates keep, ``[S, N, k - 1]`` (host-side).
+
+    ``result.separation`` of every non-target candidate among the first ``prior_size`` (default all k), divided
+    by ``2 T / sigma^2``, its value for orthogonal full-norm clipped gradients (the prior that attains the ReRo
+    bound). 1 means that pair is as distinguishable as in the worst case; gradients below the clip norm or
+    aligned with the target's give less. Meaningful for runs with the target included (full batch).
+
+    >>> import jax, jax.numpy as jnp
+    >>> sep = jnp.array([[[0.0, 8.0, 4.0]]])                        # 1 level, 1 trial, k = 3; T = 4, sigma = 1
+    >>> r = GameResult(sep, jnp.zeros((1, 1), int), jnp.ones((1, 1), bool), sep)
+    >>> separation_retained(r, [1.0], 4, [0]).tolist()
+    [[[1.0, 0.5]]]
+    """
+    sep = np.asarray(result.separation, np.float64)
+    k = sep.shape[-1] if prior_size is None else int(prior_size)
+    if not 2 <= k <= sep.shape[-1]:
+        raise ValueError(f"prior_size must be in [2, {sep.shape[-1]}], got {prior_size}")
+    sigmas = np.atleast_1d(np.asarray(noise_multipliers, np.float64))
+    if sigmas.shape != (sep.shape[0],):
+        raise ValueError(f"noise_multipliers must have {sep.shape[0]} entries, got {sigmas.shape}")
+    t = np.asarray(target_index).reshape(-1)
+    if t.shape != (sep.shape[1],) or np.any(t >= k) or np.any(t < 0):
+        raise ValueError(f"target_index must be [{sep.shape[1]}] ints in [0, {k})")
+    sep = sep[..., :k] / (2.0 * steps / sigmas**2)[:, None, None]
+    keep = np.ones(sep.shape[1:], bool)
+    keep[np.arange(sep.shape[1]), t] = False
+    return sep[:, keep].reshape(sep.shape[0], sep.shape[1], k - 1)
 
 
 def orthogonal_success_probability(k: int, mu: float, sample_rate: float = 1.0) -> float:

@@ -104,6 +104,10 @@ def _prior_aware(config, fns, p0, fixed, test_x, test_y, settings, q, steps, key
         include_target=np.ones(len(idx), np.float32), chunk_size=_game_chunk(config))
     scores = np.asarray(res.scores)
     require_finite(scores, "prior-aware attack scores", "noise multiplier too small for float32 likelihoods?")
+    # How distinguishable the target is from each other candidate along the released trajectories, as a fraction of
+    # the worst-case prior's (orthogonal full-norm gradients, which attain the bound): [S, N, kmax - 1].
+    retained = prior_aware.separation_retained(res, sigmas, steps, np.zeros(len(idx), np.int32))
+    require_finite(retained, "prior-aware candidate separations")
     # Geometry of the candidates' clipped gradients at the initialisation (what limits the attack below the bound).
     g = training.clip_gradients(training.per_example_gradients(fns, p0, test_x[idx[0]], test_y[idx[0]]),
                                 config.clip_norm)
@@ -113,7 +117,7 @@ def _prior_aware(config, fns, p0, fixed, test_x, test_y, settings, q, steps, key
     off = cos[~np.eye(len(g), dtype=bool)]
     geometry = {"mean_abs_cosine": float(np.abs(off).mean()), "max_abs_cosine": float(np.abs(off).max()),
                 "share_at_clip_norm": float(np.mean(norms >= 0.999 * config.clip_norm))}
-    return scores, geometry
+    return scores, geometry, retained
 
 
 def _audit(config, fns, p0, fixed, test_x, test_y, settings, q, steps, key, num_classes, optimizer):
@@ -257,8 +261,8 @@ def run(config, workdir: str) -> dict:
         print("== every update released: prior-aware game, canary audit ==", flush=True)
         t_game = time.time()
         optimizer = _algorithm(config, None).make_optimizer()  # one object: the game compiles once
-        scores, geometry = _prior_aware(config, fns, p0, fixed, test_x, test_y, dp_settings, q, steps, k_game,
-                                        optimizer)
+        scores, geometry, retained = _prior_aware(config, fns, p0, fixed, test_x, test_y, dp_settings, q, steps,
+                                                  k_game, optimizer)
         timings["prior_aware_game"] = time.time() - t_game
         t_aud = time.time()
         audits = _audit(config, fns, p0, fixed, test_x, test_y, dp_settings, q, steps, k_audit, num_classes,
@@ -277,7 +281,10 @@ def run(config, workdir: str) -> dict:
                        "prior_aware_success": wins / n_tr_game,
                        "prior_aware_ci": _ci(wins, n_tr_game, config.confidence),
                        "prior_aware_bound": bound, "bound_route": route, "trials": n_tr_game,
-                       "success_over_bound": (wins / n_tr_game) / bound}
+                       "success_over_bound": (wins / n_tr_game) / bound,
+                       # target vs the k - 1 others: separation as a fraction of the worst case's 2T / sigma^2
+                       "separation_retained_mean": float(np.mean(retained[i, :, : k - 1])),
+                       "separation_retained_p10": float(np.percentile(retained[i, :, : k - 1], 10))}
                 if q == 1.0:
                     opt = prior_aware.orthogonal_success_probability(int(k), math.sqrt(steps) / sigma)
                     rec["orthogonal_optimum"] = opt

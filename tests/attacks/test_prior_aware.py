@@ -125,6 +125,43 @@ def test_ghost_and_per_example_paths_agree():
                                      jnp.zeros(3, jnp.int32), **kw)
     # float32: ghost sums and vmap(grad) sums differ by rounding; scores are O(1e1).
     np.testing.assert_allclose(np.asarray(a.scores), np.asarray(b.scores), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(a.separation), np.asarray(b.separation), rtol=1e-3, atol=1e-3)
+    assert float(np.min(np.asarray(a.separation)[:, :, 1:])) > 0  # distinct candidates are apart
+
+
+def test_separation_is_the_worst_case_for_orthogonal_full_norm_candidates():
+    steps, sigmas = 5, [0.5, 2.0]
+    res = _orthogonal_game(6, sigmas, steps, 16, jax.random.key(6))
+    target = np.asarray(jnp.argmax(res.separation[0] == 0, axis=-1))  # the target's own entry is 0
+    r = prior_aware.separation_retained(res, sigmas, steps, target)
+    assert r.shape == (2, 16, 5)
+    np.testing.assert_allclose(r, 1.0, rtol=1e-5)  # 2 T / sigma^2 for every pair, at every noise level
+
+
+def test_separation_equals_naive_distance_of_clipped_records():
+    # LINEAR's per-example gradient is the record itself, the same at every step: the separation of candidate j is
+    # T ||clip(x_z) - clip(x_j)||^2 / (sigma C)^2 (independent NumPy reference).
+    rng = np.random.default_rng(2)
+    k, d, steps, clip, sigma = 5, 7, 3, 1.5, 0.8
+    cx = rng.normal(size=(4, k, d)) * rng.uniform(0.2, 1.0, size=(4, k, 1))  # some inside, some beyond the clip
+    fixed = (jnp.asarray(rng.normal(size=(3, d)), jnp.float32), jnp.zeros(3, jnp.int32))
+    target = np.array([0, 2, 4, 1])
+    res = prior_aware.prior_aware_game(
+        LINEAR, {"w": jnp.zeros((d,))}, fixed, (jnp.asarray(cx, jnp.float32), jnp.zeros((4, k), jnp.int32)),
+        target, noise_multipliers=[sigma], clip_norm=clip, steps=steps, optimizer=optax.sgd(0.1),
+        key=jax.random.key(7), loss_fn=_identity_loss)
+    norms = np.linalg.norm(cx, axis=-1, keepdims=True)
+    clipped = cx * np.minimum(1.0, clip / norms)
+    ref = steps * np.sum((clipped[np.arange(4), target][:, None] - clipped) ** 2, -1) / (sigma * clip) ** 2
+    np.testing.assert_allclose(np.asarray(res.separation[0]), ref, rtol=1e-4, atol=1e-4)
+    r = prior_aware.separation_retained(res, [sigma], steps, target)
+    keep = np.ones((4, k), bool)
+    keep[np.arange(4), target] = False
+    np.testing.assert_allclose(r[0], (ref / (2 * steps / sigma**2))[keep].reshape(4, k - 1), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="prior_size"):
+        prior_aware.separation_retained(res, [sigma], steps, target, prior_size=1)
+    with pytest.raises(ValueError, match="target_index"):
+        prior_aware.separation_retained(res, [sigma], steps, target, prior_size=3)  # target 4 not in the prior
 
 
 @pytest.mark.parametrize("kwargs,match", [
