@@ -14,13 +14,13 @@ Variants and the sizes they really use:
   at most 30 epochs; secondary rows (random init, ReLU, width 100 / layer subset, DP-GD at eps 10 and 1000) on
   2,000 shadow models and 200 targets each.
 - ``table2``: the Table II MNIST column in one run at fixed set 1,000 (the Table II "1K" row, 0.0094), at sizes
-  that finish in about two hours on an idle 2-core CPU (the paper-scale default row is ``paper``'s): the default
-  set (default, logits, fewer shadow models at 1,000 and 8,000) on 20,000 shadow models; 250 epochs, ReLU, random
-  init and DP-GD at eps 1, 10, 100, 1000 on 5,000; the width-100 set (width 100 and its second layer) and
-  minibatch SGD with known and unknown batch order on 2,000 (their shadow models or reconstructor inputs cost
-  5-20x the default's here); 1,000 targets per row. Reconstructor 2 x 1,000, at most 100 epochs, early stopping
-  (patience 10) on a tenth of the shadow models (at most 1,000) held out. Every row is a stated reduction from
-  the paper's 59,000 shadow models.
+  that finish in about an hour on an idle 2-core CPU (55 min measured; the paper-scale default row is
+  ``paper``'s): the default set (default, logits, fewer shadow models at 1,000 and 8,000) on 20,000 shadow models;
+  250 epochs, ReLU, random init and DP-GD at eps 1, 10, 100, 1000 on 5,000; the width-100 set (width 100 and its
+  second layer) and minibatch SGD with known and unknown batch order on 2,000 (their shadow models or
+  reconstructor inputs cost 5-20x the default's here); 1,000 targets per row. Reconstructor 2 x 1,000, at most 100
+  epochs, early stopping (patience 10) on a tenth of the shadow models (at most 1,000) held out. Every row is a
+  stated reduction from the paper's 59,000 shadow models.
 - ``paper``: the paper-scale default row: fixed set 1,000, 59,000 shadow models (58,000 train + 1,000
   validation for early stopping), 1,000 targets, 69,000-record oracle pool, reconstructor 2 x 1,000 for at most
   100 epochs; Fig. 5c curve at 100, 1,000, 8,000 and 20,000 shadow models (at most a tenth held out); rows
