@@ -155,7 +155,8 @@ def report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1
         text += [markdown_table(urows), "",
                  "The bound is attained only by the worst-case prior: candidates whose clipped gradients are "
                  "orthogonal and at full norm C at every step; even then the optimal k-ary guess reaches the "
-                 "fraction of the bound in the column `orthogonal optimum / bound` (full batch). Random records are not that prior: at the "
+                 "fraction of the bound in the column `orthogonal optimum / bound` (full batch). Random records are "
+                 "not that prior: at the "
                  f"initialisation the clipped gradients of one trial's candidates have mean absolute pairwise cosine "
                  f"{geo['mean_abs_cosine']:.3f} (largest {geo['max_abs_cosine']:.3f}) and "
                  f"{100 * geo['share_at_clip_norm']:.0f}% of them are at the clip norm; as training proceeds the "
