@@ -26,7 +26,7 @@ TINY = {
                      "--decoder-features", "8"],
                     {"cnn_shadow_patches_vs_lax", "cnn_single_patches_vs_lax", "decoder_patches_vs_lax"}),
     "dp_shadow": (["--ghost-models", "4", "--vmap-models", "2", "--fixed", "30", "--epochs", "2", "--batch", "8",
-                   "--minibatch-models", "2"],
+                   "--minibatch-models", "2", "--repeats", "1"],
                   {"dpgd_ghost_vs_vmap", "dpgd_ghost_vs_nonprivate", "dpsgd_minibatch_vs_fullbatch_shadow",
                    "dpsgd_minibatch_poisson_vs_fullbatch_shadow"}),
     "hcr": (["--examples", "1", "--restarts", "1", "--rounds", "1", "--train-examples", "64", "--modes", "paper_tol"],

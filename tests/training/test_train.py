@@ -8,6 +8,7 @@ import pytest
 
 from recon_jax import models, training
 from recon_jax.mechanisms import GaussianMechanism, NoNoise
+from recon_jax.training.train import poisson_slots
 
 FNS = models.from_flax(models.MLP(features=(8, 4), activation="elu"))
 
@@ -268,6 +269,56 @@ def test_poisson_batch_sizes_have_the_expected_mean(key):
     assert sizes.shape == (100,)
     # Binomial(25, 0.2) per step: mean 5, sd 2; the mean of 100 steps has sd 0.2 (5 sd margin).
     assert abs(sizes.mean() - 5.0) < 1.0
+
+
+def test_float32_poisson_batches_are_the_stable_order_of_the_draws(key):
+    """In float32 the trainer orders each Poisson batch with the packed integer sort (``poisson_slots``); its
+    sampled slots must be the documented ones: the points with u_i < q in stable ascending order of u, at most
+    ``rows`` of them (here 3, so overflowing steps occur), recomputed from ``jax.random`` directly."""
+    fixed, target = _data(n=15)
+    n_total, batch, rows, epochs = 16, 4, 3, 4
+    alg = training.minibatch_sgd(batch, sampling="poisson", max_batch_size=rows, epochs=epochs, shuffle="fresh",
+                                 learning_rate=0.1)
+    mkey = jax.random.fold_in(key, 3)
+    res = jax.jit(lambda p: training.train(FNS, alg, fixed, target, key=mkey, init_params=p, return_trace=True))(
+        training.initial_params(FNS, key, fixed[0]))
+    got = np.asarray(res.trace["batch_indices"])
+    overflow = 0
+    for e in range(epochs):
+        for s in range(n_total // batch):
+            u = np.asarray(jax.random.uniform(jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(mkey, 1), e), s),
+                                              (n_total,)))
+            chosen = [i for i in np.argsort(u, kind="stable") if u[i] < batch / n_total]
+            overflow += len(chosen) > rows
+            want = chosen[:rows] + [-1] * (rows - len(chosen[:rows]))
+            np.testing.assert_array_equal(got[e * (n_total // batch) + s], want)
+    assert overflow > 0
+
+
+@pytest.mark.parametrize("n,q,rows", [(1001, 100 / 1001, 134), (5, 0.3, 4), (1001, 0.5, 300), (300, 0.9, 300)])
+def test_poisson_slots_are_top_k_on_the_sampled_points(n, q, rows):
+    """``poisson_slots`` against ``lax.top_k(-u, rows)`` (the selection it replaces): same sampled mask, same
+    indices in every sampled slot, on uniform draws, draws with many ties and a draw of exactly 0; unsampled slots
+    hold distinct unsampled points."""
+    for seed in range(6):
+        u = jax.random.uniform(jax.random.key(seed), (n,))
+        if seed == 1:
+            u = jnp.round(u * 32) / 32  # ties (still on the 2**-23 grid)
+        if seed == 2:
+            u = u.at[n // 2].set(0.0)
+        idx, taken = jax.jit(poisson_slots, static_argnums=(1, 2))(u, q, rows)
+        neg_u, ref = jax.lax.top_k(-u, rows)
+        ref_taken = -neg_u < q
+        np.testing.assert_array_equal(taken, ref_taken)
+        np.testing.assert_array_equal(np.where(ref_taken, idx, -1), np.where(ref_taken, ref, -1))
+        assert len(set(np.asarray(idx).tolist())) == rows and bool(jnp.all(taken == (u[idx] < q)))
+
+
+def test_poisson_slots_fall_back_to_top_k_where_the_pair_does_not_fit():
+    u = jax.random.uniform(jax.random.key(0), (70_000,))  # 17 index bits + 20 draw bits > 31
+    idx, taken = poisson_slots(u, 0.1, 50)
+    np.testing.assert_array_equal(idx, jax.lax.top_k(-u, 50)[1])
+    assert bool(jnp.all(taken))
 
 
 def test_poisson_options_validated():
