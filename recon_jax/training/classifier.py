@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from recon_jax.mechanisms import threefry
 from recon_jax.models.losses import softmax_cross_entropy
 
 __all__ = ["train_classifier"]
@@ -72,7 +73,8 @@ def train_classifier(model, images: jax.Array, labels: jax.Array, key: jax.Array
 
     @jax.jit
     def run_epoch(params, opt_state, epoch_key):
-        perm = jax.random.permutation(epoch_key, n)[: steps * batch_size].reshape(steps, batch_size)
+        perm = threefry.permutation(epoch_key, n)[: steps * batch_size]  # = jax.random.permutation, bitwise
+        perm = perm.reshape(steps, batch_size)
 
         def step(carry, idx):
             p, s = carry
