@@ -36,16 +36,18 @@ import scipy.sparse.linalg as spla
 from benchmarks.common import bench_line
 from recon_jax import data
 from recon_jax.bounds import hcr_bounds_batch
+from recon_jax.bounds.dct import full_precision
 from recon_jax.mechanisms import feature_rms
 from recon_jax.models import tygert
 from recon_jax.training import train_classifier
 
 
 def _baseline(feature_fn, xs, sigma, key, restarts, rounds, size, atol, btol, conlim, iter_lim):
-    """Alg. 1 with SciPy's LSQR on a LinearOperator of jitted jvp/vjp, one example at a time."""
-    fwd = jax.jit(feature_fn)
-    jvp = jax.jit(lambda x, v: jax.jvp(feature_fn, (x,), (v,))[1])
-    vjp = jax.jit(lambda x, u: jax.vjp(feature_fn, x)[1](u)[0])
+    """Alg. 1 with SciPy's LSQR on a LinearOperator of jitted jvp/vjp, one example at a time (full-precision
+    products, as ours: ``full_precision``)."""
+    fwd = jax.jit(full_precision(feature_fn))
+    jvp = jax.jit(full_precision(lambda x, v: jax.jvp(feature_fn, (x,), (v,))[1]))
+    vjp = jax.jit(full_precision(lambda x, u: jax.vjp(feature_fn, x)[1](u)[0]))
     out = []
     for i in range(xs.shape[0]):
         x = jnp.asarray(xs[i])

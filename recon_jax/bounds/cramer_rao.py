@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax._validation import FINITE, FINITE_POSITIVE, check, float_dtype
-from recon_jax.bounds.dct import to_coordinates
+from recon_jax.bounds.dct import full_precision, to_coordinates
 
 __all__ = ["cramer_rao_variance_bound", "cramer_rao_bounds", "jacobian_rank"]
 
@@ -93,6 +93,7 @@ def cramer_rao_variance_bound(
     return jnp.where(jnp.isfinite(sigma) & (sigma > 0), out, jnp.nan)
 
 
+@full_precision
 def cramer_rao_bounds(
     feature_fn: Callable[[jax.Array], jax.Array],
     x: jax.Array,
@@ -139,6 +140,7 @@ def cramer_rao_bounds(
     return jnp.sqrt(var).reshape(x.shape)
 
 
+@full_precision
 def jacobian_rank(
     feature_fn: Callable[[jax.Array], jax.Array], x: jax.Array, *, rcond: float | None = None
 ) -> jax.Array:

@@ -58,8 +58,8 @@ import numpy as np
 
 from recon_jax import _validation as v
 from recon_jax.bounds.cramer_rao import cramer_rao_bounds, cramer_rao_variance_bound, jacobian_rank
-from recon_jax.bounds.dct import (dct_ii_matrix, dctn_ortho, default_dct_axes, from_coordinates, idctn_ortho,
-                                  to_coordinates)
+from recon_jax.bounds.dct import (dct_ii_matrix, dctn_ortho, default_dct_axes, from_coordinates, full_precision,
+                                  idctn_ortho, to_coordinates)
 from recon_jax.bounds.hcr_eval import dithered_accuracy, rademacher_perturbation
 from recon_jax.bounds.lsqr import LSQRResult, jacobian_lsqr, lsqr
 from recon_jax.mechanisms.dithering import dither, feature_rms
@@ -246,6 +246,7 @@ def _check_hcr_search_args(noise_sigma, num_restarts, num_rounds, perturbation_s
     _check_scalar("perturbation_size", perturbation_size)
 
 
+@full_precision
 def hcr_bounds(
     feature_fn: Callable[[jax.Array], jax.Array],
     x: jax.Array,
@@ -460,6 +461,7 @@ class HCRReferenceInfo(NamedTuple):
     lsqr_rel_residual: jax.Array
 
 
+@full_precision
 def hcr_bounds_reference(
     feature_fn: Callable[[jax.Array], jax.Array],
     xs: jax.Array,
