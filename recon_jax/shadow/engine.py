@@ -178,7 +178,8 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
         first dense layer through the fixed set's Gram matrix, shared by all models
         (:mod:`recon_jax.training.gram`: one ``n x n`` product per step instead of two ``n x d`` ones; full-batch,
         non-private training with the default optimizer, first dense layer on the flattened input; same
-        models up to float rounding); ``"auto"`` (default) uses ``"gram"`` where it applies and saves work.
+        models up to float rounding); ``"auto"`` (default) uses ``"gram"`` on CPU devices where it applies and saves
+        work (on a GPU the direct path measured faster: :func:`~recon_jax.training.choose_first_layer`).
 
     Memory: each call holds one chunk of training states per device. DP algorithms on dense-layer models (MLPs)
     use ghost clipping (:mod:`recon_jax.training.ghost`) and need no per-example gradients; on other models they
@@ -230,7 +231,8 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
     else:
         layout_params = jax.eval_shape(lambda k: model_fns.init(k, jnp.asarray(fx[:1])), jax.random.key(0))
     layout = layout_of(layout_params)
-    first_kernel = choose_first_layer(first_layer, model_fns, algorithm, layout_params, fx, count)
+    first_kernel = choose_first_layer(first_layer, model_fns, algorithm, layout_params, fx, count,
+                                      platform=mesh.devices.flat[0].platform)
 
     fn, batched, replicated = _compiled(model_fns, algorithm, outputs, mesh, key_impl, first_kernel)
     shared_host = {"fx": fx, "fy": fy, "init_params": init_params, "key": key_data, "shuffle_key": shuffle_data,

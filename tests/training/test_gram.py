@@ -72,6 +72,18 @@ def test_gram_matrix_and_work_rule():
     assert not gram_saves_work(2000, 784, 10, 100, 10_000)  # n > 1.5 d: the n x n product is the larger one
 
 
+@pytest.mark.parametrize("platform,expected", [("cpu", ("Dense_0", "kernel")), ("gpu", None), ("tpu", None)])
+def test_auto_takes_the_gram_path_on_cpu_only(platform, expected):
+    fns = models.from_flax(models.balle_mnist_mlp())
+    p = jax.eval_shape(fns.init, jax.random.key(0), jnp.zeros((1, 784)))
+    fx = jnp.zeros((1000, 784))
+    got = training.choose_first_layer("auto", fns, training.full_batch_gd(), p, fx, models=1024, platform=platform)
+    assert got == expected
+    # "gram" is a request, honoured on every platform; "direct" never takes the Gram path
+    assert training.choose_first_layer("gram", fns, training.full_batch_gd(), p, fx, 1024, platform=platform)
+    assert training.choose_first_layer("direct", fns, training.full_batch_gd(), p, fx, 1024, platform="cpu") is None
+
+
 class _Scaled(nn.Module):
     @nn.compact
     def __call__(self, x):
