@@ -116,12 +116,13 @@ def fold_in(key, data) -> jax.Array:
     return jax.random.wrap_key_data(jnp.stack([y1, y2]), impl=jax.random.key_impl(key))
 
 
-def _stable_argsort_u32(keys, n):
+def _stable_argsort_u32(keys):
     """The permutation that stably sorts ``keys`` ``uint32[n]`` (``n <= 2**16``), i.e. what
     ``lax.sort_key_val(keys, iota)`` returns, from two sorts of single ``uint32`` arrays (XLA:CPU sorts one
     primitive array without calling a comparator, several times faster than sorting a key-value pair): the sorted
     keys give each key's rank ``r_i = #{j: k_j < k_i}`` by binary search, and sorting ``r_i * 2**16 + i`` orders
     by rank, ties by index, exactly the stable order."""
+    n = keys.shape[-1]
     srt = lax.sort(keys)
     lo = jnp.zeros((n,), np.uint32)  # count of sorted keys < k_i, by a branchless binary search
     step = 1 << max(0, (n - 1).bit_length())
@@ -156,7 +157,7 @@ def permutation(key, n: int) -> jax.Array:
         x, k = jnp.arange(n), key  # the dtype jax.random.permutation returns (int64 under x64)
         for _ in range(rounds):
             k, sub = jax.random.split(k)
-            x = x[_stable_argsort_u32(bits32(sub, (n,)), n)]
+            x = x[_stable_argsort_u32(bits32(sub, (n,)))]
         return x
 
     return lax.platform_dependent(cpu=cpu, default=lambda: jax.random.permutation(key, n))
