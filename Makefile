@@ -1,5 +1,6 @@
 # Two commands: `make demo` (the main job on the embedded MNIST) and `make test` (the suite).
-# Each creates .venv if it is missing and installs the package with its pinned dependencies first.
+# Each creates .venv if it is missing and installs the package with the tested dependency set (requirements.lock)
+# first.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,8 +15,8 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 # --no-compile: bytecode is written on first import instead, for the modules actually used (halves install time).
-$(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet --no-compile -e '.[dev,dimred]'
+$(STAMP): pyproject.toml requirements.lock | $(PY)
+	$(PY) -m pip install --quiet --no-compile -c requirements.lock -e '.[dev,dimred]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--epochs", type=int, default=100)
     p.add_argument("--batch", type=int, default=100, help="(expected) minibatch size of the DP-SGD comparison")
     p.add_argument("--minibatch-models", type=int, default=32)
+    p.add_argument("--chunk", type=int, default=16,
+                   help="models per compiled call and device (the vmap path: at most 2); 16 suits the CPU, a GPU "
+                        "wants hundreds")
     p.add_argument("--repeats", type=int, default=3,
                    help="timed rounds, each running every configuration once (the best round of each counts)")
     args = p.parse_args(argv if argv is not None else [])
@@ -74,7 +77,8 @@ def main(argv: list[str] | None = None) -> dict:
     runs, chunks = {}, {}
     for name, alg in algs.items():
         m = counts[name]
-        chunks[name] = chunk = min(m, 16 * jax.device_count()) if name != "vmap" else min(m, 2 * jax.device_count())
+        per_device = args.chunk if name != "vmap" else min(args.chunk, 2)
+        chunks[name] = chunk = min(m, per_device * jax.device_count())
 
         def run(m=m, alg=alg, chunk=chunk):
             return shadow.generate_shadow_models(fns, alg, fixed, (targets[0][:m], targets[1][:m]), jax.random.key(1),
@@ -129,7 +133,7 @@ def _noise_only_rate(alg, p0, args) -> float:
     size = models.ravel(p0)[0].size
     steps = args.epochs * ((args.fixed + 1) // args.batch)
     m = args.minibatch_models
-    chunk = min(m, 16 * jax.device_count())
+    chunk = min(m, args.chunk * jax.device_count())
 
     @jax.jit
     def noise(start):

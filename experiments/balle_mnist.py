@@ -37,6 +37,7 @@ import recon_jax
 from recon_jax import models, training
 from recon_jax.attacks import informed, mia, oracle
 from recon_jax.report import balle as balle_plots
+from recon_jax.io import atomic_write_json, strict_json
 from recon_jax.report import histogram_vs_reference, image_grid, markdown_table
 
 _CONFIG, _WORKDIR = experiment_flags("experiments/configs/balle_mnist.py:default", "runs/balle_mnist")
@@ -136,7 +137,7 @@ class _Sets:
                                                                        sp.fixed_images)
         shuffle_key = jax.random.fold_in(set_key, 4) if alg.batch_size is not None and alg.shuffle == "known" \
             else None
-        store = keyed_dir(os.path.join(self.workdir, "shadow"), name.replace("=", "_"), {
+        store = keyed_dir(self.config.store_dir or os.path.join(self.workdir, "shadow"), name.replace("=", "_"), {
             "set": name, "seed": c.seed, "dataset": c.dataset, "fixed_size": c.fixed_size,
             "pool_num_shadow": c.num_shadow, "pool_num_targets": c.num_targets, "eval_size": c.eval_size,
             "num_shadow": num_shadow, "num_targets": num_targets, "probe_size": probe, "hidden": hidden,
@@ -165,6 +166,8 @@ def run(config, workdir: str) -> dict:
     del images, labels
     settings = tuple(c.settings)
     sets = _Sets(c, sp, key, workdir)
+    if c.sets_only:
+        return _train_sets_only(c, sets, run_info)
     spec = informed.ReconstructorSpec(hidden=tuple(c.recon_hidden), epochs=c.recon_epochs,
                                       batch_size=c.recon_batch_size, learning_rate=c.recon_learning_rate,
                                       validation_size=c.recon_validation_size, patience=c.recon_patience)
@@ -211,6 +214,10 @@ def run(config, workdir: str) -> dict:
                    shadow_set_seconds=round(ms.seconds, 1), **set_extra, **extra)
         rows.append(row)
         results[setting] = res
+        # Rows so far, rewritten after each one: a long run (the `gpu` variant) can be followed, and a run cut off
+        # by a time limit still shows what it finished (never published as a result: publish() needs the end).
+        atomic_write_json(os.path.join(workdir, "rows_partial.json"),
+                          strict_json({"rows": rows, "elapsed_s": round(time.time() - t_start, 1)}))
         return res, row
 
     if "default" in settings:
@@ -269,6 +276,33 @@ def run(config, workdir: str) -> dict:
                                                            dp_points))
     print(report)
     return result
+
+
+def set_names(c) -> list[str]:
+    """The model sets the run's rows use, in the order the rows need them."""
+    by_setting = {"default": "default", "logits": "default", "fewer_shadow": "default", "width100": "wide",
+                  "layer_subset": "wide", "epochs250": "epochs250", "relu": "relu", "random_init": "random_init",
+                  "minibatch_known": "minibatch_known", "minibatch_unknown": "minibatch_unknown"}
+    order = ("default", "logits", "width100", "layer_subset", "fewer_shadow", "epochs250", "relu", "random_init",
+             "minibatch_known", "minibatch_unknown")
+    names = [by_setting[s] for s in order if s in c.settings]
+    if "dp" in c.settings:
+        names += [f"dp_eps={eps:g}" for eps in c.dp_eps]
+    return list(dict.fromkeys(names))
+
+
+def _train_sets_only(c, sets, run_info) -> dict:
+    """``sets_only``: trains and stores every model set (in the order the rows need them) and stops. Run beside
+    the full experiment with the same ``store_dir``, it trains the sets ahead while the other process trains
+    reconstructors; the stores' writer lock makes whichever process comes second wait and load, never retrain."""
+    seconds = {}
+    for name in set_names(c):
+        t0 = time.time()
+        sets.get(name)
+        seconds[name] = round(time.time() - t0, 1)
+        print(f"model set {name}: {seconds[name]} s", flush=True)
+    atomic_write_json(os.path.join(run_info.workdir, "sets_only.json"), {"set_seconds": seconds})
+    return {"set_seconds": seconds}
 
 
 def _claims(c, results, rows, oracle_summary, shadow_curve, dp_points) -> list:

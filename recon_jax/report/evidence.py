@@ -119,8 +119,16 @@ def provenance() -> dict:
     except (ValueError, OSError, AttributeError):
         mem_gib = None
     devices = jax.devices()
+    commit = (_git("rev-parse", "HEAD") or "").strip() or None
+    stated = {}
+    if commit is None and os.environ.get("RECON_JAX_GIT_COMMIT"):
+        # A copy of a checkout without its .git (an accelerator machine's copy of the working tree): the commit
+        # is the one the caller states, and it is recorded as stated, not as read from git.
+        commit = os.environ["RECON_JAX_GIT_COMMIT"].strip()
+        stated = {"git_commit_source": "stated by the caller (RECON_JAX_GIT_COMMIT); no .git in this copy"}
     return {
-        "git_commit": (_git("rev-parse", "HEAD") or "").strip() or None,
+        "git_commit": commit,
+        **stated,
         "git_dirty_files": dirty,
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {

@@ -201,6 +201,69 @@ def test_streaming_from_a_memory_map_equals_one_block(tmp_path):
     _same_fit(whole, streamed)
 
 
+class _FakeAccelerator:
+    """A stand-in for a GPU in jax.devices(): the placement rule reads only ``platform`` and ``memory_stats``."""
+
+    platform = "gpu"
+
+    def __init__(self, free_bytes):
+        self.free = free_bytes
+
+    def memory_stats(self):
+        return {"bytes_limit": self.free + 100, "bytes_in_use": 100}
+
+
+def test_features_resident_on_an_accelerator_with_room(monkeypatch):
+    from recon_jax.attacks import _reconn_steps
+
+    f = np.arange(12, dtype=np.float64).reshape(4, 3)
+    monkeypatch.setattr(_reconn_steps.jax, "devices", lambda: [_FakeAccelerator(10**9)])
+    got = _reconn_steps.resident_on_accelerator(f, np.float32)
+    assert isinstance(got, jax.Array) and got.dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(got), f.astype(np.float32))
+    # 4 x 3 float32 = 48 bytes: more than half of 90 bytes free stays on the host (streamed).
+    monkeypatch.setattr(_reconn_steps.jax, "devices", lambda: [_FakeAccelerator(90)])
+    assert _reconn_steps.resident_on_accelerator(f, np.float32) is f
+
+
+def test_training_with_resident_features_equals_streaming(monkeypatch, tmp_path):
+    f, t = _toy_task(200)
+    path = str(tmp_path / "features.npy")
+    np.save(path, f[:160])
+    streamed = _fit(f, t, stream_rows=48)
+    from recon_jax.attacks import _reconn_steps
+
+    real = jax.devices()
+    monkeypatch.setattr(_reconn_steps.jax, "devices", lambda *a: [_FakeAccelerator(10**9)] if not a else real)
+    placed = []
+    monkeypatch.setattr(reconn, "resident_on_accelerator",
+                        lambda a, dtype: placed.append(_reconn_steps.resident_on_accelerator(a, dtype)) or placed[-1])
+    resident = reconn.train_reconstructor(reconstructors.reconstructor_mlp((6,), (16,)),
+                                          np.load(path, mmap_mode="r"), t[:160], jax.random.key(3), epochs=4,
+                                          batch_size=16, progress=False, eval_set=(f[160:], t[160:]))
+    assert len(placed) == 2 and all(isinstance(a, jax.Array) for a in placed)  # features and targets moved
+    _same_fit(streamed, resident)
+
+
+def test_checkpoints_are_written_at_most_every_interval(monkeypatch, tmp_path):
+    """Between saves at most CHECKPOINT_SECONDS pass; the last epoch of a call is always saved."""
+    saves = []
+    from recon_jax.attacks import _reconn_checkpoint
+
+    real_save = _reconn_checkpoint.EpochCheckpoint.save
+    monkeypatch.setattr(_reconn_checkpoint.EpochCheckpoint, "save",
+                        lambda self, state, best, losses, *a: saves.append(len(losses)) or
+                        real_save(self, state, best, losses, *a))
+    f, t = _toy_task(200)
+    monkeypatch.setattr(reconn, "CHECKPOINT_SECONDS", 1e9)
+    _fit(f, t, epochs=4, checkpoint_dir=str(tmp_path / "a"))
+    assert saves == [4]
+    saves.clear()
+    monkeypatch.setattr(reconn, "CHECKPOINT_SECONDS", 0.0)
+    _fit(f, t, epochs=4, checkpoint_dir=str(tmp_path / "b"))
+    assert saves == [1, 2, 3, 4]
+
+
 def test_resume_after_stop_equals_uninterrupted_run(tmp_path):
     f, t = _toy_task(200)
     full = _fit(f, t, epochs=5)

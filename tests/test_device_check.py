@@ -1,0 +1,81 @@
+"""benchmarks/device_check.sh: its CPU dry run end to end, and the log parsing its summary rests on.
+
+The dry run is the same script an accelerator session runs (wheels aside): install step, device.json, a few test
+files through pytest + xdist, one benchmark, summary.md. The parser is checked on hand-written pytest output,
+including a run cut off by its time limit, where tests that did not run must not count as passed.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+
+from benchmarks import _device
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_LOG = """\
+============================= test session starts ==============================
+created: 2/2 workers
+2 workers [5 items]
+
+tests/a.py::test_one
+[gw0] [ 20%] PASSED tests/a.py::test_one
+[gw1] [ 40%] FAILED tests/b.py::test_two[0.5]
+[gw0] [ 60%] SKIPPED tests/a.py::test_three
+"""
+
+_LOG_END = """\
+[gw1] [ 80%] PASSED tests/b.py::test_four
+[gw0] [100%] ERROR tests/c.py::test_five
+=========================== short test summary info ============================
+FAILED tests/b.py::test_two[0.5] - AssertionError: 1.001 > 1.0
+ERROR tests/c.py::test_five - RuntimeError: no GPU
+============= 2 passed, 1 failed, 1 skipped, 1 error in 12.34s =============
+"""
+
+
+def test_parse_cut_off_log_counts_only_what_ran():
+    got = _device.parse_pytest_log(_LOG)
+    assert got["collected"] == 5
+    assert got["counts"] == {"PASSED": 1, "FAILED": 1, "SKIPPED": 1}
+    assert got["not_run"] == 2 and got["finished"] is False
+    assert got["failed"] == [("tests/b.py::test_two[0.5]", "")]
+
+
+def test_parse_finished_log_names_failures_with_reasons():
+    got = _device.parse_pytest_log(_LOG + _LOG_END)
+    assert got["counts"] == {"PASSED": 2, "FAILED": 1, "SKIPPED": 1, "ERROR": 1}
+    assert got["finished"] is True and got["not_run"] == 0
+    assert got["failed"] == [("tests/b.py::test_two[0.5]", "AssertionError: 1.001 > 1.0"),
+                             ("tests/c.py::test_five", "RuntimeError: no GPU")]
+
+
+def test_parse_bench_lines():
+    rows = _device.parse_bench("noise\nBENCH name=a ours=2 baseline=4 unit=models/s ratio=0.5\nexit 0\n")
+    assert [(r["name"], r["ours"], r["baseline"], r["unit"], r["ratio"]) for r in rows] == [
+        ("a", 2.0, 4.0, "models/s", 0.5)]
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the dry run is what the script does without an accelerator")
+def test_dry_run_writes_summary_and_bench_lines(tmp_path):
+    env = dict(os.environ, PYTHON=sys.executable, WHEELS="none", RECON_JAX_GIT_COMMIT="0" * 40)
+    out = tmp_path / "check"
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "device_check.sh"), str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    info = json.loads((out / "device.json").read_text())
+    assert info["machine"]["jax_backend"] == "cpu" and info["jax_version"] == jax.__version__
+    suite = _device.parse_pytest_log((out / "pytest.log").read_text())
+    assert suite["finished"] and suite["counts"].get("PASSED", 0) >= 10 and not suite["failed"]
+    names = {r["name"] for r in _device.parse_bench((out / "bench.txt").read_text())}
+    assert {"matmul_peak", "reconn_fraction_of_peak", "reconn_streamed_vs_device"} <= names
+    summary = (out / "summary.md").read_text()
+    assert f"{suite['counts']['PASSED']} passed, 0 failed" in summary and "the run finished" in summary
+    assert "reconn_fraction_of_peak" in summary
+    phases = dict(line.split() for line in (out / "phases.txt").read_text().splitlines())
+    assert set(phases) == {"install", "info", "suite", "bench"}
