@@ -2,6 +2,8 @@
 
     python -m benchmarks._device info OUTDIR      # device.json: accelerator, driver, jax, packages, commit, date
     python -m benchmarks._device summary OUTDIR   # summary.md from device.json, pytest.log and bench.txt
+    python -m benchmarks._device publish OUTDIR RESULTS_DIR   # a committed result: report.md, metrics.json
+                                                               # (with the goals as claims), config.json, logs
 
 The pytest log is read line by line (``pytest -v`` with xdist prints one ``[gwN] PASSED tests/...`` line per
 test as it finishes), so a suite stopped by its time limit still counts what it ran; tests it did not reach are
@@ -137,10 +139,68 @@ def summary(outdir: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The accelerator goals (issue 34), fixed before any run: (claim, BENCH line, field, threshold).
+GOALS = (
+    ("Balle MLP shadow models at least 20,000 per second (12,200 measured earlier on an H100)", "shadow_vs_loop",
+     "ours", 20000.0),
+    ("DP-GD shadow models at least 0.8 of non-private", "dpgd_ghost_vs_nonprivate", "ratio", 0.8),
+    ("minibatch DP-SGD shadow models at least 0.5 of full-batch DP-GD", "dpsgd_minibatch_vs_fullbatch_shadow",
+     "ratio", 0.5),
+    ("reconstructor training at least 0.5 of the measured float32 matmul peak", "reconn_fraction_of_peak", "ratio",
+     0.5),
+)
+
+
+def publish(outdir: str, results_dir: str) -> dict:
+    """Writes a device check as a committed result: report.md (the summary and its claims), metrics.json (suite
+    counts and failures, BENCH lines, claims: the suite passes, each goal of :data:`GOALS` is met), config.json
+    (device.json's provenance, the phases' wall time, what ran) and the logs."""
+    from recon_jax.report.evidence import claim, claims_markdown
+
+    info = json.loads(_read(os.path.join(outdir, "device.json")))
+    suite = parse_pytest_log(_read(os.path.join(outdir, "pytest.log")))
+    bench = parse_bench(_read(os.path.join(outdir, "bench.txt")))
+    by_name = {b["name"]: b for b in bench}
+    c = suite["counts"]
+    claims = [claim("the test suite passes on the accelerator",
+                    suite["finished"] and not suite["failed"],
+                    f"{c.get('PASSED', 0)} passed, {len(suite['failed'])} failed or errors, {c.get('SKIPPED', 0)} "
+                    f"skipped of {suite['collected']}" + ("" if suite["finished"] else
+                                                          f"; cut off, {suite['not_run']} not run"))]
+    for name, line, field, threshold in GOALS:
+        b = by_name.get(line)
+        claims.append(claim(name, b is not None and b[field] >= threshold,
+                            "not measured" if b is None else f"{line}: {field} {b[field]:.4g} (goal {threshold:g}); "
+                            f"ours {b['ours']:.6g} vs baseline {b['baseline']:.6g} {b['unit']}"))
+    phases: dict[str, float] = {}
+    for line in _read(os.path.join(outdir, "phases.txt")).splitlines():
+        name, _, secs = line.partition(" ")
+        phases[name] = phases.get(name, 0.0) + float(secs) if name in ("suite", "bench") else float(secs)
+    os.makedirs(results_dir, exist_ok=True)
+    metrics = {"device": info.get("device_kind"), "suite": {**suite, "failed": [list(f) for f in suite["failed"]]},
+               "bench": {b["name"]: {k: b[k] for k in ("ours", "baseline", "unit", "ratio")} for b in bench},
+               "claims": claims}
+    commands = [ln[2:].strip() for ln in _read(os.path.join(outdir, "bench.txt")).splitlines() if ln.startswith("$ ")]
+    config = {**info, "config": {"bench_commands": commands, "phases_s": phases},
+              "wall_time_s": round(sum(v for k, v in phases.items() if k in ("suite", "bench")), 1)}
+    report = summary(outdir).rstrip("\n") + "\n\n" + claims_markdown(claims)
+    for name, text in (("report.md", report), ("metrics.json", json.dumps(metrics, indent=1)),
+                       ("config.json", json.dumps(config, indent=1, default=str))):
+        with open(os.path.join(results_dir, name), "w") as f:
+            f.write(text + ("\n" if not text.endswith("\n") else ""))
+    for name in ("pytest.log", "bench.txt"):
+        if os.path.exists(os.path.join(outdir, name)):
+            shutil.copy2(os.path.join(outdir, name), os.path.join(results_dir, name))
+    return metrics
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 3 and argv[0] == "publish":
+        publish(argv[1], argv[2])
+        return 0
     if len(argv) != 2 or argv[0] not in ("info", "summary"):
-        raise SystemExit("usage: python -m benchmarks._device {info|summary} OUTDIR")
+        raise SystemExit("usage: python -m benchmarks._device {info|summary} OUTDIR | publish OUTDIR RESULTS_DIR")
     cmd, outdir = argv
     os.makedirs(outdir, exist_ok=True)
     if cmd == "info":

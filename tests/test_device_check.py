@@ -79,3 +79,26 @@ def test_dry_run_writes_summary_and_bench_lines(tmp_path):
     assert "reconn_fraction_of_peak" in summary
     phases = dict(line.split() for line in (out / "phases.txt").read_text().splitlines())
     assert set(phases) == {"install", "info", "suite", "bench"}
+
+
+def test_publish_turns_goals_into_claims(tmp_path):
+    check = tmp_path / "check"
+    check.mkdir()
+    (check / "device.json").write_text(json.dumps({"device_kind": "NVIDIA H200", "git_commit": "0" * 40,
+                                                   "time_utc": "2026-11-26T00:00:00Z", "versions": {"jax": "0.11.2"},
+                                                   "machine": {"cpu_model": "x", "cpu_count": 16}}))
+    (check / "pytest.log").write_text(_LOG + _LOG_END)
+    (check / "bench.txt").write_text("$ python -m benchmarks.run shadow\n"
+                                     "BENCH name=shadow_vs_loop ours=25000 baseline=100 unit=models/s ratio=250\n"
+                                     "BENCH name=dpgd_ghost_vs_nonprivate ours=7 baseline=10 unit=models/s ratio=0.7\n")
+    (check / "phases.txt").write_text("install 0\ninfo 5\nbench 100\nsuite 300\n")
+    metrics = _device.publish(str(check), str(tmp_path / "res"))
+    holds = {c["name"].split(" at least")[0]: c["holds"] for c in metrics["claims"]}
+    assert holds == {"the test suite passes on the accelerator": False, "Balle MLP shadow models": True,
+                     "DP-GD shadow models": False, "minibatch DP-SGD shadow models": False,
+                     "reconstructor training": False}
+    assert "not measured" in metrics["claims"][3]["detail"]
+    config = json.loads((tmp_path / "res" / "config.json").read_text())
+    assert config["wall_time_s"] == 400 and config["config"]["bench_commands"] == ["python -m benchmarks.run shadow"]
+    report = (tmp_path / "res" / "report.md").read_text()
+    assert "## Claims" in report and "1 of 5" in report
