@@ -7,7 +7,7 @@ source has no labels).
 |---|---|
 | ``"mnist"`` | the embedded MNIST (offline, the default) |
 | ``"tfds:mnist"``, ``"tfds:fashion_mnist"``, ``"tfds:cifar10"``, ``"tfds:cifar100"`` | TensorFlow Datasets, from a prepared ``data_dir`` |
-| ``"folder"`` | a directory of PNG/JPEG images (``path=``), optionally one sub-directory per class |
+| ``"folder"`` | a directory of PNG/JPEG images (``path=``): ``train/`` and ``test/``, one sub-directory per class |
 | ``"synthetic"`` | seeded Gaussian blobs of any image shape |
 """
 
@@ -153,9 +153,21 @@ def load_image_folder(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Loads a directory of PNG/JPEG images (e.g. NIH Chest X-ray, or your own data), resized.
 
-    Layout: if ``path/<split>`` exists it is used, else ``path`` itself. Labels: ``"subdirs"`` (one
-    sub-directory per class, classes numbered in sorted name order; images directly in the folder get -1),
-    a dict mapping file name -> label, or ``None`` (all -1). Files are read in sorted order.
+    Layout: ``split="train"`` / ``"test"`` read ``path/train`` / ``path/test`` (an error if it is missing: a folder
+    without them would give both splits the same images); ``split="all"`` reads ``path`` itself. Labels:
+    ``"subdirs"`` (one sub-directory per class, classes numbered in sorted name order; an error if there is none,
+    or if images lie beside them), a dict mapping file name -> label (images directly in the folder), or ``None``
+    (unlabelled: the images directly in the folder, all labelled -1). Files are read in sorted order.
+
+    >>> import os, tempfile, numpy as np
+    >>> from PIL import Image
+    >>> d = tempfile.mkdtemp()
+    >>> for split, cls in [("train", "cat"), ("train", "dog"), ("test", "cat")]:
+    ...     os.makedirs(os.path.join(d, split, cls))
+    ...     Image.fromarray(np.zeros((4, 4), np.uint8)).save(os.path.join(d, split, cls, "a.png"))
+    >>> x, y = load_image_folder(d, "train", image_size=2)
+    >>> x.shape, y.tolist()
+    ((2, 2, 2, 1), [0, 1])
 
     Args:
       path: the folder.
@@ -183,20 +195,34 @@ def load_image_folder(
         raise ValueError(f"max_examples must be None or an integer >= 1, got {max_examples!r}")
     if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
         raise ValueError(f"path must be an existing directory of images, got {path!r}")
-    root = os.path.join(path, split) if os.path.isdir(os.path.join(path, split)) else path
-    files: list[tuple[str, int]] = []
+    if not (labels in ("subdirs", None) or isinstance(labels, dict)):
+        raise ValueError(f"labels must be 'subdirs', a dict or None, got {labels!r}")
+    layout = ("lay it out as path/train/<class>/*.png and path/test/<class>/*.png (one sub-directory per class), "
+              "or read a single folder with split='all'")
+    root = path if split == "all" else os.path.join(path, split)
+    if not os.path.isdir(root):
+        raise ValueError(f"split={split!r} needs the directory {root!r}, which does not exist: {layout}")
     classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    for fname in sorted(os.listdir(root)):
-        if fname.lower().endswith(_IMAGE_SUFFIXES):
-            label = labels.get(fname, -1) if isinstance(labels, dict) else -1
-            files.append((os.path.join(root, fname), label))
+    loose = [f for f in sorted(os.listdir(root)) if f.lower().endswith(_IMAGE_SUFFIXES)]
+    files: list[tuple[str, int]] = []
     if labels == "subdirs":
+        if split == "all" and {"train", "test"} <= set(classes):
+            raise ValueError(f"{root!r} holds train/ and test/: load split='train' and split='test' (their "
+                             "sub-directories are the classes), not split='all'")
+        if not classes:
+            raise ValueError(f"labels='subdirs' needs one sub-directory per class in {root!r}, and it has none "
+                             f"({len(loose)} images lie directly in it): {layout}; or pass labels=None to load "
+                             "them unlabelled (label -1)")
+        if loose:
+            raise ValueError(f"{len(loose)} images lie directly in {root!r} beside the class sub-directories "
+                             f"{classes}: move them into a class directory, or pass labels=None (only those images, "
+                             "unlabelled) or a dict of labels")
         for ci, cname in enumerate(classes):
             for fname in sorted(os.listdir(os.path.join(root, cname))):
                 if fname.lower().endswith(_IMAGE_SUFFIXES):
                     files.append((os.path.join(root, cname, fname), ci))
-    elif labels is not None and not isinstance(labels, dict):
-        raise ValueError(f"labels must be 'subdirs', a dict or None, got {labels!r}")
+    else:
+        files = [(os.path.join(root, f), labels.get(f, -1) if isinstance(labels, dict) else -1) for f in loose]
     if max_examples is not None:
         files = files[: int(max_examples)]
     if not files:

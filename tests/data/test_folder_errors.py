@@ -14,15 +14,47 @@ def folder(tmp_path):
     return tmp_path
 
 
-def test_folder_reads_all_images(folder):
-    x, y = data.load_image_folder(str(folder), split="all", image_size=4)
+def test_folder_reads_all_images_unlabelled_when_asked(folder):
+    x, y = data.load_image_folder(str(folder), split="all", image_size=4, labels=None)
     assert x.shape == (3, 4, 4, 1) and (y == -1).all()
+
+
+def test_flat_folder_with_class_labels_is_refused(folder):
+    with pytest.raises(ValueError, match="one sub-directory per class.*labels=None"):
+        data.load_image_folder(str(folder), split="all", image_size=4)
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_split_without_its_directory_is_refused(folder, split):
+    # It used to fall back to the folder itself, so train and test returned the same images.
+    with pytest.raises(ValueError, match=f"split='{split}' needs the directory .*{split}"):
+        data.load_image_folder(str(folder), split=split, image_size=4)
+
+
+def test_images_beside_class_directories_are_refused(folder):
+    (folder / "cats").mkdir()
+    Image.fromarray(np.zeros((5, 5), np.uint8)).save(folder / "cats" / "a.png")
+    with pytest.raises(ValueError, match=r"3 images lie directly in .*beside the class sub-directories \['cats'\]"):
+        data.load_image_folder(str(folder), split="all", image_size=4)
+
+
+def test_train_and_test_are_their_own_images(tmp_path):
+    for split, value in (("train", 0), ("test", 255)):
+        for cls in ("a", "b"):
+            (tmp_path / split / cls).mkdir(parents=True)
+            Image.fromarray(np.full((5, 5), value, np.uint8)).save(tmp_path / split / cls / "x.png")
+    xtr, ytr = data.load_image_folder(str(tmp_path), "train", image_size=4)
+    xte, yte = data.load_image_folder(str(tmp_path), "test", image_size=4)
+    assert ytr.tolist() == [0, 1] and yte.tolist() == [0, 1]
+    assert float(xtr.max()) == 0.0 and float(xte.min()) == 1.0
+    with pytest.raises(ValueError, match="train/ and test/"):
+        data.load_image_folder(str(tmp_path), "all", image_size=4)
 
 
 def test_corrupt_png_names_the_file(folder):
     (folder / "img1.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
     with pytest.raises(ValueError, match=r"img1\.png"):
-        data.load_image_folder(str(folder), split="all", image_size=4)
+        data.load_image_folder(str(folder), split="all", image_size=4, labels=None)
 
 
 @pytest.mark.parametrize("bad", [-1, 0, 2.5, True])
