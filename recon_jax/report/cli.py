@@ -23,6 +23,10 @@ def experiment_flags(default_config: str | None, default_workdir: str | None):
                 flags.FlagHolder(flags.FLAGS, flags.FLAGS["workdir"]))
     config = config_flags.DEFINE_config_file("config", default_config, "config file path[:variant]")
     workdir = flags.DEFINE_string("workdir", default_workdir, "output directory")
+    if "allow_resume_across_code" not in flags.FLAGS:
+        flags.DEFINE_bool("allow_resume_across_code", False,
+                          "resume from caches written by other code (refused by default; the report then lists "
+                          "which code made which part)")
     return config, workdir
 
 
@@ -31,7 +35,12 @@ def _parse_flags(argv: list[str]) -> list[str]:
     from absl import flags
 
     try:
-        return flags.FLAGS(argv)
+        rest = flags.FLAGS(argv)
+        if "allow_resume_across_code" in flags.FLAGS and flags.FLAGS.allow_resume_across_code:
+            from recon_jax.report.evidence import allow_resume_across_code
+
+            allow_resume_across_code(True)
+        return rest
     except flags.Error as err:
         sys.exit(f"{os.path.basename(argv[0])}: {err}\nPass --helpfull to see the flags.")
     except (AttributeError, KeyError) as err:  # ml_collections: an override names a field the config lacks

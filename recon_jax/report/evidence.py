@@ -10,7 +10,11 @@ experiment of the repository. Every run's ``run(config, workdir)`` follows the s
 
 Caches and resume points live in ``keyed_dir(workdir, name, key)``, whose name is a hash of everything that
 determines their content, so a rerun with another config in the same workdir recomputes instead of reporting the
-old numbers. ``publish(workdir, results_dir)`` copies a finished run's report, metrics, config and figures to
+old numbers. Each such directory also records the code that filled it (:func:`code_fingerprint`: a hash of the
+library's and the experiments' source, with the git commit and uncommitted files for people): resuming from one
+written by other code is refused (:class:`ResumeAcrossCodeError`) unless asked for (``--allow_resume_across_code``,
+:func:`allow_resume_across_code`). Every process that works in a workdir is a *segment* (``segments.json``: commit,
+code hash, start, wall time); metrics.json lists them, and report.md does when there was more than one. ``publish(workdir, results_dir)`` copies a finished run's report, metrics, config and figures to
 ``results/<experiment>/<variant>/`` (``make results EXP=name``).
 """
 
@@ -45,6 +49,9 @@ __all__ = [
     "NonFiniteResult",
     "require_finite",
     "keyed_dir",
+    "code_fingerprint",
+    "allow_resume_across_code",
+    "ResumeAcrossCodeError",
     "provenance",
     "publish",
 ]
@@ -178,10 +185,78 @@ class RunInfo:
 
 
 def start_run(workdir: str, config: Any, seed: int | None = None, extra: dict | None = None) -> RunInfo:
-    """Creates ``workdir``, writes ``config.json`` (config, seed, provenance) and starts the wall clock."""
+    """Creates ``workdir``, writes ``config.json`` (config, seed, provenance), starts the wall clock and opens a
+    segment in ``segments.json`` (this process's commit, code hash and start time)."""
     start = time.perf_counter()
     workdir = prepare_workdir(workdir)
-    return RunInfo(workdir=workdir, info=write_run_info(workdir, config, seed=seed, extra=extra), start=start)
+    info = write_run_info(workdir, config, seed=seed, extra=extra)
+    segments = _read_segments(workdir)
+    segments.append({"commit": info.get("git_commit"), "dirty_files": info.get("git_dirty_files"),
+                     "code_hash": code_fingerprint(), "started_utc": info.get("time_utc"), "seconds": None,
+                     "finished": False})
+    atomic_write_json(os.path.join(workdir, _SEGMENTS), strict_json(segments))
+    return RunInfo(workdir=workdir, info=info, start=start)
+
+
+_SEGMENTS = "segments.json"
+
+
+def _read_segments(workdir: str) -> list:
+    path = os.path.join(workdir, _SEGMENTS)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return json.load(f)
+
+
+def _source_files() -> list[str]:
+    """The source whose change can change a result: the recon_jax package and, in a checkout, experiments/."""
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    roots = [pkg, os.path.join(os.path.dirname(pkg), "experiments")]
+    files = []
+    for root in roots:
+        for dirpath, dirnames, names in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            files += [os.path.join(dirpath, n) for n in sorted(names) if n.endswith(".py")]
+    return files
+
+
+_FINGERPRINT: list = []
+
+
+def code_fingerprint() -> str:
+    """SHA-256 (hex, 16 characters) of the library's and the experiments' Python source as it is on disk.
+
+    It keys resume points by code (git commits alone miss uncommitted edits and copies without ``.git``);
+    computed once per process.
+
+    >>> len(code_fingerprint())
+    16
+    """
+    if not _FINGERPRINT:
+        import hashlib
+
+        h = hashlib.sha256()
+        pkg_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        for path in _source_files():
+            h.update(os.path.relpath(path, pkg_parent).encode() + b"\0")
+            with open(path, "rb") as f:
+                h.update(f.read() + b"\0")
+        _FINGERPRINT.append(h.hexdigest()[:16])
+    return _FINGERPRINT[0]
+
+
+class ResumeAcrossCodeError(ValueError):
+    """A resume point was written by other code than the code running now."""
+
+
+_ALLOW_ACROSS_CODE: list = [False]
+
+
+def allow_resume_across_code(allow: bool = True) -> None:
+    """Lets :func:`keyed_dir` resume from directories written by other code (``--allow_resume_across_code``); the
+    run's ``segments`` then show which code made which part."""
+    _ALLOW_ACROSS_CODE[0] = bool(allow)
 
 
 def claim(name: str, holds: Any, detail: str) -> dict:
@@ -243,12 +318,17 @@ def finish_run(run: RunInfo, metrics: dict, report: str, claims: list[dict]) -> 
             raise ValueError(f"a claim must be made with claim(name, holds, detail), got {c!r}")
     metrics = dict(metrics)
     metrics["claims"] = list(claims)
+    wall = time.perf_counter() - run.start
+    segments = _read_segments(run.workdir)
+    if segments and not segments[-1]["finished"]:
+        segments[-1].update(seconds=round(wall, 1), finished=True)
+        atomic_write_json(os.path.join(run.workdir, _SEGMENTS), strict_json(segments))
+    metrics["segments"] = segments
     try:
         safe = strict_json(metrics)
     except ValueError as err:
         raise NonFiniteResult(f"{err} (in metrics.json of {run.workdir})") from None
-    wall = time.perf_counter() - run.start
-    text = report.rstrip("\n") + "\n\n" + claims_markdown(claims)
+    text = report.rstrip("\n") + "\n\n" + claims_markdown(claims) + _segments_markdown(segments)
     atomic_write_text(os.path.join(run.workdir, "report.md"), text)
     atomic_write_json(os.path.join(run.workdir, "metrics.json"), safe)
     info = dict(run.info, wall_time_s=round(wall, 1), finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -258,11 +338,25 @@ def finish_run(run: RunInfo, metrics: dict, report: str, claims: list[dict]) -> 
     return safe
 
 
+def _segments_markdown(segments: list) -> str:
+    if len(segments) < 2:
+        return ""
+    rows = [f"| {i + 1} | {(s.get('commit') or 'unknown')[:10]} | {s.get('code_hash')} | {s.get('started_utc')} | "
+            f"{'—' if s.get('seconds') is None else s['seconds']} | {'yes' if s.get('finished') else 'no'} |"
+            for i, s in enumerate(segments)]
+    return ("\n\n## Segments\n\nThis run was made by several processes in one workdir, each resuming what the "
+            "earlier ones stored (wall seconds of a segment that stopped early are unknown):\n\n"
+            "| segment | commit | code hash | started (UTC) | seconds | finished |\n|---|---|---|---|---|---|\n"
+            + "\n".join(rows) + "\n")
+
+
 def keyed_dir(workdir: str, name: str, key: Any) -> str:
-    """A cache or resume directory ``workdir/<name>-<hash of key>``; writes ``key.json`` inside.
+    """A cache or resume directory ``workdir/<name>-<hash of key>``; writes ``key.json`` and ``code.json`` inside.
 
     Everything that determines the directory's content must be in ``key`` (config fields, data, seeds), so a
-    run with another config never finds, and never reports, the old results.
+    run with another config never finds, and never reports, the old results. ``code.json`` records the code that
+    fills the directory (:func:`code_fingerprint`, commit, uncommitted files); a directory with content written by
+    other code is refused (:class:`ResumeAcrossCodeError`) unless :func:`allow_resume_across_code` was called.
     """
     digest = stable_hash(key)[:16]
     path = os.path.join(workdir, f"{name}-{digest}")
@@ -270,6 +364,27 @@ def keyed_dir(workdir: str, name: str, key: Any) -> str:
     key_file = os.path.join(path, "key.json")
     if not os.path.exists(key_file):
         atomic_write_json(key_file, json.loads(json.dumps(key, sort_keys=True, default=str)))
+    code_file = os.path.join(path, "code.json")
+    here = code_fingerprint()
+    written = None
+    if os.path.exists(code_file):
+        with open(code_file) as f:
+            written = json.load(f)
+    has_content = any(n not in ("key.json", "code.json") for n in os.listdir(path))
+    if has_content and (written is None or written.get("code_hash") != here) and not _ALLOW_ACROSS_CODE[0]:
+        by = "code of unknown version (no code.json)" if written is None else (
+            f"code {written.get('code_hash')} (commit {written.get('commit')})")
+        raise ResumeAcrossCodeError(
+            f"{path} was written by {by}, not by the code running now ({here}): its content may differ from what "
+            "this code computes. Delete it to recompute, or resume anyway with --allow_resume_across_code (the "
+            "run's segments then record which code made which part).")
+    if written is None or written.get("code_hash") != here:
+        commit = (_git("rev-parse", "HEAD") or "").strip() or os.environ.get("RECON_JAX_GIT_COMMIT") or None
+        status = _git("status", "--porcelain", "--untracked-files=no")
+        atomic_write_json(code_file, {"code_hash": here, "commit": commit,
+                                      "dirty_files": None if status is None else _dirty_files(status),
+                                      "resumed_from": written,
+                                      "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     return path
 
 

@@ -103,3 +103,50 @@ def test_dirty_files_keep_the_first_path_whole_and_skip_results():
     status = " M results/tygert_hcr/default/report.md\n M recon_jax/io.py\nM  experiments/common.py\n"
     assert evidence._dirty_files(status) == ["recon_jax/io.py", "experiments/common.py"]
     assert evidence._dirty_files("") == []
+
+
+def test_resume_across_a_code_change_is_refused_unless_asked(tmp_path, monkeypatch):
+    d = keyed_dir(str(tmp_path), "models", {"a": 1})
+    with open(os.path.join(d, "chunk.npy"), "wb") as f:
+        f.write(b"stored by the first code")
+    written = json.loads(open(os.path.join(d, "code.json")).read())
+    assert written["code_hash"] == evidence.code_fingerprint()
+    assert keyed_dir(str(tmp_path), "models", {"a": 1}) == d  # same code: resumes
+    monkeypatch.setattr(evidence, "_FINGERPRINT", ["0123456789abcdef"])  # the code changed
+    with pytest.raises(evidence.ResumeAcrossCodeError, match="allow_resume_across_code"):
+        keyed_dir(str(tmp_path), "models", {"a": 1})
+    # An empty directory (a run stopped before storing anything) is simply taken over.
+    e = keyed_dir(str(tmp_path), "empty", {"b": 2})
+    monkeypatch.setattr(evidence, "_FINGERPRINT", ["fedcba9876543210"])
+    assert keyed_dir(str(tmp_path), "empty", {"b": 2}) == e
+    monkeypatch.setattr(evidence, "_ALLOW_ACROSS_CODE", [True])
+    assert keyed_dir(str(tmp_path), "models", {"a": 1}) == d
+    again = json.loads(open(os.path.join(d, "code.json")).read())
+    assert again["code_hash"] == "fedcba9876543210" and again["resumed_from"]["code_hash"] == written["code_hash"]
+
+
+def test_code_fingerprint_follows_the_source(tmp_path, monkeypatch):
+    src = tmp_path / "pkg"
+    src.mkdir()
+    (src / "a.py").write_text("x = 1\n")
+    monkeypatch.setattr(evidence, "_source_files", lambda: [str(src / "a.py")])
+    monkeypatch.setattr(evidence, "_FINGERPRINT", [])
+    first = evidence.code_fingerprint()
+    (src / "a.py").write_text("x = 2\n")
+    monkeypatch.setattr(evidence, "_FINGERPRINT", [])
+    assert evidence.code_fingerprint() != first
+
+
+def test_segments_are_listed_in_metrics_and_report(tmp_path, monkeypatch):
+    run = start_run(str(tmp_path), {"x": 1})
+    first = finish_run(run, {"m": 1.0}, "# r\n", [claim("c", True, "d")])
+    assert len(first["segments"]) == 1 and first["segments"][0]["finished"]
+    assert "## Segments" not in open(os.path.join(tmp_path, "report.md")).read()
+    start_run(str(tmp_path), {"x": 1})  # a segment that stops early (no finish_run)
+    monkeypatch.setattr(evidence, "_FINGERPRINT", ["0123456789abcdef"])
+    run = start_run(str(tmp_path), {"x": 1})
+    last = finish_run(run, {"m": 1.0}, "# r\n", [claim("c", True, "d")])
+    assert [s["finished"] for s in last["segments"]] == [True, False, True]
+    assert last["segments"][1]["seconds"] is None and last["segments"][2]["code_hash"] == "0123456789abcdef"
+    report = open(os.path.join(tmp_path, "report.md")).read()
+    assert "## Segments" in report and "0123456789abcdef" in report
