@@ -88,3 +88,153 @@ def test_invalid_arguments(kwargs, match):
         audit.empirical_epsilon(np.array([np.nan, 0.0]), np.zeros(2), 1e-5)
     with pytest.raises(ValueError, match="successes"):
         audit.clopper_pearson(5, 4)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Gaussian-DP reading of the multi-run audit (Nasr et al. 2023) and the exact GDP conversion.
+
+
+def test_gdp_delta_matches_the_direct_formula():
+    mu = np.array([0.1, 0.5, 1.0, 2.0, 4.0])[:, None]
+    eps = np.array([0.0, 0.3, 1.0, 3.0, 8.0])[None, :]
+    ref = stats.norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2)
+    # Log-space evaluation against the linear formula (no overflow at these eps); the linear one loses absolute
+    # precision to cancellation, ~1e-16 times its terms (at most e^8 ~ 3e3).
+    np.testing.assert_allclose(audit.gdp_delta(mu, eps), ref, rtol=1e-9, atol=1e-12)
+    assert float(audit.gdp_delta(0.0, 1.0)) == 0.0
+
+
+@pytest.mark.parametrize("mu", [0.05, 0.3, 0.625, 1.0, 2.0, 4.0, 8.0])
+@pytest.mark.parametrize("delta", [1e-6, 1e-5, 1e-3])
+def test_gdp_epsilon_matches_independent_root_finds(mu, delta):
+    got = float(audit.gdp_epsilon(mu, delta))
+    # SciPy brentq on the linear formula (xtol 2e-12 by default): the two roots agree to ~1e-10.
+    assert got == pytest.approx(_gdp_eps(mu, delta) if delta < audit.gdp_delta(mu, 0.0) else 0.0, abs=1e-9)
+    # dp_accounting's analytic Gaussian mechanism (Balle & Wang 2018), sensitivity 1, sigma = 1 / mu, tol 1e-12.
+    import dp_accounting
+
+    assert got == pytest.approx(dp_accounting.get_epsilon_gaussian(1.0 / mu, delta), abs=1e-8)
+
+
+def test_gdp_epsilon_edges_and_broadcasting():
+    assert float(audit.gdp_epsilon(0.0, 1e-5)) == 0.0
+    # delta at or above delta(0) = 2 Phi(mu / 2) - 1 needs no epsilon.
+    assert float(audit.gdp_epsilon(1.0, 0.4)) == 0.0 and float(audit.gdp_epsilon(1.0, 0.38)) > 0.0
+    got = audit.gdp_epsilon([[0.5], [2.0]], [1e-5, 1e-3])
+    assert got.shape == (2, 2)
+    for i, mu in enumerate((0.5, 2.0)):
+        for j, delta in enumerate((1e-5, 1e-3)):
+            assert got[i, j] == pytest.approx(_gdp_eps(mu, delta), abs=1e-9)  # brentq tolerance, as above
+
+
+# jax_privacy 2.0.0 (pip install jax-privacy into a separate venv, with dp_accounting 0.6.0 and SciPy 1.17.1),
+# jax_privacy.auditing.CanaryScoreAuditor(np.ones(n), np.zeros(n)).epsilon_from_gdp(significance, delta,
+# eps_tol=1e-10): the auditor has 3 thresholds, so its Bonferroni correction is over 2 * 3 tests and its mu is
+# that of the perfectly separating threshold, -2 Phi^{-1}(CP_upper(0, n, significance / 6)), with the one-sided
+# Clopper-Pearson bound 1 - (significance / 6)^(1 / n). Its GDP -> eps conversion is its own (log-space brentq).
+_JAX_PRIVACY_EPSILON_FROM_GDP = [  # (n, significance, delta, eps)
+    (50, 0.05, 1e-5, 14.326171275079298),
+    (200, 0.05, 1e-6, 26.07112735797857),
+    (1000, 0.1, 1e-5, 35.82002231757498),
+]
+
+
+@pytest.mark.parametrize("n,significance,delta,ref", _JAX_PRIVACY_EPSILON_FROM_GDP)
+def test_gdp_epsilon_matches_jax_privacy(n, significance, delta, ref):
+    from scipy import special
+
+    mu = -2.0 * special.ndtri(1.0 - (significance / 6.0) ** (1.0 / n))
+    # Both are root-finds of the same equation to ~1e-10 (their eps_tol); observed agreement 1e-13.
+    assert float(audit.gdp_epsilon(mu, delta)) == pytest.approx(ref, abs=1e-8)
+
+
+def _nct_lower_by_quadrature(s1, s0, confidence):
+    """Independent lower bound: the noncentral-t CDF by quadrature over the chi-square, then brentq."""
+    from scipy import integrate
+
+    n1, n0 = s1.size, s0.size
+    df = n1 + n0 - 2
+    sp = np.sqrt(((n1 - 1) * s1.var(ddof=1) + (n0 - 1) * s0.var(ddof=1)) / df)
+    scale = np.sqrt(1 / n1 + 1 / n0)
+    t = (s1.mean() - s0.mean()) / (sp * scale)
+    lo_v, hi_v = stats.chi2.ppf([1e-14, 1 - 1e-14], df)
+
+    def cdf(lam):  # P[Z + lam <= t sqrt(V / df)] = E_V[Phi(t sqrt(V / df) - lam)], V ~ chi2(df)
+        f = lambda v: stats.norm.cdf(t * np.sqrt(v / df) - lam) * stats.chi2.pdf(v, df)  # noqa: E731
+        return integrate.quad(f, lo_v, hi_v, epsabs=1e-13, epsrel=1e-12, limit=400)[0]
+
+    lam = optimize.brentq(lambda x: cdf(x) - confidence, t - 10, t + 10, xtol=1e-12)
+    return lam * scale
+
+
+@pytest.mark.parametrize("mu,n1,n0", [(1.0, 200, 200), (0.8, 50, 80), (0.1, 30, 30)])
+def test_gdp_mu_lower_bound_matches_quadrature(mu, n1, n0):
+    rng = np.random.default_rng(7)
+    s1, s0 = rng.normal(mu, 1.0, n1), rng.normal(0.0, 1.0, n0)
+    lo, hat = audit.gdp_mu_lower_bound(s1, s0, confidence=0.9)
+    # SciPy's nct CDF (Boost) against quadrature: both ~1e-10 in the CDF; the bound moves by less than 1e-7.
+    assert lo == pytest.approx(max(_nct_lower_by_quadrature(s1, s0, 0.9), 0.0), abs=1e-7)  # clipped at mu >= 0
+    sp = np.sqrt(((n1 - 1) * s1.var(ddof=1) + (n0 - 1) * s0.var(ddof=1)) / (n1 + n0 - 2))
+    assert hat == pytest.approx((s1.mean() - s0.mean()) / sp, rel=1e-12)  # Cohen's d; rounding only
+
+
+def test_gdp_mu_lower_bound_coverage_on_exact_gaussian_runs():
+    """N(0, 1) vs N(mu, 1): the noncentral-t bound has exact coverage; the threshold bound is conservative."""
+    mu, n, trials, confidence = 1.0, 200, 400, 0.95
+    miss_gauss = miss_thr = 0
+    for seed in range(trials):
+        rng = np.random.default_rng(seed)
+        s1, s0 = rng.normal(mu, 1.0, n), rng.normal(0.0, 1.0, n)
+        miss_gauss += audit.gdp_mu_lower_bound(s1, s0, confidence=confidence)[0] > mu
+        miss_thr += audit.gdp_mu_lower_bound(s1, s0, confidence=confidence, method="threshold")[0] > mu
+    # Misses ~ Binomial(400, 0.05) for an exact bound: accept the central 99.9% (Monte Carlo error only).
+    lo, hi = stats.binom.ppf(0.0005, trials, 1 - confidence), stats.binom.isf(0.0005, trials, 1 - confidence)
+    assert lo <= miss_gauss <= hi, miss_gauss
+    assert miss_thr <= hi, miss_thr  # valid whatever the score distributions: at most the nominal rate
+
+
+def test_gdp_audit_is_close_with_many_runs_and_beats_the_rigorous_ceiling():
+    delta = 1e-5
+    for seed in range(8):
+        rng = np.random.default_rng(100 + seed)
+        a = audit.gaussian_dp_audit(rng.normal(1.0, 1.0, 1000), rng.normal(0.0, 1.0, 1000), delta)
+        # Standard error of Cohen's d at 1,000 runs per world is ~0.045: the bound sits ~0.075 below mu-hat
+        # (that it stays below mu 95% of the time is the coverage test's job).
+        assert 0.8 <= a.mu_lower < a.mu_hat, (seed, a)
+        assert a.eps_lower == pytest.approx(_gdp_eps(a.mu_lower, delta), abs=1e-9)  # brentq tolerance
+        assert a.eps_rigorous <= a.eps_rigorous_ceiling
+    # At mu = 2 (eps = 10.0) the rigorous audit is capped near 4.9 with 1,000 runs per world; the GDP reading is not.
+    rng = np.random.default_rng(3)
+    a = audit.gaussian_dp_audit(rng.normal(2.0, 1.0, 1000), rng.normal(0.0, 1.0, 1000), delta)
+    assert a.eps_rigorous <= a.eps_rigorous_ceiling < 5.0 < 0.85 * _gdp_eps(2.0, delta) <= a.eps_lower
+    assert a.eps_lower <= _gdp_eps(2.0, delta)
+
+
+def test_empirical_epsilon_ceiling_is_the_perfect_separation():
+    delta = 1e-5
+    for n1, n0 in ((100, 100), (1000, 600)):
+        ceiling = audit.empirical_epsilon_ceiling(n1, n0, delta)
+        perfect = audit.empirical_epsilon(np.arange(n1) + 1e6, np.arange(n0), delta)
+        assert perfect.eps_lower == pytest.approx(ceiling, rel=1e-12)  # the same arithmetic
+        # Closed form: a one-sided CP bound on 0 errors out of e runs at level 0.975 is 1 - 0.025^(1 / e).
+        u1, u0 = 1 - 0.025 ** (1 / (n1 - n1 // 2)), 1 - 0.025 ** (1 / (n0 - n0 // 2))
+        ref = max(np.log((1 - delta - u0) / u1), np.log((1 - delta - u1) / u0))
+        assert ceiling == pytest.approx(ref, rel=1e-9)  # beta.ppf root-finding against the closed form
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: audit.gdp_epsilon(1.0, 0.0), "delta"),
+    (lambda: audit.gdp_epsilon(-1.0, 1e-5), "mu"),
+    (lambda: audit.gdp_delta(1.0, -0.1), "eps"),
+    (lambda: audit.gdp_mu_lower_bound(np.ones(5), np.zeros(5)), "zero variance"),
+    (lambda: audit.gdp_mu_lower_bound(np.zeros(5), np.zeros(5), method="auc"), "method"),
+    (lambda: audit.gdp_mu_lower_bound(np.zeros(1), np.zeros(5)), "at least 2"),
+    (lambda: audit.gdp_mu_lower_bound(np.array([0.0, np.inf]), np.zeros(5)), "finite"),
+    (lambda: audit.gdp_mu_lower_bound(np.arange(5.0), np.zeros(5), confidence=1.0), "confidence"),
+    (lambda: audit.gaussian_dp_audit(np.arange(5.0), np.arange(5.0), 0.0), "delta"),
+    (lambda: audit.empirical_epsilon_ceiling(1, 10, 1e-5), "num_with"),
+    (lambda: audit.empirical_epsilon_ceiling(10, 10, 1e-5, calibration_fraction=1.0), "calibration_fraction"),
+])
+def test_gdp_invalid_arguments(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
