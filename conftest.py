@@ -7,6 +7,8 @@
 - ``x64`` fixture: float64 for the duration of one test (``jax.enable_x64``).
 - ``key`` fixture: a seeded typed PRNG key.
 - ``--runslow`` runs tests marked ``slow``; ``accelerator`` tests are skipped without a GPU/TPU.
+- ``--emulate-matmul-precision=tensorfloat32|bfloat16`` runs everything with float32 products rounded as a GPU or a
+  TPU rounds them at default precision (:mod:`recon_jax.testing`): a CPU check of what depends on the precision.
 - The most expensive test files are collected first (``make test`` runs xdist with ``--dist loadfile
   --no-loadscope-reorder``), so the run does not end on one long file while the other worker idles.
 """
@@ -39,6 +41,43 @@ except ImportError:  # pragma: no cover
 
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
+    parser.addoption("--emulate-matmul-precision", choices=("tensorfloat32", "bfloat16"), default=None,
+                     help="round the operands of float32 products below Precision.HIGHEST like a GPU (TF32) or a "
+                          "TPU (bfloat16) at default precision, for the whole run (recon_jax.testing)")
+    parser.addoption("--emulate-exact-matrix-vector", action="store_true", default=False,
+                     help="with --emulate-matmul-precision: leave matrix-vector products exact, as XLA on a GPU does")
+    parser.addoption("--emulated-products-log", default=None, metavar="PATH",
+                     help="with --emulate-matmul-precision: write the library call sites of the rounded products")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _emulated_matmul_precision(request):
+    """``--emulate-matmul-precision``: the whole run as on a backend that rounds float32 products (an audit on a
+    CPU of what depends on the matmul precision; tests that emulate it themselves skip)."""
+    fmt = request.config.getoption("--emulate-matmul-precision")
+    if fmt is None:
+        yield
+        return
+    from recon_jax.testing import emulate_matmul_precision
+
+    record = []
+    exact_mv = request.config.getoption("--emulate-exact-matrix-vector")
+    with emulate_matmul_precision(fmt, exact_matrix_vector=exact_mv, record=record):
+        yield
+    path = request.config.getoption("--emulated-products-log")
+    if path:
+        with open(path, "w") as f:
+            f.writelines(f"{name} {site}\n" for name, site in sorted({(r[0], r[2]) for r in record}))
+
+
+@pytest.fixture
+def own_precision_emulation():
+    """For tests that enter ``recon_jax.testing.emulate_matmul_precision`` themselves: skipped when the whole run
+    emulates it already (``--emulate-matmul-precision``; the contexts do not nest)."""
+    from recon_jax.testing import active
+
+    if active():
+        pytest.skip("the run emulates reduced precision throughout (--emulate-matmul-precision)")
 
 
 # Test files by cost on a 2-core CI machine, most expensive first (measured for the older files; the files added in

@@ -325,3 +325,22 @@ def test_log_expm1_invalid_inputs():
     out = jax.jit(log_expm1)(jnp.array([-1.0, jnp.nan, 2.0]))
     assert np.isnan(out[0]) and np.isnan(out[1]) and np.isfinite(out[2])
     assert np.isnan(float(log_expm1(-1.0, validate=False)))
+
+
+def test_float32_does_not_depend_on_the_matmul_precision(own_precision_emulation):
+    """The Debye branch (nu >= 50) sums its polynomial with a product; it runs at full precision, so float32 values
+    are bitwise the same where a backend rounds products (TF32 / bfloat16, emulated), and the emulation would
+    have moved an unpinned product of the same operands (the check can fail)."""
+    from recon_jax import testing
+
+    nu = jnp.asarray([50.0, 60.5, 200.0, 6849.0, 1e6], jnp.float32)
+    x = jnp.asarray([0.3, 45.0, 300.0, 3000.0, 1.5e4], jnp.float32)
+    f = jax.jit(log_iv)
+    exact = np.asarray(f(nu, x))
+    powers = (1.0 / nu)[:, None] ** jnp.arange(1, 4, dtype=jnp.float32)
+    coeffs = jnp.asarray([[0.125, -0.2083333], [0.0703125, -0.4010417], [0.0732422, -0.8912109]], jnp.float32)
+    unpinned = np.asarray(jax.jit(jnp.matmul)(powers, coeffs))
+    for fmt in testing.FORMATS:
+        with testing.emulate_matmul_precision(fmt):
+            np.testing.assert_array_equal(np.asarray(f(nu, x)), exact)
+            assert not np.array_equal(np.asarray(jax.jit(jnp.matmul)(powers, coeffs)), unpinned)

@@ -62,12 +62,15 @@ def linear_layer_observations(
     w = jnp.zeros_like(x)  # [B, N]: the adversary's weights (any value: the loss is linear in W)
 
     def example_loss(w, xb, b):
-        return jnp.vdot(w[b], xb)  # L(W, X_b) = W_b^T X_b
+        # L(W, X_b) = W_b^T X_b; at full float32 precision, so that its gradient is X_b itself on every backend
+        # (at default precision a GPU's TF32 or a TPU's bfloat16 product would hand back a rounded X_b).
+        return jnp.vdot(w[b], xb, precision=jax.lax.Precision.HIGHEST)
 
     per_example = jax.vmap(jax.grad(example_loss), in_axes=(None, 0, 0))(w, x, jnp.arange(batch))  # [B, B, N]
     norms = jnp.sqrt(jnp.sum(per_example**2, axis=(1, 2)))
     factors = 1.0 / jnp.maximum(1.0, norms / clip_norm)  # beta_b of Ziller et al.
-    clipped_sum = jnp.einsum("b,bkn->kn", factors, per_example).reshape(-1)
+    # Full float32 on every backend: a TF32 or bfloat16 product could lengthen a clipped block beyond C.
+    clipped_sum = jnp.einsum("b,bkn->kn", factors, per_example, precision=jax.lax.Precision.HIGHEST).reshape(-1)
 
     def release(t):
         return mechanism.privatize(jax.random.fold_in(key, t), clipped_sum, clip_norm, batch)

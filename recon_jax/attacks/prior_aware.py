@@ -50,7 +50,7 @@ from jax.flatten_util import ravel_pytree
 
 from recon_jax.models.adapters import ModelFns
 from recon_jax.models.losses import softmax_cross_entropy
-from recon_jax.training.dp import clip_gradients, per_example_gradients
+from recon_jax.training.dp import clip_gradients, per_example_gradients, weighted_row_sum
 from recon_jax.training.ghost import dense_call_gradients, ghost_clipped_sum, ghost_squared_norms, ghost_supported
 
 __all__ = [
@@ -165,7 +165,7 @@ def _ghost_candidate_terms(tap, params, x, y, trees, clip_norm, loss_fn):
             ar = jnp.einsum("bti,io->bto", a3, _get(tree, kernel_path).astype(dtype), precision=hi)
             dots[i] = dots[i] + jnp.einsum("bto,bto->b", ar, d3, precision=hi)
             if bias_path is not None:
-                dots[i] = dots[i] + jnp.sum(d3, axis=1) @ _get(tree, bias_path).astype(dtype)
+                dots[i] = dots[i] + jnp.matmul(jnp.sum(d3, axis=1), _get(tree, bias_path).astype(dtype), precision=hi)
     factor = jnp.minimum(1.0, clip_norm / jnp.maximum(jnp.sqrt(sq), jnp.finfo(dtype).tiny))
     return [factor * dt for dt in dots], factor * factor * sq
 
@@ -200,7 +200,7 @@ def _make_trial(model_fns: ModelFns, optimizer, clip_norm: float, steps: int, us
                 g = _flat_clipped_grads(model_fns, params, jnp.concatenate([fixed_x, cand_x]),
                                         jnp.concatenate([fixed_y, cand_y]), clip_norm, loss_fn)
                 cand = g[n:]  # [k, P]
-                base = jnp.sum(g[:n], axis=0) if w_fixed is None else w_fixed @ g[:n]
+                base = jnp.sum(g[:n], axis=0) if w_fixed is None else weighted_row_sum(w_fixed, g[:n])
                 target_grad = cand[target_index]
             observed = (base + (include * b_target) * target_grad
                         + noise_std * jax.random.normal(k_noise, base.shape, base.dtype))

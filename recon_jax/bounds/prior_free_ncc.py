@@ -233,7 +233,7 @@ def _ncc_rows(x: jax.Array, x_hat: jax.Array) -> jax.Array:
     """Pearson correlation (Ziller et al., Eq. 68) of ``x`` [N] with each row of ``x_hat`` [S, N]."""
     xc = x - jnp.mean(x)
     hc = x_hat - jnp.mean(x_hat, axis=-1, keepdims=True)
-    num = hc @ xc
+    num = jnp.matmul(hc, xc, precision=jax.lax.Precision.HIGHEST)  # full float32 on every backend (no TF32)
     den = jnp.sqrt(jnp.sum(jnp.square(hc), axis=-1) * jnp.sum(jnp.square(xc)))
     return num / den
 

@@ -184,7 +184,7 @@ def _sample_vmf(key, mu, kappa, shape):
     k_w, k_v = jax.random.split(key)
     w, sin_w = _sample_cosine(k_w, kappa, dim, shape, jnp.dtype(dtype))
     z = jax.random.normal(k_v, tuple(shape) + (dim,), dtype)
-    v = z - (z @ mu)[..., None] * mu
+    v = z - jnp.matmul(z, mu, precision=jax.lax.Precision.HIGHEST)[..., None] * mu  # exact float32 projection
     v = v / jnp.linalg.norm(v, axis=-1, keepdims=True)
     return w[..., None] * mu + sin_w[..., None] * v
 

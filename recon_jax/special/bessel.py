@@ -82,7 +82,8 @@ def _log_ive_debye(nu: jax.Array, x: jax.Array) -> jax.Array:
     d_pow = jnp.arange(coeffs.shape[1], dtype=p.dtype)
     inv_nu_powers = (1.0 / nu)[..., None] ** k_pow
     p_powers = p[..., None] ** d_pow
-    corr = jnp.sum((inv_nu_powers @ coeffs) * p_powers, axis=-1)
+    # Full float32 on every backend: at default precision a GPU would round the coefficients to TF32.
+    corr = jnp.sum(jnp.matmul(inv_nu_powers, coeffs, precision=jax.lax.Precision.HIGHEST) * p_powers, axis=-1)
     return nu_eta_minus_x - 0.5 * jnp.log(2.0 * jnp.pi * r) + jnp.log1p(corr)
 
 

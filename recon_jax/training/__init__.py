@@ -12,7 +12,8 @@
   Gram matrix (cheaper per step when many models share the fixed set; :mod:`recon_jax.training.gram`).
 - :func:`train_classifier`: ordinary minibatch Adam(W) training of a flax classifier (evaluation networks).
 - :func:`per_example_gradients`, :func:`clip_gradients`, :func:`clipped_gradient_sum`,
-  :func:`privatized_loss_and_gradient` (the one DP gradient, used by the step) and :func:`privatized_gradient`:
+  :func:`privatized_loss_and_gradient` (the one DP gradient, used by the step), :func:`privatized_gradient`
+  and :func:`weighted_row_sum` (the full-precision sum of clipped rows):
   DP-SGD building blocks (a noise ``mechanism`` from :mod:`recon_jax.mechanisms`).
 """
 
@@ -27,6 +28,7 @@ from recon_jax.training.dp import (
     privatized_gradient,
     privatized_loss_and_gradient,
     use_ghost_clipping,
+    weighted_row_sum,
 )
 from recon_jax.training.keys import epoch_shuffle_key, init_key, noise_key, noise_stream, shuffle_stream
 from recon_jax.models.losses import softmax_cross_entropy
@@ -48,6 +50,7 @@ __all__ = [
     "privatized_loss_and_gradient",
     "privatized_gradient",
     "use_ghost_clipping",
+    "weighted_row_sum",
     "init_key",
     "shuffle_stream",
     "epoch_shuffle_key",

@@ -20,6 +20,40 @@ applies (:func:`use_ghost_clipping`). Both give the same result up to rounding.
 The DP gradient is implemented once, in :func:`privatized_loss_and_gradient` (on top of
 :func:`clipped_gradient_sum`): the training step (:func:`recon_jax.training.make_train_step`, scanned by
 :func:`recon_jax.training.train`) and :func:`privatized_gradient` both call it.
+
+The clipping bound at any matmul precision. The mechanism's sensitivity is C, so each example's term of the clipped
+sum must have norm at most C whatever ``jax.default_matmul_precision`` is. At JAX's default a GPU rounds the
+operands of float32 matrix products to TF32 (relative error up to ``2^-11``) and a TPU to bfloat16 (``2^-8``), and
+rounding the entries of a clipped vector can lengthen it by that much (before the sums below were pinned, terms
+exceeded C by up to 4e-4 on the ghost path and 8e-5 on the vmap path with TF32 products emulated, by up to 2e-3
+and 6e-4 with bfloat16). The bound is structural:
+
+1. The norm that sets an example's clip factor is the norm of the very float32 vectors that are then summed,
+   computed with elementwise squares and reductions (no matrix product) or with products at
+   ``Precision.HIGHEST``: on the ``vmap`` path ``||g_i||`` (or each layer block's norm) of the materialised row
+   (:func:`clip_gradients`); on the ghost path ``||a_i||^2 ||delta_i||^2 + ||delta_i||^2`` of the layer inputs
+   and output gradients that the summing product then uses (:func:`~recon_jax.training.ghost.ghost_squared_norms`).
+   The forward and backward passes run at the backend's default precision; that changes g_i, which is still a
+   function of example i and the parameters alone, but not that the vector whose norm is clipped is the vector
+   that is summed.
+2. The clipped terms are summed by products at ``Precision.HIGHEST`` (:func:`weighted_row_sum`; the ghost kernel
+   product ``delta^T diag(c w) a``), where each entry of a term is formed with one float32 rounding
+   (``fl(w_i c_i g_ij)``, ``fl(fl(w_i c_i delta_io) a_ij)``): relative error at most ``u = 2^-24`` per entry, so
+   the summing product cannot lengthen a term by more than a factor ``1 + u``, on any backend.
+3. So a term's norm is at most ``|w_i| C sqrt(s / s_hat) (1 + 5u)`` (to first order: the square root, the division
+   and three products each round once), with ``s`` the exact squared norm of the float32 vectors and ``s_hat`` its
+   float32 computation: ``|s_hat / s - 1| <= n u`` for a sum of n squares in the worst case, a few u in practice
+   (tests/training/test_dp_precision.py checks ``C (1 + 1e-6)`` on every path with TF32 and bfloat16 products
+   emulated). For ghost clipping of inputs with extra axes (T rows per example) the
+   norm ``sum_{t,s} (a_t . a_s)(delta_t . delta_s)`` can cancel, which multiplies that error by the cancellation
+   ratio, as in any float32 evaluation of the norm of a sum of outer products; still not by the matmul precision.
+
+Outside the bound, and the same at every precision as in any floating-point DP-SGD: the float32 accumulation of the
+B terms into one sum, and the noise (``sigma C`` times elementwise normals; the VMF sampler's one product, its
+tangent projection, is at ``HIGHEST``). ``HIGHEST`` is float32 on a GPU and 6-pass bfloat16 (float32 accuracy) on a
+TPU; on a CPU every float32 product is already full precision, so the pins leave CPU results bitwise unchanged.
+The prior-aware game (:mod:`recon_jax.attacks.prior_aware`) and the linear-layer attack's DP step
+(:mod:`recon_jax.attacks.linear_layer`) form their clipped sums the same way.
 """
 
 from __future__ import annotations
@@ -46,6 +80,7 @@ __all__ = [
     "clip_gradients",
     "use_ghost_clipping",
     "clipped_gradient_sum",
+    "weighted_row_sum",
     "privatized_loss_and_gradient",
     "privatized_gradient",
 ]
@@ -124,6 +159,20 @@ def clip_gradients(grads: jax.Array, clip_norm: float, clipping: str = "flat",
     return grads * jnp.take(factor, ids, axis=-1)
 
 
+def weighted_row_sum(weights: jax.Array, rows: jax.Array) -> jax.Array:
+    """``sum_i w_i rows[i]`` (``[B] x [B, ...] -> [...]``) as a full-float32 product on every backend.
+
+    The sum of clipped per-example gradients goes through here: at ``Precision.HIGHEST`` each term is
+    ``fl(w_i g_i)``, one rounding per entry, so a term of norm at most C stays at most ``|w_i| C (1 + 2^-24)``.
+    At default precision a GPU would first round ``g_i`` to TF32 (a TPU to bfloat16), which can lengthen a
+    clipped term by up to ``2^-11`` (``2^-8``) relative (module docstring).
+
+    >>> weighted_row_sum(jnp.array([1.0, 0.0, 2.0]), jnp.array([[1.0, 2.0], [5.0, 5.0], [0.5, 0.25]])).tolist()
+    [2.0, 2.5]
+    """
+    return jnp.matmul(jnp.asarray(weights), rows, precision=jax.lax.Precision.HIGHEST)
+
+
 def use_ghost_clipping(model_fns: ModelFns, params, x: jax.Array, per_example: str = "auto",
                        clipping: str = "flat") -> bool:
     """Whether the clipped sum takes the ghost-clipping path (:mod:`recon_jax.training.ghost`) for this model.
@@ -181,7 +230,7 @@ def _clipped_sum(model_fns, params, x, y, weights, *, clip_norm, clipping, ghost
     if ghost:
         v, tree, _ = ghost_clipped_sum(model_fns.tap, params, x, y, clip_norm, weights, loss_fn, per_model_batches,
                                        input_sq_norms)
-        return (jnp.sum(v) if weights is None else weights @ v), ravel_pytree(tree)[0]
+        return (jnp.sum(v) if weights is None else weighted_row_sum(weights, v)), ravel_pytree(tree)[0]
     layout = layout_of(params) if clipping == "per_layer" else None
     b, m = x.shape[0], microbatch_size
     if m is None or m >= b:
@@ -189,7 +238,7 @@ def _clipped_sum(model_fns, params, x, y, weights, *, clip_norm, clipping, ghost
         if weights is None:
             return jnp.sum(v), jnp.sum(g, axis=0)
         w = jnp.asarray(weights, g.dtype)
-        return w @ v, w @ g
+        return weighted_row_sum(w, v), weighted_row_sum(w, g)
     # Microbatches of m examples in a scan (the last one padded with weight-0 rows): memory O(m P), not O(B P).
     flat = jax.eval_shape(lambda p: ravel_pytree(p)[0], params)
     w = jnp.ones((b,), flat.dtype) if weights is None else jnp.asarray(weights, flat.dtype)
@@ -202,7 +251,7 @@ def _clipped_sum(model_fns, params, x, y, weights, *, clip_norm, clipping, ghost
     def body(carry, mb):
         acc, lacc = carry
         v, g = _losses_and_clipped_gradients(model_fns, params, mb[0], mb[1], clip_norm, clipping, layout, loss_fn)
-        return (acc + mb[2] @ g, lacc + mb[2] @ v), None
+        return (acc + weighted_row_sum(mb[2], g), lacc + weighted_row_sum(mb[2], v)), None
 
     mbs = (xp.reshape((n_mb, m) + x.shape[1:]), yp.reshape((n_mb, m)), wp.reshape((n_mb, m)))
     carry0 = (jnp.zeros(flat.shape, flat.dtype), jnp.zeros((), flat.dtype))

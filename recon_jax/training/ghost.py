@@ -17,6 +17,16 @@ shared layers) fall back to ``vmap(grad)``; :func:`ghost_supported` tells which 
 The model's *tap* (:mod:`recon_jax.models.taps`, attached by :func:`recon_jax.models.from_flax` and
 :func:`~recon_jax.models.from_haiku`) gives each dense call's input and adds perturbations to its output, which is
 what the weighted outer products need.
+
+Precision. Ghost clipping never materialises ``g_i``; example i's term of the clipped sum is the outer product
+``fl(c_i w_i delta_i)^T a_i`` inside the product ``delta^T diag(c w) a``. Its norm is at most C (times ``1 + O(u)``,
+``u = 2^-24``) whatever the matmul precision, because (1) ``c_i`` comes from ``||a_i||^2 ||delta_i||^2 +
+||delta_i||^2`` computed from the same float32 ``a`` and ``delta`` arrays that enter the product, with elementwise
+squares and reductions (the ``[B, T, T]`` Gram products of inputs with extra axes at ``Precision.HIGHEST``), and (2)
+the summing product runs at ``Precision.HIGHEST``, so each entry of a term carries one float32 rounding instead of
+the TF32 (GPU) or bfloat16 (TPU) rounding of ``a_i`` and ``delta_i`` that default precision would add (up to
+``2^-11`` / ``2^-8`` relative, enough to lengthen a clipped term beyond C). The argument in full, with the other
+clipping paths: :mod:`recon_jax.training.dp`.
 """
 
 from __future__ import annotations
@@ -147,7 +157,9 @@ def ghost_squared_norms(calls, inputs, deltas, dtype, input_sq_norms=None) -> ja
             a_sq = jnp.sum(a3[:, 0] ** 2, -1) if a_sq is None else jnp.asarray(a_sq).astype(dtype)
             sq = sq + a_sq * jnp.sum(d3[:, 0] ** 2, -1)
         else:
-            sq = sq + jnp.einsum("bts,bts->b", jnp.einsum("bti,bsi->bts", a3, a3), jnp.einsum("bto,bso->bts", d3, d3))
+            hi = jax.lax.Precision.HIGHEST  # a norm that sets a clip factor: full float32 on every backend
+            sq = sq + jnp.einsum("bts,bts->b", jnp.einsum("bti,bsi->bts", a3, a3, precision=hi),
+                                 jnp.einsum("bto,bso->bts", d3, d3, precision=hi), precision=hi)
         if bias_path is not None:
             sq = sq + jnp.sum(jnp.sum(d3, axis=1) ** 2, -1)
     return sq
@@ -198,7 +210,9 @@ def ghost_clipped_sum(tap: Callable, params, x: jax.Array, y: jax.Array, clip_no
         # (dw^T a)^T rather than a^T dw: the contraction then transposes the small [B, out] operand, not the
         # [B, in] inputs (under vmap over models the latter was a full copy of every gathered batch per step).
         dw_t = jnp.swapaxes(dw.reshape((-1, dw.shape[-1])), 0, 1)  # [out, B T], small
-        g_t = jnp.matmul(dw_t, a3.reshape((-1, a3.shape[-1])).astype(dw_t.dtype))  # [out, in]
+        # Full float32 on every backend (module docstring: each example's term keeps norm <= C).
+        g_t = jnp.matmul(dw_t, a3.reshape((-1, a3.shape[-1])).astype(dw_t.dtype),
+                         precision=jax.lax.Precision.HIGHEST)  # [out, in]
         if per_model_batches:
             g_t = jax.lax.optimization_barrier(g_t)
         grads[kernel_path] = g_t.T.astype(leaves[kernel_path].dtype)

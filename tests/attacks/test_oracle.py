@@ -71,11 +71,14 @@ def test_classifier_kl_matches_scipy():
     from scipy.stats import entropy
 
     w = np.random.default_rng(3).normal(size=(16, 5)).astype(np.float32)
-    apply_fn = lambda x: x.reshape(x.shape[0], -1) @ w
+    # The classifier's product at full precision, so that it gives the logits the NumPy reference computes on every
+    # backend (at default precision a GPU rounds its operands to TF32: KL off by ~1e-3 relative).
+    apply_fn = lambda x: jnp.matmul(jnp.reshape(x, (x.shape[0], -1)), w, precision=jax.lax.Precision.HIGHEST)
     a = np.random.default_rng(4).uniform(size=(6, 4, 4)).astype(np.float32)
     b = np.random.default_rng(5).uniform(size=(6, 4, 4)).astype(np.float32)
     kl = oracle.classifier_kl(apply_fn, a, b)
-    ref = [entropy(softmax(apply_fn(a)[i]), softmax(apply_fn(b)[i])) for i in range(6)]
+    logits = lambda v: v.reshape(v.shape[0], -1).astype(np.float64) @ w  # NumPy, float64
+    ref = [entropy(softmax(logits(a)[i]), softmax(logits(b)[i])) for i in range(6)]
     np.testing.assert_allclose(kl, ref, rtol=1e-4, atol=1e-6)  # float32 log-softmax vs float64 SciPy
 
 

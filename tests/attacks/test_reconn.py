@@ -306,7 +306,10 @@ def test_fit_minmax_and_the_scaling_option():
     np.testing.assert_array_equal(s.mean, f.min(0))  # min and max are exact in any block order
     np.testing.assert_array_equal(s.scale, np.where(np.ptp(f, 0) > 0, np.ptp(f, 0), 1))
     z = np.asarray(reconn.standardize(s, f))
-    assert z.min() == 0.0 and z.max() == 1.0
+    # (f - min) / span: 0 exactly, and span / span = 1 exactly in IEEE division. XLA on a GPU divides float32 with
+    # PTX div.full (up to 1 ulp: span / span = 0.99999994 for about 16% of values, openxla/xla#37181), so 1 ulp there.
+    one_ulp = 0.0 if jax.default_backend() == "cpu" else 2.0**-23
+    assert z.min() == 0.0 and abs(z.max() - 1.0) <= one_ulp
     t = f[:, :2]
     fit = reconn.train_reconstructor(reconstructors.reconstructor_mlp((2,), (8,)), f[:64], t[:64], jax.random.key(0),
                                      epochs=1, batch_size=16, scaling="minmax", progress=False)

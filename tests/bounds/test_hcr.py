@@ -196,6 +196,37 @@ def _tanh_net(seed=0, d_in=(3, 2), d_hidden=9, d_out=10):
     return f, x0
 
 
+def test_float32_bounds_do_not_depend_on_the_matmul_precision(own_precision_emulation):
+    """HCR (Alg. 1 and the reference mode) and Cramer-Rao bounds in float32 are bitwise the same where a backend
+    rounds float32 products (emulated TF32): no product in them, the feature map's included, is left at default
+    precision (none is rounded, so the emulated format does not matter; bfloat16 would round the same products).
+    At default precision an H100 had moved the median HCR bound from 0.285 to 0.104 (7b5334f). The same feature
+    map outside the bounds does move under the emulation (the check can fail)."""
+    from recon_jax import testing
+
+    f, x0 = _tanh_net(seed=3)
+    x0 = x0.astype(jnp.float32)
+    xs = jnp.stack([x0, -x0])
+    key = jax.random.key(4)
+
+    def bounds():
+        return [np.asarray(b) for b in (
+            jax.jit(lambda x: hcr_bounds(f, x, 0.1, key, num_restarts=2, num_rounds=2, perturbation_size=1e-2))(x0),
+            jax.jit(lambda v: hcr_bounds_reference(f, v, 0.1, key, 2, 2, 1e-2))(xs),
+            cramer_rao_bounds(f, x0, 0.1))]
+
+    exact = bounds()
+    assert all(b.dtype == np.float32 and np.all(np.isfinite(b)) for b in exact)
+    features = np.asarray(jax.jit(f)(x0))
+    record = []
+    with testing.emulate_matmul_precision("tensorfloat32", record=record):
+        rounded = bounds()
+        assert not record  # no product inside the bounds is left to the default precision
+        assert not np.array_equal(np.asarray(jax.jit(f)(x0)), features)
+    for a, b in zip(rounded, exact):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_hcr_tends_to_cramer_rao_per_coordinate(x64):
     """Tygert eq. (18): with Delta = t (J^T J)^{-1} e_i and delta from an exact forward pass, the HCR bound
     for coordinate i tends to sigma^2 [(J^T J)^{-1}]_ii as t -> 0 (error O(t))."""

@@ -20,7 +20,12 @@ def _matrix(rng, m, n, cond):
 
 def _solve(a, b, **kw):
     a = jnp.asarray(a)
-    return lsqr(lambda v: a @ v, lambda u: a.T @ u, jnp.asarray(b), **kw)
+    # The operator's products at full precision: LSQR's own arithmetic is under test, and at default precision a
+    # backend that rounds float32 products (TF32, bfloat16) would apply a different, rounded operator (the float32
+    # test's solution moved by 2e-3 relative under TF32 emulation). Float64 products are exact everywhere anyway.
+    hi = jax.lax.Precision.HIGHEST
+    return lsqr(lambda v: jnp.matmul(a, v, precision=hi), lambda u: jnp.matmul(a.T, u, precision=hi), jnp.asarray(b),
+                **kw)
 
 
 @pytest.mark.parametrize(
@@ -80,7 +85,10 @@ def test_conlim_stop_matches_scipy(x64):
     ref = spla.lsqr(a, b, **kw)
     res = _solve(a, b, **kw)
     assert int(res.istop) == ref[1] == 3
-    assert int(res.itn) == ref[2]
+    # The condition estimate crosses conlim at SciPy's iteration or one off: which one depends on the summation
+    # order of the matvecs (summing each float64 product in two halves moves it from 10 to 9; a GPU's BLAS sums
+    # in its own order).
+    assert abs(int(res.itn) - ref[2]) <= 1
 
 
 def test_float32_usable():
@@ -102,7 +110,8 @@ def test_vmap_equals_loop_each_stops_on_its_own(x64):
     kw = dict(atol=1e-9, btol=1e-9, iter_lim=200)
 
     def one(a, b):
-        return lsqr(lambda v: a @ v, lambda u: a.T @ u, b, **kw)
+        hi = jax.lax.Precision.HIGHEST  # float64: exact everywhere; stated for symmetry with _solve
+        return lsqr(lambda v: jnp.matmul(a, v, precision=hi), lambda u: jnp.matmul(a.T, u, precision=hi), b, **kw)
 
     batched = jax.jit(jax.vmap(one))(jnp.asarray(mats), jnp.asarray(bs))
     single_fn = jax.jit(one)
@@ -112,7 +121,10 @@ def test_vmap_equals_loop_each_stops_on_its_own(x64):
         # Batched and single matvecs round differently; amplified by up to cond (see above).
         scale = np.max(np.abs(np.asarray(single.x)))
         np.testing.assert_allclose(np.asarray(batched.x[i]), np.asarray(single.x), rtol=0, atol=1e-9 * conds[i] * scale)
-        assert int(batched.itn[i]) == int(single.itn)
+        # Same stopping rule, so the same iteration up to one: the batched and single matvecs sum in different
+        # orders on some backends (a GPU; on a CPU, summing the products in two halves moved one lane from 18 to
+        # 17), which can move the step at which a stopping test is crossed.
+        assert abs(int(batched.itn[i]) - int(single.itn)) <= 1
         assert int(batched.istop[i]) == int(single.istop)
         itns.append(int(single.itn))
     assert len(set(itns)) > 1  # the lanes genuinely stopped at different iterations

@@ -160,6 +160,18 @@ def test_ncc_samples_reproducible_and_chunk_independent(key):
     assert a.shape == (100,)
 
 
+def test_ncc_samples_do_not_depend_on_the_matmul_precision(own_precision_emulation, key):
+    """The NCC numerator is a product at full precision: float32 draws are bitwise the same where a backend
+    rounds products (TF32 / bfloat16, emulated); the empirical NCC of experiments/ziller_empirical rests on it."""
+    from recon_jax import testing
+
+    x = jnp.linspace(-1.0, 1.0, 30) ** 3
+    exact = np.asarray(ncc_samples(x, 0.3, 1.0, key, 64))
+    for fmt in testing.FORMATS:
+        with testing.emulate_matmul_precision(fmt):
+            np.testing.assert_array_equal(np.asarray(ncc_samples(x, 0.3, 1.0, key, 64)), exact)
+
+
 def test_worst_case_success_is_gdp_bound(x64):
     for kappa in [1e-12, 1e-5, 0.1, 0.5]:
         for sigma, t in [(1e-6, 1), (1.0, 1), (1.0, 10**9), (1e6, 10)]:

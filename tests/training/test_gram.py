@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import models, shadow, training
+from recon_jax import models, shadow, testing, training
 from recon_jax.training.gram import fixed_set_gram, gram_saves_work, gram_supported, train_gram
 
 
@@ -59,7 +59,12 @@ def test_equals_direct_training_random_init_images_haiku_no_bias():
     assert gram_supported(fns, alg, p, x)
     a = jax.jit(lambda: train_gram(fns, alg, (x[1:], y[1:]), (x[0], y[0]), key=jax.random.key(5)))()
     b = jax.jit(lambda: training.train(fns, alg, (x[1:], y[1:]), (x[0], y[0]), key=jax.random.key(5)))()
-    assert _max_diff(a.params, b.params) < 1e-5
+    # float32: the same pre-activations summed in another order. Where products round (GPU TF32, TPU bfloat16, or
+    # emulated: eps = 2^-11, 2^-8), the Gram path rounds K and A_t where direct training rounds X and W_t, and 30
+    # momentum steps carry the difference: up to 3.2 eps max|W| under emulation (TF32 and bf16), so 16 eps max|W|.
+    eps = testing.default_matmul_eps()
+    scale = max(float(jnp.max(jnp.abs(v))) for v in jax.tree_util.tree_leaves(b.params))
+    assert _max_diff(a.params, b.params) < (1e-5 if eps <= 2.0**-24 else 16 * eps * scale)
 
 
 def test_gram_matrix_and_work_rule():
