@@ -5,7 +5,10 @@ their informed MIA (Alg. 2) and Lumbut et al.'s attack need the same. :func:`gen
 the single-model trainer once (:func:`recon_jax.training.train`, epochs in ``lax.scan``), vmaps it over a chunk
 of targets with the fixed set entering *unbatched* (``in_axes=None``) and the target as a separate loss term,
 jits it once, and shards the model axis over a ``jax.sharding.Mesh`` of all devices (one CPU device, N fake
-CPU devices, GPUs/TPUs, several hosts after ``jax.distributed.initialize()``).
+CPU devices, GPUs/TPUs, several hosts after ``jax.distributed.initialize()``): ``shard_map`` gives each device its
+slice of every chunk. Every model of the zoo, flax's ``nn.Conv`` and haiku's convolutions (XLA's convolution,
+``conv_impl="lax"``, as well as the patch form) train this way with every algorithm
+(:mod:`recon_jax.shadow.conv_batching` routes around a JAX batching rule that DP training of XLA convolutions hits).
 
 For full-batch, non-private training (Balle et al.'s default) of a model whose first dense layer reads the
 flattened input, each model trains that layer through the fixed set's Gram matrix, computed once and shared
@@ -31,6 +34,7 @@ from tqdm.auto import tqdm
 from recon_jax.models.adapters import ModelFns, model_identity
 from recon_jax.models.flatten import layout_of
 from recon_jax.shadow.arguments import OUTPUTS, ShadowOutputs, check_shadow_args
+from recon_jax.shadow.conv_batching import without_conv_out_sharding
 from recon_jax.shadow.devices import MODEL_AXIS, default_mesh
 from recon_jax.shadow.store import ShadowSet, ShadowStore, array_digest, host_key_data, key_fingerprint
 from recon_jax.training.algorithms import Algorithm
@@ -50,7 +54,10 @@ def shadow_model_fn(model_fns: ModelFns, algorithm: Algorithm, outputs: Sequence
     (the path of the first dense kernel), ``gram`` (:func:`~recon_jax.training.gram.fixed_set_gram` of ``fx``):
     then each model trains with :func:`~recon_jax.training.gram.train_gram`, else with
     :func:`~recon_jax.training.train`. Exposed for users who want to vmap/pmap it themselves; the engine is
-    ``jit(vmap(fn, in_axes=(0, 0, 0, 0, None)))``.
+    ``jit(shard_map(vmap(fn, in_axes=(0, 0, 0, 0, None))))`` over the ``"models"`` axis. The function is evaluated
+    from its jaxpr with the convolutions' ``out_sharding`` annotations dropped where they constrain nothing
+    (:mod:`recon_jax.shadow.conv_batching`: JAX cannot vmap a DP-trained or grouped XLA convolution inside
+    ``shard_map`` otherwise); the values are those of the direct trace.
 
     >>> from recon_jax.models import from_flax, balle_mnist_mlp
     >>> from recon_jax.training import full_batch_gd
@@ -84,7 +91,9 @@ def shadow_model_fn(model_fns: ModelFns, algorithm: Algorithm, outputs: Sequence
             out["final_loss"] = res.losses[-1]
         return out
 
-    return one
+    # Every model goes through the same route (a no-op rewrite for models without XLA convolutions): see
+    # recon_jax.shadow.conv_batching for why JAX's convolution batching rule needs it inside the engine's shard_map.
+    return without_conv_out_sharding(one)
 
 
 @functools.lru_cache(maxsize=32)
@@ -92,12 +101,24 @@ def _compiled(model_fns: ModelFns, algorithm: Algorithm, outputs: tuple, mesh: M
               first_kernel: tuple | None):
     one = shadow_model_fn(model_fns, algorithm, outputs, first_kernel)
 
-    def chunk_fn(index, tx, ty, tw, shared):
+    def local_chunk(index, tx, ty, tw, shared):
         shared = dict(shared)
         shared["key"] = jax.random.wrap_key_data(shared["key"], impl=key_impl)
         if shared["shuffle_key"] is not None:
             shared["shuffle_key"] = jax.random.wrap_key_data(shared["shuffle_key"], impl=key_impl)
         return jax.vmap(one, in_axes=(0, 0, 0, 0, None))(index, tx, ty, tw, shared)
+
+    # Each device trains its own slice of the chunk: shard_map over the models axis, not XLA's automatic SPMD
+    # partitioning of jit(vmap(...)). With jax/jaxlib 0.10.2 on two CPU devices the partitioner computed wrongly the
+    # feature-grouped convolution that vmap makes of a kernel gradient whose input and cotangent both vary by model
+    # (the target's loss term): models came out wrong by ~1e-2 after two steps of GD (every model on the second
+    # device for a one-conv CNN, all of them for Balle et al.'s CIFAR-10 CNN; tests/shadow/test_engine_matrix.py),
+    # under GSPMD and Shardy alike; not tested on GPU/TPU. The patch-conv and dense programs give bitwise the same
+    # models either way. check_vma=False: the models are independent, so nothing may be reduced over the axis (with
+    # varying-axis checks on, the gradient of the replicated initial parameters would be psum-ed over the devices,
+    # mixing their models).
+    chunk_fn = jax.shard_map(local_chunk, mesh=mesh, in_specs=(P(MODEL_AXIS),) * 4 + (P(),), out_specs=P(MODEL_AXIS),
+                             check_vma=False)
 
     batched = NamedSharding(mesh, P(MODEL_AXIS))
     replicated = NamedSharding(mesh, P())
