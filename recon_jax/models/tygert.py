@@ -132,6 +132,7 @@ class _Dense(nn.Module):
 class _Conv(nn.Module):
     features: int
     kernel: int
+    conv_impl: str = "auto"
 
     @nn.compact
     def __call__(self, x):
@@ -140,7 +141,7 @@ class _Conv(nn.Module):
             self.features,
             (self.kernel, self.kernel),
             padding="VALID",
-            conv_general_dilated=conv_general_dilated_for("auto"),
+            conv_general_dilated=conv_general_dilated_for(self.conv_impl),
             kernel_init=torch_uniform_init((0, 1, 2)),
             bias_init=_torch_bias_init(fan_in),
         )(x)
@@ -186,6 +187,7 @@ class CIFAR10FeatureNet(nn.Module):
       widths: channels of the three convolutions (32, 1024, 3072 in the paper); the dense feature
         layer has ``widths[2]`` units.
       num_classes: classifier outputs.
+      conv_impl: ``"auto"``, ``"patches"`` or ``"lax"`` (:mod:`recon_jax.models.conv`; same parameters either way).
 
     Inputs are normalised images ``[N, 32, 32, 3]`` (or a single ``[32, 32, 3]``).
 
@@ -198,11 +200,12 @@ class CIFAR10FeatureNet(nn.Module):
 
     widths: tuple[int, int, int] = (32, 1024, 3072)
     num_classes: int = 10
+    conv_impl: str = "auto"
 
     def setup(self):
-        self.conv0 = _Conv(self.widths[0], 3)
-        self.conv1 = _Conv(self.widths[1], 5)
-        self.conv2 = _Conv(self.widths[2], 3)
+        self.conv0 = _Conv(self.widths[0], 3, self.conv_impl)
+        self.conv1 = _Conv(self.widths[1], 5, self.conv_impl)
+        self.conv2 = _Conv(self.widths[2], 3, self.conv_impl)
         self.dense = _Dense(self.widths[2])
         self.classifier = _Dense(self.num_classes)
 

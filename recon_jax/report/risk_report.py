@@ -172,7 +172,14 @@ def run(config, workdir: str) -> dict:
     validate_config(config, num_train=len(train_x), num_test=len(test_x))
     num_classes = int(max(train_y.max(), test_y.max()) + 1)
     fns = models.from_flax(build_model(config, num_classes))
-    check_model(config, fns, train_x, num_classes)
+    # One tiny engine job per training algorithm of the run (the non-private setting, the DP settings, the
+    # calibration's DP training), before anything is written: an unsupported combination stops here, not after the
+    # settings before it have trained.
+    sigmas = ([None] if config.include_non_private else []) + [float(sg) for sg in config.noise_multipliers]
+    if config.calibration_models and 1.0 not in sigmas:
+        sigmas.append(1.0)  # calibration trains DP models too (the noise multiplier does not change the program)
+    check_model(config, fns, train_x, num_classes, labels=train_y,
+                algorithms=[_algorithm(config, sg) for sg in sigmas])
     recon_net, recon_name = reconstructor_for(config, train_x.shape[1:])
     run_info = start_run(workdir, config, seed=config.seed)
     workdir = run_info.workdir

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from recon_jax import data as rdata
-from recon_jax import models
+from recon_jax import models, shadow, training
 from recon_jax.attacks import informed
 from recon_jax.models.reconstructors import TransposedConvDecoder
 
@@ -55,8 +55,20 @@ def build_model(config, num_classes: int):
     return module
 
 
-def check_model(config, fns, example, num_classes: int):
-    """Runs the model on shapes only (no training): it must accept the data and emit >= num_classes logits."""
+def check_model(config, fns, example, num_classes: int, labels=None, algorithms=()):
+    """Checks the released model before any work starts.
+
+    First on shapes only: it must accept the data and emit >= num_classes logits. Then, for each training algorithm
+    of the report (``algorithms``; ``labels`` the labels of ``example``), one tiny shadow-engine job on the devices
+    the report will use (:func:`recon_jax.shadow.preflight`: one epoch, one model per device, a couple of examples;
+    compiled and run, cached per configuration), so that a model the engine cannot train with one of the settings
+    (a model that cannot be vmapped, an XLA compilation error on the device) stops here, in seconds, and not after
+    the settings before it have run.
+
+    Raises:
+      ValueError: ``config.model: ...`` naming the model and, for a failed tiny job, the algorithm, the devices and
+        what to change (chained to the original error).
+    """
     try:
         params = jax.eval_shape(fns.init, jax.random.key(0), example[:1])
         out = jax.eval_shape(fns.apply, params, example[:2])
@@ -65,6 +77,17 @@ def check_model(config, fns, example, num_classes: int):
                        f"{config.dataset!r}: {err}")
     if out.ndim != 2 or out.shape[1] < num_classes:
         _fail("model", f"{config.model!r} must map inputs to [batch, >= {num_classes}] logits, got {out.shape}")
+    if not algorithms:
+        return
+    if labels is None:
+        raise ValueError("labels are required to check training algorithms")
+    init_params = training.initial_params(fns, jax.random.key(0), example)
+    for algorithm in algorithms:
+        try:
+            shadow.preflight(fns, algorithm, (example, labels),
+                             init_params=init_params if algorithm.init == "fixed" else None)
+        except shadow.UnsupportedConfiguration as err:
+            raise ValueError(f"config.model: {config.model!r}: {err}") from err
 
 
 def reconstructor_for(config, image_shape):

@@ -2,7 +2,10 @@
 
 - :func:`generate_shadow_models`: one model per target on ``fixed_set + {target}``; outputs flat parameters,
   probe logits, eval accuracy, target loss; optional resumable store directory; full-batch training trains the
-  first dense layer through the shared fixed set's Gram matrix where that saves work (``first_layer``).
+  first dense layer through the shared fixed set's Gram matrix where that saves work (``first_layer``). It
+  compiles its program before training any model: an unsupported combination of model, algorithm and devices
+  stops there with :class:`UnsupportedConfiguration` (a ``ValueError`` saying what to change).
+- :func:`preflight`: one tiny engine job of a configuration, to check it before long work (the risk report).
 - :func:`load_shadow_models`, :class:`ShadowSet`, :class:`ShadowStore`, :class:`ShadowStoreMismatchError`,
   :class:`ShadowStoreLostError`, :class:`ShadowStoreCorruptError`.
 - :func:`fill_store`: the store's resume / write / consolidate protocol for any generator of fixed-shape rows (the
@@ -12,7 +15,7 @@
 """
 
 from recon_jax.shadow.devices import MODEL_AXIS, cpu_xla_flags, default_mesh
-from recon_jax.shadow.engine import FIRST_LAYER_MODES, OUTPUTS, generate_shadow_models, shadow_model_fn
+from recon_jax.shadow.engine import FIRST_LAYER_MODES, OUTPUTS, generate_shadow_models, preflight, shadow_model_fn
 from recon_jax.shadow.store import (
     ShadowSet,
     ShadowStore,
@@ -25,6 +28,7 @@ from recon_jax.shadow.store import (
     key_fingerprint,
     load_shadow_models,
 )
+from recon_jax.shadow.support import UnsupportedConfiguration
 
 __all__ = [
     "FIRST_LAYER_MODES",
@@ -33,12 +37,14 @@ __all__ = [
     "cpu_xla_flags",
     "default_mesh",
     "generate_shadow_models",
+    "preflight",
     "shadow_model_fn",
     "ShadowSet",
     "ShadowStore",
     "ShadowStoreCorruptError",
     "ShadowStoreLostError",
     "ShadowStoreMismatchError",
+    "UnsupportedConfiguration",
     "array_digest",
     "config_hash",
     "fill_store",

@@ -5,7 +5,12 @@ their informed MIA (Alg. 2) and Lumbut et al.'s attack need the same. :func:`gen
 the single-model trainer once (:func:`recon_jax.training.train`, epochs in ``lax.scan``), vmaps it over a chunk
 of targets with the fixed set entering *unbatched* (``in_axes=None``) and the target as a separate loss term,
 jits it once, and shards the model axis over a ``jax.sharding.Mesh`` of all devices (one CPU device, N fake
-CPU devices, GPUs/TPUs, several hosts after ``jax.distributed.initialize()``).
+CPU devices, GPUs/TPUs, several hosts after ``jax.distributed.initialize()``): ``shard_map`` gives each device its
+slice of every chunk. Every model of the zoo, flax's ``nn.Conv`` and haiku's convolutions (XLA's convolution,
+``conv_impl="lax"``, as well as the patch form) train this way with every algorithm
+(:mod:`recon_jax.shadow.conv_batching` routes around a JAX batching rule that DP training of XLA convolutions hits).
+Before training, the engine traces and compiles its program: an unsupported combination of model, algorithm and
+devices stops there with a ``ValueError`` saying what to change (:mod:`recon_jax.shadow.support`).
 
 For full-batch, non-private training (Balle et al.'s default) of a model whose first dense layer reads the
 flattened input, each model trains that layer through the fixed set's Gram matrix, computed once and shared
@@ -18,6 +23,7 @@ resume point. With ``store=`` the outputs stream to a resumable :class:`~recon_j
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Sequence
 
@@ -28,17 +34,20 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from tqdm.auto import tqdm
 
+from recon_jax.mechanisms.base import GaussianMechanism
 from recon_jax.models.adapters import ModelFns, model_identity
 from recon_jax.models.flatten import layout_of
 from recon_jax.shadow.arguments import OUTPUTS, ShadowOutputs, check_shadow_args
+from recon_jax.shadow.conv_batching import without_conv_out_sharding
 from recon_jax.shadow.devices import MODEL_AXIS, default_mesh
 from recon_jax.shadow.store import ShadowSet, ShadowStore, array_digest, host_key_data, key_fingerprint
+from recon_jax.shadow.support import explain_failures
 from recon_jax.training.algorithms import Algorithm
 from recon_jax.training.ghost import ghost_supported
 from recon_jax.training.gram import FIRST_LAYER_MODES, choose_first_layer, fixed_set_gram, train_gram
 from recon_jax.training.train import train
 
-__all__ = ["FIRST_LAYER_MODES", "OUTPUTS", "generate_shadow_models", "shadow_model_fn"]
+__all__ = ["FIRST_LAYER_MODES", "OUTPUTS", "generate_shadow_models", "preflight", "shadow_model_fn"]
 
 
 def shadow_model_fn(model_fns: ModelFns, algorithm: Algorithm, outputs: Sequence[str] = ("params",),
@@ -50,7 +59,10 @@ def shadow_model_fn(model_fns: ModelFns, algorithm: Algorithm, outputs: Sequence
     (the path of the first dense kernel), ``gram`` (:func:`~recon_jax.training.gram.fixed_set_gram` of ``fx``):
     then each model trains with :func:`~recon_jax.training.gram.train_gram`, else with
     :func:`~recon_jax.training.train`. Exposed for users who want to vmap/pmap it themselves; the engine is
-    ``jit(vmap(fn, in_axes=(0, 0, 0, 0, None)))``.
+    ``jit(shard_map(vmap(fn, in_axes=(0, 0, 0, 0, None))))`` over the ``"models"`` axis. The function is evaluated
+    from its jaxpr with the convolutions' ``out_sharding`` annotations dropped where they constrain nothing
+    (:mod:`recon_jax.shadow.conv_batching`: JAX cannot vmap a DP-trained or grouped XLA convolution inside
+    ``shard_map`` otherwise); the values are those of the direct trace.
 
     >>> from recon_jax.models import from_flax, balle_mnist_mlp
     >>> from recon_jax.training import full_batch_gd
@@ -84,7 +96,9 @@ def shadow_model_fn(model_fns: ModelFns, algorithm: Algorithm, outputs: Sequence
             out["final_loss"] = res.losses[-1]
         return out
 
-    return one
+    # Every model goes through the same route (a no-op rewrite for models without XLA convolutions): see
+    # recon_jax.shadow.conv_batching for why JAX's convolution batching rule needs it inside the engine's shard_map.
+    return without_conv_out_sharding(one)
 
 
 @functools.lru_cache(maxsize=32)
@@ -92,12 +106,24 @@ def _compiled(model_fns: ModelFns, algorithm: Algorithm, outputs: tuple, mesh: M
               first_kernel: tuple | None):
     one = shadow_model_fn(model_fns, algorithm, outputs, first_kernel)
 
-    def chunk_fn(index, tx, ty, tw, shared):
+    def local_chunk(index, tx, ty, tw, shared):
         shared = dict(shared)
         shared["key"] = jax.random.wrap_key_data(shared["key"], impl=key_impl)
         if shared["shuffle_key"] is not None:
             shared["shuffle_key"] = jax.random.wrap_key_data(shared["shuffle_key"], impl=key_impl)
         return jax.vmap(one, in_axes=(0, 0, 0, 0, None))(index, tx, ty, tw, shared)
+
+    # Each device trains its own slice of the chunk: shard_map over the models axis, not XLA's automatic SPMD
+    # partitioning of jit(vmap(...)). With jax/jaxlib 0.10.2 on two CPU devices the partitioner computed wrongly the
+    # feature-grouped convolution that vmap makes of a kernel gradient whose input and cotangent both vary by model
+    # (the target's loss term): models came out wrong by ~1e-2 after two steps of GD (every model on the second
+    # device for a one-conv CNN, all of them for Balle et al.'s CIFAR-10 CNN; tests/shadow/test_engine_matrix.py),
+    # under GSPMD and Shardy alike; not tested on GPU/TPU. The patch-conv and dense programs give bitwise the same
+    # models either way. check_vma=False: the models are independent, so nothing may be reduced over the axis (with
+    # varying-axis checks on, the gradient of the replicated initial parameters would be psum-ed over the devices,
+    # mixing their models).
+    chunk_fn = jax.shard_map(local_chunk, mesh=mesh, in_specs=(P(MODEL_AXIS),) * 4 + (P(),), out_specs=P(MODEL_AXIS),
+                             check_vma=False)
 
     batched = NamedSharding(mesh, P(MODEL_AXIS))
     replicated = NamedSharding(mesh, P())
@@ -193,8 +219,10 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
 
     Raises:
       ValueError: on invalid arguments (:func:`~recon_jax.shadow.arguments.check_shadow_args`, and a mesh without a
-        ``"models"`` axis); :class:`~recon_jax.shadow.ShadowStoreMismatchError` if ``store``
-        holds a shadow set with a different configuration.
+        ``"models"`` axis); :class:`~recon_jax.shadow.UnsupportedConfiguration` (a ``ValueError`` naming the model,
+        the algorithm, the devices and what to change, chained to the original error) if the program cannot be
+        traced or compiled, before any model trains; :class:`~recon_jax.shadow.ShadowStoreMismatchError` if
+        ``store`` holds a shadow set with a different configuration.
 
     >>> import jax, jax.numpy as jnp
     >>> from recon_jax.models import from_flax, balle_mnist_mlp
@@ -218,23 +246,27 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
     if MODEL_AXIS not in mesh.axis_names:
         raise ValueError(f"mesh must have an axis named {MODEL_AXIS!r}, got {mesh.axis_names}")
     n_dev = mesh.shape[MODEL_AXIS]
-    if chunk_size is None:
-        chunk_size = _default_chunk_per_device(mesh, model_fns, init_params, fx) * n_dev
-    chunk = -(-chunk_size // n_dev) * n_dev
     key_impl = str(jax.random.key_impl(key)) if hasattr(key, "dtype") else "threefry2x32"
     key_data = host_key_data(key)
     shuffle_data = host_key_data(shuffle_key)
-
     if init_params is not None:
         init_params = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype), init_params)
-        layout_params = init_params
-    else:
-        layout_params = jax.eval_shape(lambda k: model_fns.init(k, jnp.asarray(fx[:1])), jax.random.key(0))
-    layout = layout_of(layout_params)
-    first_kernel = choose_first_layer(first_layer, model_fns, algorithm, layout_params, fx, count,
-                                      platform=mesh.devices.flat[0].platform)
 
-    fn, batched, replicated = _compiled(model_fns, algorithm, outputs, mesh, key_impl, first_kernel)
+    # Everything that traces the model: a failure here (or in the compilation below) is a combination of model,
+    # algorithm and devices the engine cannot run, reported as a ValueError that says what to change.
+    explained = explain_failures(model_fns, algorithm, mesh, fx)
+    with explained:
+        if chunk_size is None:
+            chunk_size = _default_chunk_per_device(mesh, model_fns, init_params, fx) * n_dev
+        if init_params is not None:
+            layout_params = init_params
+        else:
+            layout_params = jax.eval_shape(lambda k: model_fns.init(k, jnp.asarray(fx[:1])), jax.random.key(0))
+        layout = layout_of(layout_params)
+        first_kernel = choose_first_layer(first_layer, model_fns, algorithm, layout_params, fx, count,
+                                          platform=mesh.devices.flat[0].platform)
+        fn, batched, replicated = _compiled(model_fns, algorithm, outputs, mesh, key_impl, first_kernel)
+    chunk = -(-chunk_size // n_dev) * n_dev
     shared_host = {"fx": fx, "fy": fy, "init_params": init_params, "key": key_data, "shuffle_key": shuffle_data,
                    "probe": probe, "ex": ex, "ey": ey}
     if first_kernel is not None:
@@ -243,8 +275,9 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
 
     # Output specs from an abstract evaluation of one chunk.
     leaves, treedef = jax.tree_util.tree_flatten(shared)
-    specs = _output_specs(fn, chunk, tuple(tx.shape[1:]), np.dtype(dtype).str, np.dtype(ty.dtype).str, treedef,
-                          tuple((tuple(a.shape), np.dtype(a.dtype).str) for a in leaves))
+    with explained:
+        specs = _output_specs(fn, chunk, tuple(tx.shape[1:]), np.dtype(dtype).str, np.dtype(ty.dtype).str, treedef,
+                              tuple((tuple(a.shape), np.dtype(a.dtype).str) for a in leaves))
 
     st, manifest = None, None
     if store is not None:
@@ -282,6 +315,14 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
 
         pieces = [(s, min(s + chunk, e)) for a, e in ranges for s in range(a, e, chunk)]
         done = count - sum(e - s for s, e in pieces)
+        if pieces:
+            # Trace and compile the program every chunk runs before training any model: an unsupported
+            # combination fails here, within seconds, not after earlier chunks; the chunks reuse the compiled
+            # program (jit's compilation cache), so this costs nothing extra.
+            abstract = [jax.ShapeDtypeStruct((chunk, *shape), dt, sharding=batched) for shape, dt in
+                        (((), np.int32), (tuple(tx.shape[1:]), tx.dtype), ((), ty.dtype), ((), tw.dtype))]
+            with explained:
+                fn.lower(*abstract, shared).compile()
 
         def launch(start, stop):
             idx = np.arange(start, start + chunk)
@@ -318,3 +359,78 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
             multihost_utils.sync_global_devices("recon_jax.shadow.consolidate")
         return st.load()
     return ShadowSet(arrays=results, layout=layout, count=count)
+
+
+_PREFLIGHT_PASSED: set = set()
+
+
+def _preflight_algorithm(algorithm: Algorithm) -> Algorithm:
+    """``algorithm`` for one epoch, with a Gaussian mechanism's noise multiplier set to 1: neither changes the
+    program the engine compiles (the epochs are a scan length, the multiplier a constant), so the DP settings of a
+    noise sweep share one preflight."""
+    mechanism = algorithm.mechanism
+    if isinstance(mechanism, GaussianMechanism):
+        mechanism = GaussianMechanism(noise_multiplier=1.0)
+    return dataclasses.replace(algorithm, epochs=1, mechanism=mechanism)
+
+
+def preflight(model_fns: ModelFns, algorithm: Algorithm, fixed_set, *, init_params=None, mesh: Mesh | None = None,
+              dtype=None, first_layer: str = "auto") -> None:
+    """Runs one tiny shadow job of ``algorithm`` on ``model_fns`` and the devices of ``mesh``; raises if the
+    combination cannot run. Call it before long work made of several engine runs (the risk report checks every
+    setting of its sweep this way before training any model).
+
+    The job: one epoch, one model per device, a fixed set of the first ``max(2, batch_size)`` examples of
+    ``fixed_set`` (a couple for full-batch training), through :func:`generate_shadow_models` itself (the same
+    program structure, compiled and run on the requested devices). Passed configurations (model, algorithm up to
+    its epochs and Gaussian noise multiplier, mesh, example shape, dtypes, initialisation, ``first_layer``) are
+    remembered for the process, so a second call costs nothing.
+
+    Args:
+      model_fns: the model.
+      algorithm: the training :class:`~recon_jax.training.Algorithm`.
+      fixed_set: ``(x [n, ...], y [n])``: examples shaped and labelled like the real data (only the first few are
+        used).
+      init_params: as for :func:`generate_shadow_models` (required iff ``algorithm.init == "fixed"``).
+      mesh: the devices (default: all, :func:`~recon_jax.shadow.default_mesh`).
+      dtype: as for :func:`generate_shadow_models`.
+      first_layer: as for :func:`generate_shadow_models`.
+
+    Raises:
+      ValueError: :class:`~recon_jax.shadow.support.UnsupportedConfiguration` naming the model, the algorithm, the
+        devices and what to change, chained to the original error; or invalid arguments.
+
+    Ghost clipping needs a model made of dense layers; a convolutional one stops in seconds:
+
+    >>> import jax, numpy as np
+    >>> from recon_jax.models import from_flax, ConvNet
+    >>> from recon_jax.training import dp_gd, initial_params
+    >>> fns = from_flax(ConvNet(conv_features=(2,), kernel_sizes=(3,), strides=(1,), dense_features=(3,)), name="cnn")
+    >>> x, y = np.ones((6, 5, 5, 1), np.float32), np.arange(6) % 3
+    >>> p0 = initial_params(fns, jax.random.key(0), x)
+    >>> preflight(fns, dp_gd(1.0, noise_multiplier=1.0), (x, y), init_params=p0)  # runs: returns None
+    >>> try:
+    ...     preflight(fns, dp_gd(1.0, noise_multiplier=1.0, per_example="ghost"), (x, y), init_params=p0)
+    ... except ValueError as err:
+    ...     print(str(err).split(": ")[0])
+    model 'cnn' cannot be trained with DP-GD (clip_norm=1.0, clipping='flat', per_example='ghost') on 2 cpu devices
+    """
+    if not (isinstance(fixed_set, (tuple, list)) and len(fixed_set) == 2):
+        raise ValueError("fixed_set must be a pair (x [n, ...], y [n])")
+    fx, fy = np.asarray(fixed_set[0]), np.asarray(fixed_set[1])
+    if fx.ndim < 1 or fx.shape[0] < 1 or fy.shape != fx.shape[:1]:
+        raise ValueError(f"fixed_set must hold n >= 1 examples and n labels, got shapes {fx.shape} and {fy.shape}")
+    mesh = default_mesh() if mesh is None else mesh
+    tiny = _preflight_algorithm(algorithm)
+    config = (model_fns, tiny, mesh, fx.shape[1:], fx.dtype.str, fy.dtype.str, None if dtype is None else
+              np.dtype(dtype).str, init_params is None, first_layer)
+    if config in _PREFLIGHT_PASSED:
+        return
+    n_dev = mesh.shape[MODEL_AXIS] if MODEL_AXIS in mesh.axis_names else 1
+    m = min(fx.shape[0], max(2, tiny.batch_size or 2))
+    pick = np.arange(n_dev) % m
+    shuffle_key = jax.random.key(0) if tiny.batch_size is not None and tiny.shuffle == "known" else None
+    generate_shadow_models(model_fns, tiny, (fx[:m], fy[:m]), (fx[pick], fy[pick]), jax.random.key(0),
+                           init_params=init_params, shuffle_key=shuffle_key, outputs=("params",), chunk_size=n_dev,
+                           mesh=mesh, progress=False, dtype=dtype, first_layer=first_layer)
+    _PREFLIGHT_PASSED.add(config)

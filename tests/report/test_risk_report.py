@@ -1,5 +1,6 @@
 import json
 import os
+import time
 
 import ml_collections
 import numpy as np
@@ -255,3 +256,54 @@ def test_folder_fields_refused_for_builtin_datasets(tmp_path):
         config.image_size = 32
     with pytest.raises(ValueError, match="config.image_size"):
         risk_report.run(config, str(tmp_path))
+
+
+_HOST_MODEL = '''
+import flax.linen as nn
+import jax
+import numpy as np
+
+
+class HostPreprocessed(nn.Module):
+    """Runs and passes the shape check, but calls the host (pure_callback, no vmap_method): not vmappable."""
+
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x):
+        x = x.reshape((x.shape[0], -1))
+        x = jax.pure_callback(lambda a: np.asarray(a), jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+        return nn.Dense(self.num_classes)(x)
+
+
+def model(num_classes):
+    return HostPreprocessed(num_classes)
+'''
+
+
+def test_model_the_engine_cannot_train_fails_in_seconds(tmp_path, monkeypatch):
+    """check_model runs one tiny engine job per training algorithm before anything is written: a model the shape
+    check passes but the engine cannot train (not vmappable) stops with a ValueError naming the model, the
+    algorithm and what to change, chained to the original error (issue 33, item 2)."""
+    def no_training(*args, **kwargs):
+        raise AssertionError("training started before the model was checked")
+
+    monkeypatch.setattr(informed, "generate_shadow_models", no_training)
+    monkeypatch.setattr(risk_report.shadow, "generate_shadow_models", no_training)
+    (tmp_path / "host_model_issue33.py").write_text(_HOST_MODEL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = _folder_config(_image_folder(tmp_path / "images"))
+    with config.unlocked():
+        config.model = "host_model_issue33:model"
+        config.include_non_private = False  # the DP setting is the first (and only) algorithm checked
+        config.epochs = 10**6  # what would run for hours if training started
+    start = time.perf_counter()
+    with pytest.raises(ValueError) as info:
+        risk_report.run(config, str(tmp_path / "run"))
+    assert time.perf_counter() - start < 60
+    msg = str(info.value)
+    assert msg.startswith("config.model: 'host_model_issue33:model': model 'HostPreprocessed(")
+    assert "cannot be trained with DP-GD (clip_norm=1.0" in msg and "What to change:" in msg
+    assert isinstance(info.value.__cause__, ValueError)  # the engine's UnsupportedConfiguration ...
+    assert isinstance(info.value.__cause__.__cause__, NotImplementedError)  # ... chained to JAX's error
+    assert not (tmp_path / "run").exists()
