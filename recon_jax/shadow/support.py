@@ -149,11 +149,13 @@ class explain_failures:  # noqa: N801 (used as a context manager, like contextli
     >>> from recon_jax.models import from_flax, MLP
     >>> from recon_jax.shadow import default_mesh
     >>> from recon_jax.training import full_batch_gd
-    >>> with explain_failures(from_flax(MLP((2,)), name="mlp"), full_batch_gd(), default_mesh(), np.zeros((1, 3))):
-    ...     raise NotImplementedError
+    >>> import jax
+    >>> one = default_mesh(jax.devices()[:1])
+    >>> with explain_failures(from_flax(MLP((2,)), name="mlp"), full_batch_gd(), one, np.zeros((1, 3))):
+    ...     raise NotImplementedError  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    recon_jax.shadow.support.UnsupportedConfiguration: model 'mlp' cannot be trained with full-batch GD on 2 cpu devices: NotImplementedError: (no message). What to change: the engine vmaps training over models: the model's forward pass and gradient must be vmappable; to tell a sharding problem from a model problem, try one device (mesh=recon_jax.shadow.default_mesh(jax.devices()[:1])).
+    recon_jax.shadow.support.UnsupportedConfiguration: model 'mlp' cannot be trained with full-batch GD on 1 ... device: NotImplementedError: (no message). What to change: the engine vmaps training over models: the model's forward pass and gradient must be vmappable.
     """
 
     def __init__(self, model_fns: ModelFns, algorithm: Algorithm, mesh, example):
