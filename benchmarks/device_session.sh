@@ -12,7 +12,7 @@
 # waits for the run until START_WAIT seconds after the call began, and copies what exists to OUT. finish: waits
 # up to FINISH_WAIT seconds after its own start for the run, and copies everything to OUT again.
 # Background processes start their own session (setsid), so they outlive call 1 on a warm machine. The state
-# lives in /tmp/rj_session; the run's folder in /dev/shm when it has room (the stores take ~45 GB), else /tmp.
+# lives in /tmp/rj_session; the run's folder in /dev/shm when it has room (the stores take ~40 GB), else /tmp.
 set -uo pipefail
 
 mode=${1:?usage: device_session.sh start|finish OUT}
@@ -31,7 +31,7 @@ if [ -f "$state/workroot" ]; then
   work=$(cat "$state/workroot")
 else
   shm_free=$(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1 | tr -d ' ')
-  if [ -n "$shm_free" ] && [ "$shm_free" -ge 60 ]; then work=/dev/shm/rj_work; else work=/tmp/rj_work; fi
+  if [ -n "$shm_free" ] && [ "$shm_free" -ge 45 ]; then work=/dev/shm/rj_work; else work=/tmp/rj_work; fi
   echo "$work" > "$state/workroot"
 fi
 mkdir -p "$work"
