@@ -10,13 +10,14 @@
 - :mod:`~recon_jax.attacks.gradient`: linear-layer attack (Ziller et al.; home :mod:`~recon_jax.attacks.linear_layer`),
   Inverting Gradients, DLG.
 - :mod:`~recon_jax.attacks.dimred`: attacks on dimensionality-reduction embeddings (Lumbut & Ponnoprat).
-- :mod:`~recon_jax.attacks.audit`: Clopper-Pearson intervals and the empirical epsilon of a canary game; the
-  multi-run audit read as Gaussian DP (Nasr et al. 2023) and the exact GDP (eps, delta) conversion.
+- :mod:`~recon_jax.attacks.audit`: Clopper-Pearson intervals and the empirical epsilon of a canary game, and its
+  statistical ceiling; :mod:`~recon_jax.attacks.audit_gdp`: the same multi-run audit read as Gaussian DP (Nasr et
+  al. 2023) and the exact GDP (eps, delta) conversion.
 - :mod:`~recon_jax.attacks.audit_one_run`: audits in one training run with many canaries (Steinke et al. 2023)
   and their f-DP reading (Mahloujifar et al. 2024).
 - :mod:`~recon_jax.attacks.prior_aware`: the prior-aware attack on every released DP-(S)GD update (Hayes et al. 2023).
 """
 
-from recon_jax.attacks import audit, audit_one_run, dimred, glm, gradient, informed, mia, oracle, prior_aware, reconn
+from recon_jax.attacks import audit, audit_gdp, audit_one_run, dimred, glm, gradient, informed, mia, oracle, prior_aware, reconn
 
-__all__ = ["glm", "reconn", "informed", "oracle", "mia", "gradient", "dimred", "prior_aware", "audit", "audit_one_run"]
+__all__ = ["glm", "reconn", "informed", "oracle", "mia", "gradient", "dimred", "prior_aware", "audit", "audit_gdp", "audit_one_run"]

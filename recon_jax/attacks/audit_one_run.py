@@ -64,7 +64,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from recon_jax.attacks.audit import gdp_epsilon
+from recon_jax.attacks.audit_gdp import gdp_epsilon
 
 __all__ = [
     "one_run_p_value",

@@ -6,7 +6,7 @@ import pytest
 from scipy import optimize, stats
 
 from recon_jax import accounting
-from recon_jax.attacks import audit, prior_aware
+from recon_jax.attacks import audit, audit_gdp, prior_aware
 from recon_jax.models import ModelFns
 
 
@@ -100,16 +100,16 @@ def test_gdp_delta_matches_the_direct_formula():
     ref = stats.norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2)
     # Log-space evaluation against the linear formula (no overflow at these eps); the linear one loses absolute
     # precision to cancellation, ~1e-16 times its terms (at most e^8 ~ 3e3).
-    np.testing.assert_allclose(audit.gdp_delta(mu, eps), ref, rtol=1e-9, atol=1e-12)
-    assert float(audit.gdp_delta(0.0, 1.0)) == 0.0
+    np.testing.assert_allclose(audit_gdp.gdp_delta(mu, eps), ref, rtol=1e-9, atol=1e-12)
+    assert float(audit_gdp.gdp_delta(0.0, 1.0)) == 0.0
 
 
 @pytest.mark.parametrize("mu", [0.05, 0.3, 0.625, 1.0, 2.0, 4.0, 8.0])
 @pytest.mark.parametrize("delta", [1e-6, 1e-5, 1e-3])
 def test_gdp_epsilon_matches_independent_root_finds(mu, delta):
-    got = float(audit.gdp_epsilon(mu, delta))
+    got = float(audit_gdp.gdp_epsilon(mu, delta))
     # SciPy brentq on the linear formula (xtol 2e-12 by default): the two roots agree to ~1e-10.
-    assert got == pytest.approx(_gdp_eps(mu, delta) if delta < audit.gdp_delta(mu, 0.0) else 0.0, abs=1e-9)
+    assert got == pytest.approx(_gdp_eps(mu, delta) if delta < audit_gdp.gdp_delta(mu, 0.0) else 0.0, abs=1e-9)
     # dp_accounting's analytic Gaussian mechanism (Balle & Wang 2018), sensitivity 1, sigma = 1 / mu, tol 1e-12.
     import dp_accounting
 
@@ -117,10 +117,10 @@ def test_gdp_epsilon_matches_independent_root_finds(mu, delta):
 
 
 def test_gdp_epsilon_edges_and_broadcasting():
-    assert float(audit.gdp_epsilon(0.0, 1e-5)) == 0.0
+    assert float(audit_gdp.gdp_epsilon(0.0, 1e-5)) == 0.0
     # delta at or above delta(0) = 2 Phi(mu / 2) - 1 needs no epsilon.
-    assert float(audit.gdp_epsilon(1.0, 0.4)) == 0.0 and float(audit.gdp_epsilon(1.0, 0.38)) > 0.0
-    got = audit.gdp_epsilon([[0.5], [2.0]], [1e-5, 1e-3])
+    assert float(audit_gdp.gdp_epsilon(1.0, 0.4)) == 0.0 and float(audit_gdp.gdp_epsilon(1.0, 0.38)) > 0.0
+    got = audit_gdp.gdp_epsilon([[0.5], [2.0]], [1e-5, 1e-3])
     assert got.shape == (2, 2)
     for i, mu in enumerate((0.5, 2.0)):
         for j, delta in enumerate((1e-5, 1e-3)):
@@ -145,7 +145,7 @@ def test_gdp_epsilon_matches_jax_privacy(n, significance, delta, ref):
 
     mu = -2.0 * special.ndtri(1.0 - (significance / 6.0) ** (1.0 / n))
     # Both are root-finds of the same equation to ~1e-10 (their eps_tol); observed agreement 1e-13.
-    assert float(audit.gdp_epsilon(mu, delta)) == pytest.approx(ref, abs=1e-8)
+    assert float(audit_gdp.gdp_epsilon(mu, delta)) == pytest.approx(ref, abs=1e-8)
 
 
 def _nct_lower_by_quadrature(s1, s0, confidence):
@@ -171,7 +171,7 @@ def _nct_lower_by_quadrature(s1, s0, confidence):
 def test_gdp_mu_lower_bound_matches_quadrature(mu, n1, n0):
     rng = np.random.default_rng(7)
     s1, s0 = rng.normal(mu, 1.0, n1), rng.normal(0.0, 1.0, n0)
-    lo, hat = audit.gdp_mu_lower_bound(s1, s0, confidence=0.9)
+    lo, hat = audit_gdp.gdp_mu_lower_bound(s1, s0, confidence=0.9)
     # SciPy's nct CDF (Boost) against quadrature: both ~1e-10 in the CDF; the bound moves by less than 1e-7.
     assert lo == pytest.approx(max(_nct_lower_by_quadrature(s1, s0, 0.9), 0.0), abs=1e-7)  # clipped at mu >= 0
     sp = np.sqrt(((n1 - 1) * s1.var(ddof=1) + (n0 - 1) * s0.var(ddof=1)) / (n1 + n0 - 2))
@@ -185,8 +185,8 @@ def test_gdp_mu_lower_bound_coverage_on_exact_gaussian_runs():
     for seed in range(trials):
         rng = np.random.default_rng(seed)
         s1, s0 = rng.normal(mu, 1.0, n), rng.normal(0.0, 1.0, n)
-        miss_gauss += audit.gdp_mu_lower_bound(s1, s0, confidence=confidence)[0] > mu
-        miss_thr += audit.gdp_mu_lower_bound(s1, s0, confidence=confidence, method="threshold")[0] > mu
+        miss_gauss += audit_gdp.gdp_mu_lower_bound(s1, s0, confidence=confidence)[0] > mu
+        miss_thr += audit_gdp.gdp_mu_lower_bound(s1, s0, confidence=confidence, method="threshold")[0] > mu
     # Misses ~ Binomial(400, 0.05) for an exact bound: accept the central 99.9% (Monte Carlo error only).
     lo, hi = stats.binom.ppf(0.0005, trials, 1 - confidence), stats.binom.isf(0.0005, trials, 1 - confidence)
     assert lo <= miss_gauss <= hi, miss_gauss
@@ -197,7 +197,7 @@ def test_gdp_audit_is_close_with_many_runs_and_beats_the_rigorous_ceiling():
     delta = 1e-5
     for seed in range(8):
         rng = np.random.default_rng(100 + seed)
-        a = audit.gaussian_dp_audit(rng.normal(1.0, 1.0, 1000), rng.normal(0.0, 1.0, 1000), delta)
+        a = audit_gdp.gaussian_dp_audit(rng.normal(1.0, 1.0, 1000), rng.normal(0.0, 1.0, 1000), delta)
         # Standard error of Cohen's d at 1,000 runs per world is ~0.045: the bound sits ~0.075 below mu-hat
         # (that it stays below mu 95% of the time is the coverage test's job).
         assert 0.8 <= a.mu_lower < a.mu_hat, (seed, a)
@@ -205,7 +205,7 @@ def test_gdp_audit_is_close_with_many_runs_and_beats_the_rigorous_ceiling():
         assert a.eps_rigorous <= a.eps_rigorous_ceiling
     # At mu = 2 (eps = 10.0) the rigorous audit is capped near 4.9 with 1,000 runs per world; the GDP reading is not.
     rng = np.random.default_rng(3)
-    a = audit.gaussian_dp_audit(rng.normal(2.0, 1.0, 1000), rng.normal(0.0, 1.0, 1000), delta)
+    a = audit_gdp.gaussian_dp_audit(rng.normal(2.0, 1.0, 1000), rng.normal(0.0, 1.0, 1000), delta)
     assert a.eps_rigorous <= a.eps_rigorous_ceiling < 5.0 < 0.85 * _gdp_eps(2.0, delta) <= a.eps_lower
     assert a.eps_lower <= _gdp_eps(2.0, delta)
 
@@ -223,15 +223,15 @@ def test_empirical_epsilon_ceiling_is_the_perfect_separation():
 
 
 @pytest.mark.parametrize("call,match", [
-    (lambda: audit.gdp_epsilon(1.0, 0.0), "delta"),
-    (lambda: audit.gdp_epsilon(-1.0, 1e-5), "mu"),
-    (lambda: audit.gdp_delta(1.0, -0.1), "eps"),
-    (lambda: audit.gdp_mu_lower_bound(np.ones(5), np.zeros(5)), "zero variance"),
-    (lambda: audit.gdp_mu_lower_bound(np.zeros(5), np.zeros(5), method="auc"), "method"),
-    (lambda: audit.gdp_mu_lower_bound(np.zeros(1), np.zeros(5)), "at least 2"),
-    (lambda: audit.gdp_mu_lower_bound(np.array([0.0, np.inf]), np.zeros(5)), "finite"),
-    (lambda: audit.gdp_mu_lower_bound(np.arange(5.0), np.zeros(5), confidence=1.0), "confidence"),
-    (lambda: audit.gaussian_dp_audit(np.arange(5.0), np.arange(5.0), 0.0), "delta"),
+    (lambda: audit_gdp.gdp_epsilon(1.0, 0.0), "delta"),
+    (lambda: audit_gdp.gdp_epsilon(-1.0, 1e-5), "mu"),
+    (lambda: audit_gdp.gdp_delta(1.0, -0.1), "eps"),
+    (lambda: audit_gdp.gdp_mu_lower_bound(np.ones(5), np.zeros(5)), "zero variance"),
+    (lambda: audit_gdp.gdp_mu_lower_bound(np.zeros(5), np.zeros(5), method="auc"), "method"),
+    (lambda: audit_gdp.gdp_mu_lower_bound(np.zeros(1), np.zeros(5)), "at least 2"),
+    (lambda: audit_gdp.gdp_mu_lower_bound(np.array([0.0, np.inf]), np.zeros(5)), "finite"),
+    (lambda: audit_gdp.gdp_mu_lower_bound(np.arange(5.0), np.zeros(5), confidence=1.0), "confidence"),
+    (lambda: audit_gdp.gaussian_dp_audit(np.arange(5.0), np.arange(5.0), 0.0), "delta"),
     (lambda: audit.empirical_epsilon_ceiling(1, 10, 1e-5), "num_with"),
     (lambda: audit.empirical_epsilon_ceiling(10, 10, 1e-5, calibration_fraction=1.0), "calibration_fraction"),
 ])
