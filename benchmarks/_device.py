@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-_RESULT = re.compile(r"^(?:\[gw\d+\]\s+(?:\[\s*\d+%\]\s+)?)?(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+(\S+)")
+_RESULT = re.compile(r"^(?:\[gw\d+\]\s+(?:\[\s*\d+%\]\s+)?)?(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+(\S+::.+?)\s*$")
 _RESULT_AFTER = re.compile(r"^(\S+::\S+)\s+(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)")
 _SHORT = re.compile(r"^(FAILED|ERROR) (\S+)(?: - (.*))?$")
 _BENCH = re.compile(r"^BENCH name=(\S+) ours=(\S+) baseline=(\S+) unit=(\S+) ratio=(\S+)$")
@@ -127,6 +127,10 @@ def summary(outdir: str) -> str:
                  f"the run was CUT OFF by its time limit: {suite['not_run']} tests not run."), ""]
     if suite["failed"]:
         lines += ["Failures:", ""] + [f"- `{k}`" + (f": {r}" if r else "") for k, r in suite["failed"]] + [""]
+    failures_log = _read(os.path.join(outdir, "failures.log")).strip()
+    if failures_log:
+        lines += ["Failures rerun alone with tracebacks (`failures.log`), last lines:", "", "```",
+                  *failures_log.splitlines()[-40:], "```", ""]
     lines += ["## Benchmarks", ""]
     if bench:
         lines += ["| name | ours | baseline | unit | ratio |", "|---|---|---|---|---|"]

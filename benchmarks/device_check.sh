@@ -30,7 +30,7 @@ if [ -z "${PYTHON:-}" ]; then
   if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
 phases=${PHASES:-suite,bench}
-[[ ",$phases," == *",suite,"* ]] && : > "$out/phases.txt"
+[ -f "$out/phases.txt" ] || : > "$out/phases.txt"  # appended to: a bench-only call and a suite-only call add up
 t0=$(date +%s)
 mark() { echo "$1 $(( $(date +%s) - t0 ))" >> "$out/phases.txt"; }
 
@@ -76,6 +76,15 @@ if [[ ",$phases," == *",suite,"* ]]; then
     -p no:cacheprovider -n "$workers" --dist loadfile $targets > "$out/pytest.log" 2>&1
   echo "pytest exit $?" >> "$out/pytest.log"
   mark suite
+  # The failures' tracebacks: xdist prints them only when the whole run ends, and a run cut off by its time limit
+  # never does; rerun the failed tests alone (one process, short tracebacks) for at most RERUN_TIMEOUT seconds.
+  grep -oE "(FAILED|ERROR) [^ ]+::[^ ]+" "$out/pytest.log" | awk '{print $2}' | sort -u > "$out/failed_ids.txt"
+  if [ -s "$out/failed_ids.txt" ]; then
+    # shellcheck disable=SC2046
+    timeout --signal=TERM --kill-after=10 "${RERUN_TIMEOUT:-90}" "$PYTHON" -m pytest -p no:cacheprovider -p no:xdist \
+      -q -rfE --tb=short $(cat "$out/failed_ids.txt") > "$out/failures.log" 2>&1
+    mark rerun_failures
+  fi
 fi
 
 if [[ ",$phases," == *",bench,"* ]]; then

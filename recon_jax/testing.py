@@ -106,7 +106,7 @@ def default_matmul_eps() -> float:
     :func:`emulate_matmul_precision`. A GPU without TF32 (V100) computes in float32, so this errs on the safe side.
     Tests that compare two computations whose products round differently scale their tolerance by it.
 
-    >>> default_matmul_eps() == 2.0**-24  # on a CPU
+    >>> default_matmul_eps() in (2.0**-24, 2.0**-11, 2.0**-8)  # 2^-24 on a CPU
     True
     """
     if _active is not None:

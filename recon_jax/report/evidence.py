@@ -128,11 +128,16 @@ def provenance() -> dict:
     devices = jax.devices()
     commit = (_git("rev-parse", "HEAD") or "").strip() or None
     stated = {}
-    if commit is None and os.environ.get("RECON_JAX_GIT_COMMIT"):
-        # A copy of a checkout without its .git (an accelerator machine's copy of the working tree): the commit
-        # is the one the caller states, and it is recorded as stated, not as read from git.
+    if os.environ.get("RECON_JAX_GIT_COMMIT"):
+        # A copy of a checkout made elsewhere (an accelerator machine's copy of the working tree), whose .git is
+        # missing or stale (one such copy carried the .git of an older checkout: its HEAD and "dirty files" named
+        # the wrong commit): the commit is the one the caller states, recorded as stated; what git in the copy
+        # says is kept beside it when it differs.
+        stated = {"git_commit_source": "stated by the caller (RECON_JAX_GIT_COMMIT)"}
+        if commit is not None and commit != os.environ["RECON_JAX_GIT_COMMIT"].strip():
+            stated["git_view_of_this_copy"] = {"head": commit, "dirty_files": dirty}
+            dirty = None
         commit = os.environ["RECON_JAX_GIT_COMMIT"].strip()
-        stated = {"git_commit_source": "stated by the caller (RECON_JAX_GIT_COMMIT); no .git in this copy"}
     return {
         "git_commit": commit,
         **stated,

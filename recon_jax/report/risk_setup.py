@@ -11,6 +11,7 @@ import math
 import os
 
 import jax
+import jax.extend.core as jex
 import numpy as np
 
 from recon_jax import data as rdata
@@ -72,11 +73,20 @@ def check_model(config, fns, example, num_classes: int, labels=None, algorithms=
     try:
         params = jax.eval_shape(fns.init, jax.random.key(0), example[:1])
         out = jax.eval_shape(fns.apply, params, example[:2])
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, ZeroDivisionError) as err:
+        hint = ("" if not isinstance(err, ZeroDivisionError) else
+                " (a layer got an empty input, e.g. a convolution kernel larger than the image, and initialising "
+                "the next layer divided by its zero fan-in: use a larger image_size or a model made for this size)")
         _fail("model", f"{config.model!r} cannot run on inputs of shape {example.shape[1:]} from dataset "
-                       f"{config.dataset!r}: {err}")
+                       f"{config.dataset!r}: {type(err).__name__}: {err}{hint}")
     if out.ndim != 2 or out.shape[1] < num_classes:
         _fail("model", f"{config.model!r} must map inputs to [batch, >= {num_classes}] logits, got {out.shape}")
+    empty = _empty_intermediate(fns.apply, params, example[:2])
+    if empty is not None:
+        # XLA's convolution gives an empty output where a kernel is larger than its (padded) input, and the model
+        # then "runs" on nothing (the patch form raises instead): the inputs are too small for the model.
+        _fail("model", f"{config.model!r} produces an empty intermediate on inputs of shape {example.shape[1:]} "
+                       f"({empty}): the inputs are too small for it (a larger image_size, or a model for this size)")
     if not algorithms:
         return
     if labels is None:
@@ -88,6 +98,25 @@ def check_model(config, fns, example, num_classes: int, labels=None, algorithms=
                              init_params=init_params if algorithm.init == "fixed" else None)
         except shadow.UnsupportedConfiguration as err:
             raise ValueError(f"config.model: {config.model!r}: {err}") from err
+
+
+def _empty_intermediate(fn, *args) -> str | None:
+    """The first operation of ``fn(*args)`` (traced, nothing computed) whose output has a zero-size dimension although
+    its inputs have none, as ``"<primitive> -> <shape>"``; None if there is none."""
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            ins = [v.aval for v in eqn.invars if hasattr(v.aval, "shape")]
+            if all(0 not in a.shape for a in ins):
+                for v in eqn.outvars:
+                    if 0 in getattr(v.aval, "shape", ()):
+                        return f"{eqn.primitive.name} -> {tuple(v.aval.shape)}"
+            for sub in jex.jaxprs_in_params(eqn.params):
+                found = walk(sub)
+                if found:
+                    return found
+        return None
+
+    return walk(jax.make_jaxpr(fn)(*args).jaxpr)
 
 
 def reconstructor_for(config, image_shape):

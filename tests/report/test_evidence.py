@@ -150,3 +150,15 @@ def test_segments_are_listed_in_metrics_and_report(tmp_path, monkeypatch):
     assert last["segments"][1]["seconds"] is None and last["segments"][2]["code_hash"] == "0123456789abcdef"
     report = open(os.path.join(tmp_path, "report.md")).read()
     assert "## Segments" in report and "0123456789abcdef" in report
+
+
+def test_stated_commit_wins_over_a_stale_copy(monkeypatch):
+    """A copy of the tree made elsewhere carried an older checkout's .git: the caller's statement is recorded, and
+    what git in the copy said is kept beside it, not as the run's commit."""
+    monkeypatch.setattr(evidence, "_git", lambda *args: "1" * 40 + "\n" if args[0] == "rev-parse" else " M a.py\n")
+    monkeypatch.setenv("RECON_JAX_GIT_COMMIT", "2" * 40)
+    info = evidence.provenance()
+    assert info["git_commit"] == "2" * 40 and "RECON_JAX_GIT_COMMIT" in info["git_commit_source"]
+    assert info["git_view_of_this_copy"]["head"] == "1" * 40 and info["git_dirty_files"] is None
+    monkeypatch.delenv("RECON_JAX_GIT_COMMIT")
+    assert evidence.provenance()["git_commit"] == "1" * 40

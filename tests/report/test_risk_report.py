@@ -235,7 +235,16 @@ def test_cnn_on_image_folder_smoke(tmp_path):
     (dict(reconstructor="conv", image_size=18), "config.reconstructor"),  # side not divisible by 4
     (dict(data_path="/nonexistent"), "config.data_path"),
 ])
-def test_unsupported_model_and_data_fail_before_training(tmp_path, monkeypatch, overrides, match):
+@pytest.mark.parametrize("conv_impl", ["default", "lax"])
+def test_unsupported_model_and_data_fail_before_training(tmp_path, monkeypatch, overrides, match, conv_impl):
+    """Bad models and data stop before any training. ``conv_impl="lax"`` runs the CNN with XLA's convolution, as on a
+    GPU: there a kernel larger than a 4x4 input gives an empty output (no error from the convolution itself), and
+    the next layer's initialisation divides by zero (on an H200 a bare ZeroDivisionError escaped the check)."""
+    if conv_impl == "lax":
+        from recon_jax.models import conv
+
+        monkeypatch.setattr(conv, "resolve_conv_impl", lambda impl: "lax")
+
     def no_training(*args, **kwargs):
         raise AssertionError("training started before validation")
 
@@ -307,3 +316,27 @@ def test_model_the_engine_cannot_train_fails_in_seconds(tmp_path, monkeypatch):
     assert isinstance(info.value.__cause__, ValueError)  # the engine's UnsupportedConfiguration ...
     assert isinstance(info.value.__cause__.__cause__, NotImplementedError)  # ... chained to JAX's error
     assert not (tmp_path / "run").exists()
+
+
+def test_empty_intermediate_is_found_where_a_model_runs_on_nothing():
+    """A convolution whose kernel is larger than its input (XLA's form: an empty output, no error) followed by a
+    layer without fan-in (a global mean) would train on nothing; check_model's tracer finds the empty output."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    from recon_jax import models
+    from recon_jax.report.risk_setup import _empty_intermediate
+
+    class Pooled(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = nn.Conv(3, (5, 5), padding="VALID")(x)
+            return jnp.mean(x, axis=(1, 2)) + self.param("b", nn.initializers.zeros, (3,))
+
+    fns = models.from_flax(Pooled())
+    small, large = np.zeros((2, 4, 4, 1), np.float32), np.zeros((2, 8, 8, 1), np.float32)
+    params = jax.eval_shape(fns.init, jax.random.key(0), large[:1])
+    found = _empty_intermediate(fns.apply, params, small)
+    assert found is not None and found.startswith("conv_general_dilated") and "(2, 0, 0, 3)" in found
+    assert _empty_intermediate(fns.apply, params, large) is None

@@ -43,7 +43,7 @@ import jax
 import numpy as np
 import pytest
 
-from recon_jax import models, shadow, training
+from recon_jax import models, shadow, testing, training
 from recon_jax.models import reconstructors, tygert
 from recon_jax.shadow import engine
 
@@ -171,16 +171,30 @@ def _check_engine_equals_loop(name, impl, alg_name, device_counts):
     assert np.all(np.isfinite(ref))
     assert np.max(np.abs(ref - flat0)) > 1e-3  # the models trained (equality below is not between two no-ops)
 
-    for n_dev in device_counts:
+    available = [n for n in device_counts if n <= len(jax.devices())]
+    for n_dev in available:
         mesh = shadow.default_mesh(jax.devices()[:n_dev])
         s = shadow.generate_shadow_models(fns, alg, fixed, targets, key, init_params=p0, shuffle_key=shuffle_key,
                                           chunk_size=CHUNK, mesh=mesh, progress=False)
-        np.testing.assert_allclose(s["params"], ref, rtol=RTOL, atol=ATOL,
-                                   err_msg=f"{name} conv_impl={impl} {alg_name} on {n_dev} device(s)")
+        what = f"{name} conv_impl={impl} {alg_name} on {n_dev} device(s)"
+        if testing.default_matmul_eps() == 2.0**-24:
+            np.testing.assert_allclose(s["params"], ref, rtol=RTOL, atol=ATOL, err_msg=what)
+        else:
+            # Where products round (TF32 on a GPU) the engine's grouped convolution over models and the loop's
+            # per-model convolution run different kernels (cuDNN picks the algorithm per shape), so they differ
+            # by rounding that training amplifies: on an H200 the CIFAR CNN row missed rtol 1e-5. Compared
+            # relative to how far training moved the models, a broken engine (initial parameters, models mixed
+            # up) is off by ~1, rounding by far less than 5%.
+            off = np.linalg.norm(np.asarray(s["params"]) - ref) / np.linalg.norm(ref - flat0)
+            assert off <= 0.05, f"{what}: |engine - loop| / |loop - init| = {off:.3g}"
+    if len(available) < len(device_counts):
+        pytest.skip(f"{sorted(set(device_counts) - set(available))} devices requested, {len(jax.devices())} here "
+                    "(the multi-device rows run on the suite's fake CPU devices)")
 
 
 def test_matrix_covers_every_model_algorithm_impl_and_mesh():
-    assert len(jax.devices()) == 2  # conftest: two fake CPU devices
+    if jax.default_backend() == "cpu":
+        assert len(jax.devices()) == 2  # conftest: two fake CPU devices (a one-GPU machine skips the 2-device rows)
     assert {m for m, *_ in SUBSET} == set(MODELS)
     assert {a for *_, a, _ in SUBSET} == set(ALGORITHMS)
     assert {i for _, i, *_ in SUBSET} == {None, "patches", "lax"}
