@@ -126,7 +126,9 @@ def _eps_from_rates(fpr, fnr, delta):
     return np.maximum(np.maximum(np.nan_to_num(a, nan=-np.inf), np.nan_to_num(b, nan=-np.inf)), 0.0)
 
 
-def _rates(with_sorted, without_sorted, thresholds):
+def error_counts(with_sorted, without_sorted, thresholds):
+    """(false positives, false negatives) of the tests "score >= threshold means with the canary", per threshold
+    (scores sorted ascending). Shared with :mod:`recon_jax.attacks.audit_gdp`."""
     fnr_counts = np.searchsorted(with_sorted, thresholds, side="left")  # with-canary runs scored below threshold
     fpr_counts = without_sorted.size - np.searchsorted(without_sorted, thresholds, side="left")
     return fpr_counts, fnr_counts
@@ -174,7 +176,7 @@ def empirical_epsilon(scores_with, scores_without, delta: float, *, confidence: 
     level = 1.0 - (1.0 - confidence) / 2.0
 
     def bound_at(w, wo, thresholds):
-        fp, fn = _rates(np.sort(w), np.sort(wo), thresholds)
+        fp, fn = error_counts(np.sort(w), np.sort(wo), thresholds)
         fpr_hi = clopper_pearson_upper(fp, wo.size, level)
         fnr_hi = clopper_pearson_upper(fn, w.size, level)
         return _eps_from_rates(fpr_hi, fnr_hi, delta), fp, fn, fpr_hi, fnr_hi

@@ -24,7 +24,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from recon_jax.attacks.audit import (_check_confidence, _rates, clopper_pearson_upper, empirical_epsilon, empirical_epsilon_ceiling)
+from recon_jax._validation import OPEN_UNIT, check
+from recon_jax.attacks.audit import clopper_pearson_upper, empirical_epsilon, empirical_epsilon_ceiling, error_counts
 
 __all__ = ["gdp_delta", "gdp_epsilon", "gdp_mu_lower_bound", "GaussianDPAudit", "gaussian_dp_audit"]
 
@@ -179,7 +180,7 @@ def _mu_lower_threshold(s1, s0, confidence, calibration_fraction):
     level = 1.0 - (1.0 - confidence) / 2.0
 
     def bound_at(w, wo, thresholds):
-        fp, fn = _rates(np.sort(w), np.sort(wo), thresholds)
+        fp, fn = error_counts(np.sort(w), np.sort(wo), thresholds)
         return _mu_from_rates(clopper_pearson_upper(fp, wo.size, level),
                               clopper_pearson_upper(fn, w.size, level)), fp, fn
 
@@ -243,7 +244,7 @@ def gdp_mu_lower_bound(scores_with, scores_without, *, confidence: float = 0.95,
     """
     if method not in ("gaussian", "threshold"):
         raise ValueError(f"method must be 'gaussian' or 'threshold', got {method!r}")
-    _check_confidence(confidence)
+    check("confidence", confidence, OPEN_UNIT)
     if not 0 < calibration_fraction < 1:
         raise ValueError(f"calibration_fraction must be in (0, 1), got {calibration_fraction}")
     s1, s0 = _check_scores(scores_with, scores_without)
