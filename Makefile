@@ -15,8 +15,11 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 # --no-compile: bytecode is written on first import instead, for the modules actually used (halves install time).
+# This is CI's check that the lock installs (on CI's Python, the lowest README claims: tests/test_install.py) and
+# that the installed set is consistent (pip check).
 $(STAMP): pyproject.toml requirements.lock | $(PY)
 	$(PY) -m pip install --quiet --no-compile -c requirements.lock -e '.[dev,dimred]'
+	$(PY) -m pip check
 	touch $(STAMP)
 
 install: $(STAMP)

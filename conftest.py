@@ -19,7 +19,7 @@ _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
     _flags += " --xla_force_host_platform_device_count=2"
 if "xla_cpu_multi_thread_eigen" not in _flags:
-    _flags += " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    _flags += " --xla_cpu_multi_thread_eigen=false"
 if "xla_backend_optimization_level" not in _flags:
     _flags += " --xla_backend_optimization_level=0"
 os.environ["XLA_FLAGS"] = _flags.strip()

@@ -41,7 +41,7 @@ import time
 
 DEFAULT_CONFIG = "2x1"
 CONFIG_FLAGS = {
-    "2x1": "--xla_force_host_platform_device_count=2 --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+    "2x1": "--xla_force_host_platform_device_count=2 --xla_cpu_multi_thread_eigen=false",
     "1x2": "--xla_force_host_platform_device_count=1",
 }
 

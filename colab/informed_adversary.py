@@ -23,9 +23,17 @@
 # Everything below runs the library pipeline `recon_jax.attacks.informed`, the same code as the experiments.
 
 # %%
-# Install first. From a checkout of the repository: `make install` (or `pip install -e '.[dev]'`). Elsewhere
-# (e.g. Colab): build the wheel with `make wheel` in a checkout, upload dist/recon_jax-0.1.0-py3-none-any.whl
-# and install it from a cell: `!pip install -q recon_jax-0.1.0-py3-none-any.whl`.
+# Install recon_jax where it is missing (Colab: from the repository; set REPO to your copy or fork, a branch
+# with @name). In a checkout with the package installed (`make install`, CI) this cell does nothing.
+REPO = "https://github.com/YOUR-ORG/recon_jax"  # @param {type:"string"}
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("recon_jax") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", f"recon-jax @ git+{REPO}"], check=True)
+
+# %%
 import os
 
 import jax

@@ -1,7 +1,9 @@
 """Atomic, crash-safe file writes shared by every long job (shadow store, DR shadow embeddings, reports).
 
 A file is written to a temporary name in the same directory, flushed and fsync'ed, then renamed over the final
-name, so a reader sees either the old complete file or the new complete file, never a partial one.
+name, so a reader sees either the old complete file or the new complete file, never a partial one. Files get the
+mode a plain ``open(path, "w")`` would give them (``0o666`` less the process umask, usually ``0o644``), not the
+``0o600`` of the temporary file.
 """
 
 from __future__ import annotations
@@ -28,13 +30,33 @@ __all__ = [
 ]
 
 
+def _process_umask() -> int:
+    """The process umask (read once, at import: ``os.umask`` can only be read by setting it, which is not
+    thread-safe, so it is never touched again)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_process_umask()
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Writes ``data`` to ``path`` atomically (temp file + fsync + rename + directory fsync)."""
+    """Writes ``data`` to ``path`` atomically (temp file + fsync + rename + directory fsync), readable as a file
+    made by ``open`` would be (``0o666`` less the umask at import).
+
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp(); atomic_write_bytes(os.path.join(d, "atomic"), b"x")
+    >>> open(os.path.join(d, "plain"), "wb").close()
+    >>> os.stat(os.path.join(d, "atomic")).st_mode == os.stat(os.path.join(d, "plain")).st_mode
+    True
+    """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
     try:
+        os.fchmod(fd, _FILE_MODE)  # mkstemp creates 0o600: others could not read reports or stores
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

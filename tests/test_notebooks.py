@@ -40,3 +40,30 @@ def test_notebook_executes_in_smoke_mode(source, tmp_path, monkeypatch):
     client.execute()
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
+
+
+@pytest.mark.parametrize("source", NOTEBOOK_SOURCES, ids=[p.stem for p in NOTEBOOK_SOURCES])
+def test_notebook_starts_with_a_runnable_install_cell(source, monkeypatch):
+    """Issue 36: the first code cell installs recon_jax where it is missing (Colab) from the repository URL given as
+    a #@param, with a pip requirement that names this package; where recon_jax is importable it does nothing."""
+    import importlib.util
+    import subprocess
+    import sys
+    import tomllib
+
+    jupytext = pytest.importorskip("jupytext")
+    from packaging.requirements import Requirement
+
+    first = _code_cells(jupytext.read(source))[0]
+    assert "# @param" in first and "REPO = " in first
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, check: calls.append(cmd))
+    exec(compile(first, source.name, "exec"), {})  # recon_jax is installed here: nothing to do
+    assert calls == []
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # as on a fresh Colab runtime
+    exec(compile(first, source.name, "exec"), {})
+    (cmd,) = calls
+    assert cmd[:5] == [sys.executable, "-m", "pip", "install", "--quiet"]
+    req = Requirement(cmd[5])
+    name = tomllib.loads((COLAB.parent / "pyproject.toml").read_text())["project"]["name"]
+    assert req.name == name and req.url.startswith("git+https://github.com/")

@@ -6,8 +6,11 @@ sampling rate ``q``, ``steps``, clip norm ``C``):
 - epsilon at ``delta`` from our RDP accountant and from the PLD accountant (``dp_accounting``);
 - ReRo upper bounds (probability of a successful reconstruction) for priors ``kappa`` through the RDP curve
   (the optimal RDP-to-trade-off conversion, tighter than Balle et al. Thm 2), zCDP (likewise; full batch only),
-  the hypothesis-testing/GDP route (Hayes et al. 2023; ``Phi(Phi^-1(kappa) + mu)`` with ``mu = sqrt(T)/sigma`` for
-  full batches, the PLD trade-off curve otherwise) and Balle et al.'s Thm 2 from the (eps, 0) of the RDP curve;
+  the hypothesis-testing route (Hayes et al. 2023): for full batches the GDP closed form
+  ``Phi(Phi^-1(kappa) + mu)`` with ``mu = sqrt(T)/sigma`` (``rero_gdp``), for ``q < 1`` the trade-off curve of the
+  subsampled Gaussian's privacy-loss distribution (``rero_pld``, :func:`rero_dpsgd_tradeoff`; the mechanism is not
+  GDP then, so the field names the curve that was computed), and Balle et al.'s Thm 2 from the (eps, 0) of the
+  RDP curve;
 - Ziller et al.'s prior-free bounds for an adversary who sees the T noisy gradient releases (expected MSE lower
   bound, PSNR upper bound, NCC upper bound, and P[MSE <= eta]), in the units of the clipped record;
 - the log Bayes' capacity of the Gaussian mechanism (Biswas et al. Thm 5).
@@ -32,20 +35,25 @@ from recon_jax.accounting.rdp import DEFAULT_ORDERS, rdp_gaussian, rdp_subsample
 
 __all__ = ["ROUTES", "ReroBounds", "PrivacyBounds", "privacy_bounds", "tightest_rero"]
 
-ROUTES = ("rero_gdp", "rero_rdp", "rero_zcdp")
+ROUTES = ("rero_gdp", "rero_pld", "rero_rdp", "rero_zcdp")
 """The routes :func:`tightest_rero` chooses among (``rero_dp``, Thm 2 from one (eps, 0) point, is never tighter
 than the RDP curve it comes from)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class ReroBounds:
-    """ReRo upper bounds at one prior ``kappa``, one per route (``None`` where a route does not apply)."""
+    """ReRo upper bounds at one prior ``kappa``, one per route (``None`` where a route does not apply).
+
+    The hypothesis-testing route is ``rero_gdp`` (the GDP closed form) for full batches (q = 1) and ``rero_pld``
+    (the PLD trade-off curve of the subsampled Gaussian) for q < 1; the other of the two is ``None``.
+    """
 
     kappa: float
     rero_rdp: float
     rero_zcdp: float | None
-    rero_gdp: float
+    rero_gdp: float | None
     rero_dp: float
+    rero_pld: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +114,8 @@ def privacy_bounds(noise_multiplier: float, sample_rate: float, steps: int, delt
       num_params: model size for Bayes' capacity (default ``data_dim``).
 
     Returns:
-      A :class:`PrivacyBounds` (zCDP is ``None`` for ``q < 1``).
+      A :class:`PrivacyBounds` (for ``q < 1`` zCDP and GDP are ``None`` and the hypothesis-testing route is
+      ``rero_pld``; for ``q = 1`` ``rero_pld`` is ``None``).
 
     Raises:
       ValueError: naming the argument, when ``noise_multiplier``, ``sample_rate`` or ``steps`` is out of range.
@@ -136,16 +145,14 @@ def privacy_bounds(noise_multiplier: float, sample_rate: float, steps: int, delt
         all_kappas.append(float(kappa_at_eta))
     rows = []
     for k in all_kappas:
-        if q == 1.0:
-            gdp = float(bounds.rero_gdp(k, math.sqrt(T) / sigma))
-        else:
-            gdp = float(np.asarray(rero_dpsgd_tradeoff([k], sigma, q, T))[0])
+        full = q == 1.0
         rows.append(ReroBounds(
             kappa=k,
             rero_rdp=float(bounds.rero_from_rdp_curve(k, orders, rdp_curve)),
-            rero_zcdp=float(bounds.rero_from_zcdp(k, T / (2 * sigma**2))) if q == 1.0 else None,
-            rero_gdp=gdp,
+            rero_zcdp=float(bounds.rero_from_zcdp(k, T / (2 * sigma**2))) if full else None,
+            rero_gdp=float(bounds.rero_gdp(k, math.sqrt(T) / sigma)) if full else None,
             rero_dp=float(bounds.rero_from_dp(k, eps_rdp)),
+            rero_pld=None if full else float(np.asarray(rero_dpsgd_tradeoff([k], sigma, q, T))[0]),
         ))
     return PrivacyBounds(
         noise_multiplier=sigma, sample_rate=q, steps=T, delta=float(delta), eps_rdp=eps_rdp, eps_pld=eps_pld,
@@ -162,7 +169,8 @@ def privacy_bounds(noise_multiplier: float, sample_rate: float, steps: int, delt
 
 
 def tightest_rero(row: ReroBounds | Mapping) -> tuple[float, str]:
-    """The smallest applicable ReRo bound of a row (a :class:`ReroBounds` or its dict form) and its route.
+    """The smallest applicable ReRo bound of a row (a :class:`ReroBounds` or its dict form) and its route
+    (routes absent from a dict, as in metrics written before ``rero_pld`` existed, do not apply).
 
     >>> tightest_rero({"kappa": 0.1, "rero_gdp": 0.4, "rero_rdp": 0.5, "rero_zcdp": None})
     (0.4, 'rero_gdp')

@@ -162,7 +162,7 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
                         patience: int | None = None, min_delta: float = 0.0, monitor: str = "mse",
                         train_flag: bool = False, step_loop: str = "scan", checkpoint_dir: str | None = None,
                         checkpoint_key: dict | None = None, stream_rows: int | None = None,
-                        progress: bool = True) -> ReconstructorFit:
+                        progress: bool = True, desc: str = "reconstructor") -> ReconstructorFit:
     """Trains a reconstructor network on shadow-model features and their targets (Balle et al. Sec. IV-B).
 
     Features are streamed: each epoch draws a permutation, then gathers ``stream_rows`` rows at a time from
@@ -219,6 +219,7 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
         on the host, one jitted step per minibatch (no loop in the compiled program: XLA:CPU runs the DR attack's
         transposed-convolution + BatchNorm steps ~25x slower inside a loop). Same result up to float rounding.
       progress: show a tqdm bar over epochs.
+      desc: the bar's label.
 
     Returns:
       A :class:`ReconstructorFit` (``epochs_run``, ``best_epoch`` and ``stopped_early`` record early stopping).
@@ -333,7 +334,7 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
     def should_stop():
         return patience is not None and early_stopping(monitored, patience, min_delta)[1]
 
-    bar = tqdm(range(resumed_from, epochs), desc="reconstructor", unit="epoch", disable=not progress)
+    bar = tqdm(range(resumed_from, epochs), desc=desc, unit="epoch", disable=not progress)
     seconds = []
     last_save = time.monotonic()
     for e in bar:

@@ -17,8 +17,8 @@ engine uses however many devices exist. To use one device per core (as the test 
 shadow-heavy job, put the option in the environment *before JAX initialises its CPU backend*, i.e. before
 ``import jax`` to be safe::
 
-    XLA_FLAGS="--xla_force_host_platform_device_count=2 --xla_cpu_multi_thread_eigen=false \
-    intra_op_parallelism_threads=1" python -m experiments.<name> ...
+    XLA_FLAGS="--xla_force_host_platform_device_count=2 --xla_cpu_multi_thread_eigen=false" \
+    python -m experiments.<name> ...
 
 or, in Python, as the very first lines of a script or notebook::
 
@@ -58,15 +58,15 @@ def cpu_xla_flags(num_devices: int | None = None, single_threaded: bool = True, 
 
     Args:
       num_devices: number of host (CPU) devices; default ``os.cpu_count()``.
-      single_threaded: one thread per device (``--xla_cpu_multi_thread_eigen=false
-        intra_op_parallelism_threads=1``).
+      single_threaded: one thread per device (``--xla_cpu_multi_thread_eigen=false``; XLA has no
+        ``intra_op_parallelism_threads`` flag: written with ``--`` it aborts at start-up, without it is ignored).
       existing: flags to extend (default: the current ``XLA_FLAGS``); flags already present are kept.
 
     Returns:
       The flag string; set it as ``os.environ["XLA_FLAGS"]`` before JAX initialises its backend.
 
     >>> cpu_xla_flags(2, existing="")
-    '--xla_force_host_platform_device_count=2 --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1'
+    '--xla_force_host_platform_device_count=2 --xla_cpu_multi_thread_eigen=false'
     """
     n = (os.cpu_count() or 1) if num_devices is None else num_devices
     if not (isinstance(n, int) and n >= 1):
@@ -75,5 +75,5 @@ def cpu_xla_flags(num_devices: int | None = None, single_threaded: bool = True, 
     if "xla_force_host_platform_device_count" not in flags:
         flags += f" --xla_force_host_platform_device_count={n}"
     if single_threaded and "xla_cpu_multi_thread_eigen" not in flags:
-        flags += " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        flags += " --xla_cpu_multi_thread_eigen=false"
     return flags.strip()

@@ -172,7 +172,8 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
                            init_params=None, shuffle_key: jax.Array | None = None, target_weights=None,
                            probe_inputs=None, eval_set=None, outputs: Sequence[str] | ShadowOutputs = ("params",),
                            chunk_size: int | None = None, mesh: Mesh | None = None, store: str | None = None,
-                           progress: bool = True, dtype=None, first_layer: str = "auto") -> ShadowSet:
+                           progress: bool = True, dtype=None, first_layer: str = "auto",
+                           desc: str = "shadow models") -> ShadowSet:
     """Trains one model per target on ``fixed_set + {target_i}`` and returns (or stores) their outputs.
 
     Args:
@@ -199,6 +200,7 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
       store: a directory: stream chunks there atomically, resume a previous run with the same configuration,
         and return the memory-mapped result. ``None`` keeps everything in memory.
       progress: show a tqdm bar (models/s).
+      desc: the bar's label: what these models are (``"shadow models"``, ``"released models"``, ...).
       dtype: cast inputs to this float dtype (default: the fixed set's float dtype, float32 for integers).
       first_layer: ``"direct"`` trains each model with :func:`~recon_jax.training.train`; ``"gram"`` trains the
         first dense layer through the fixed set's Gram matrix, shared by all models
@@ -331,7 +333,7 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
                     _global(tw[idx], batched)]
             return fn(*args, shared)
 
-        bar = tqdm(total=count, initial=done, unit="model", disable=not progress, desc="shadow models")
+        bar = tqdm(total=count, initial=done, unit="model", disable=not progress, desc=desc)
         pending = None
         for piece in pieces + [None]:
             launched = (piece, launch(*piece)) if piece is not None else None  # dispatch before fetching previous

@@ -19,6 +19,7 @@ def test_full_batch_gdp_route_is_the_closed_form():
         # every route is an upper bound on the same quantity, and the GDP one is exact for the Gaussian
         assert b.at(k).rero_gdp <= min(b.at(k).rero_rdp, b.at(k).rero_zcdp, b.at(k).rero_dp) + 1e-6
         assert tightest_rero(b.at(k)) == (pytest.approx(b.at(k).rero_gdp), "rero_gdp")
+        assert b.at(k).rero_pld is None  # full batch: the closed form, not a PLD curve
     assert b.eps_pld <= b.eps_rdp  # the PLD accountant is tighter than RDP
     with pytest.raises(KeyError, match="kappa=0.2"):
         b.at(0.2)
@@ -28,8 +29,10 @@ def test_subsampled_has_no_zcdp_route_and_adds_the_threshold_row():
     b = privacy_bounds(1.0, 0.01, 1000, 1e-5, 1.0, 784, kappas=[0.1], eta_mse=0.01, kappa_at_eta=0.003)
     assert [r.kappa for r in b.rero] == [0.1, 0.003]
     assert all(r.rero_zcdp is None for r in b.rero)
+    # q < 1 is not GDP: the hypothesis-testing route is the PLD trade-off curve, labelled as such (issue 36)
+    assert all(r.rero_gdp is None and r.rero_pld is not None for r in b.rero)
     value, route = tightest_rero(b.at(0.003))
-    assert route in ("rero_gdp", "rero_rdp") and value == min(b.at(0.003).rero_gdp, b.at(0.003).rero_rdp)
+    assert route in ("rero_pld", "rero_rdp") and value == min(b.at(0.003).rero_pld, b.at(0.003).rero_rdp)
     d = b.to_dict()
     assert json.loads(json.dumps(d)) == d
     assert d["rero"][1]["kappa"] == 0.003 and d["eta_mse"] == 0.01 and 0 <= d["ziller_p_mse_below_eta"] <= 1

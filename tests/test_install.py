@@ -1,0 +1,58 @@
+"""The install tells the truth (issue 36): README's Python claim is pyproject's ``requires-python`` and the version the
+lock was made with; every pin of ``requirements.lock`` lies in the ranges pyproject declares (so ``pip install -c
+requirements.lock .``, which ``make`` and CI run, resolves to the lock, and a wheel installed elsewhere keeps any
+in-range jax); pyproject declares ranges, never exact pins. ``make install`` runs ``pip check`` on the result."""
+
+import pathlib
+import re
+import sys
+import tomllib
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+META = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _lock() -> dict[str, Version]:
+    pins = {}
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[_norm(name)] = Version(version.strip())
+    return pins
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirements() -> list[Requirement]:
+    reqs = [Requirement(r) for r in META["dependencies"]]
+    for extra, items in META["optional-dependencies"].items():
+        if extra not in ("cuda12", "tpu"):  # accelerator wheels: not in the CPU lock
+            reqs += [Requirement(r) for r in items]
+    return reqs
+
+
+def test_readme_python_claim_is_requires_python_and_the_locks():
+    readme = (ROOT / "README.md").read_text()
+    claims = set(re.findall(r"Python >= (3\.\d+)", readme))
+    assert len(claims) == 1, claims
+    (claim,) = claims
+    assert SpecifierSet(META["requires-python"]) == SpecifierSet(f">={claim}")
+    header = (ROOT / "requirements.lock").read_text().splitlines()[0]
+    assert f"(Python {claim}, CPU)" in header  # the lock is the set at the lowest Python the README claims
+    assert Version(".".join(map(str, sys.version_info[:3]))) in SpecifierSet(META["requires-python"])
+
+
+@pytest.mark.parametrize("req", _requirements(), ids=lambda r: r.name)
+def test_every_lock_pin_lies_in_the_declared_range(req):
+    pins = _lock()
+    assert _norm(req.name) in pins, f"{req.name} is declared but not pinned in requirements.lock"
+    assert req.specifier, f"{req.name} has no range in pyproject.toml"
+    assert not any(s.operator in ("==", "===") for s in req.specifier), f"{req} pins a version in pyproject.toml"
+    assert pins[_norm(req.name)] in req.specifier, f"requirements.lock pins {req.name}=={pins[_norm(req.name)]}"
