@@ -129,8 +129,8 @@ def test_committed_run_is_complete(run):
     metrics = _strict_load(os.path.join(d, "metrics.json"))
     claims = metrics.get("claims")
     assert isinstance(claims, list) and claims, f"results/{run}/metrics.json has no claims"
-    for c in claims:
-        assert set(c) == {"name", "holds", "detail"} and isinstance(c["holds"], bool), c
+    problems = claim_problems(claims)
+    assert not problems, f"results/{run}: " + "; ".join(problems)
     with open(os.path.join(d, "report.md")) as f:
         report = f.read()
     held = sum(c["holds"] for c in claims)
@@ -138,6 +138,106 @@ def test_committed_run_is_complete(run):
     assert f"{held} of {len(claims)} paper findings" in report, "report.md and metrics.json disagree on the claims"
     for c in claims:
         assert c["name"] in report
+        if "verdict" in c:  # the report shows each verdict beside its claim
+            assert re.search(re.escape(c["name"]) + r" \| \**\*?" + c["verdict"], report), c["name"]
+
+
+# Structured claims (recon_jax.report.evidence.claim with a verdict): verdicts and vacuity are re-derived here from
+# the numbers each comparison carries, independently of the code that wrote them.
+_VERDICTS = ("holds", "fails", "undecided")
+_LEGACY = {"name", "holds", "detail"}
+
+
+def _verdict(comp) -> str:
+    """The verdict of one comparison from its numbers (rules of evidence.comparison, restated)."""
+    thr, tol = comp["threshold"], comp["tolerance"]
+    lo_p, hi_p = comp["possible"] or (None, None)
+    low, high = comp["interval"] or (comp["value"], comp["value"])
+    low = (-math.inf if lo_p is None else lo_p) if low is None else low
+    high = (math.inf if hi_p is None else hi_p) if high is None else high
+    if comp["relation"] == "<=":
+        if low > thr:
+            return "undecided" if lo_p is not None and lo_p > thr + tol else "fails"
+        return "holds" if high <= thr + tol else "undecided"
+    if high < thr:
+        return "undecided" if hi_p is not None and hi_p < thr - tol else "fails"
+    return "holds" if low >= thr - tol else "undecided"
+
+
+def vacuous(comp) -> bool:
+    """A comparison the data cannot fail: ``<=`` against (nearly) the largest value the statistic can take, e.g. a
+    success probability against a ReRo bound >= 0.999; or ``>=`` against (nearly) its smallest."""
+    lo_p, hi_p = comp["possible"] or (None, None)
+    width = (hi_p - lo_p) if lo_p is not None and hi_p is not None else max(1.0, abs(comp["threshold"]))
+    if comp["relation"] == "<=":
+        return hi_p is not None and comp["threshold"] >= hi_p - 1e-3 * width
+    return lo_p is not None and comp["threshold"] <= lo_p + 1e-3 * width
+
+
+def claim_problems(claims) -> list[str]:
+    """What is wrong with a run's claims: legacy claims (name/holds/detail, from results that predate verdicts) are
+    accepted as they are; once one claim carries a verdict every claim must, with ``holds == (verdict == "holds")``,
+    each comparison's verdict following from its numbers, the claim's verdict from its comparisons, and no
+    comparison vacuous."""
+    out = []
+    structured = ["verdict" in c for c in claims]
+    if any(structured) and not all(structured):
+        out.append("some claims carry a verdict and some do not")
+    for c in claims:
+        if not isinstance(c.get("holds"), bool) or not _LEGACY <= set(c):
+            out.append(f"malformed claim {c!r}")
+            continue
+        if "verdict" not in c:
+            if set(c) != _LEGACY:
+                out.append(f"{c['name']}: extra fields without a verdict")
+            continue
+        if set(c) - _LEGACY - {"verdict", "comparisons"}:
+            out.append(f"{c['name']}: unknown fields {sorted(set(c) - _LEGACY)}")
+        if c["verdict"] not in _VERDICTS or c["holds"] != (c["verdict"] == "holds"):
+            out.append(f"{c['name']}: verdict {c['verdict']!r} with holds {c['holds']}")
+        comps = c.get("comparisons")
+        if comps is None:
+            continue
+        if not comps:
+            out.append(f"{c['name']}: empty comparisons")
+            continue
+        verdicts = [_verdict(k) for k in comps]
+        for k, v in zip(comps, verdicts):
+            if k["verdict"] != v:
+                out.append(f"{c['name']}: {k['what']} says {k['verdict']!r}, its numbers {v!r}")
+            if vacuous(k):
+                out.append(f"{c['name']}: {k['what']} cannot fail ({k['value']} {k['relation']} {k['threshold']} "
+                           f"with possible range {k['possible']})")
+        agg = "fails" if "fails" in verdicts else ("holds" if all(v == "holds" for v in verdicts) else "undecided")
+        if c["verdict"] != agg:
+            out.append(f"{c['name']}: verdict {c['verdict']!r}, comparisons give {agg!r}")
+    return out
+
+
+def _comp(value, relation, threshold, interval=None, tolerance=0.0, possible=(0, 1), verdict=None):
+    comp = {"what": "x", "value": value, "relation": relation, "threshold": threshold, "interval": interval,
+            "tolerance": tolerance, "possible": list(possible) if possible is not None else None}
+    comp["verdict"] = verdict or _verdict(comp)
+    return comp
+
+
+def test_claim_checks_accept_legacy_and_flag_bad_structured_claims():
+    legacy = {"name": "a", "holds": True, "detail": "1 < 2"}
+    assert claim_problems([legacy]) == []
+    ok = {"name": "b", "holds": True, "detail": "", "verdict": "holds",
+          "comparisons": [_comp(0.02, "<=", 0.2, interval=[0.0, 0.05])]}
+    assert claim_problems([ok]) == []
+    assert claim_problems([legacy, ok]) == ["some claims carry a verdict and some do not"]
+    # The ReRo-bound >= 0.999 pattern: a success rate "within" a bound of 1 cannot fail.
+    vac = dict(ok, comparisons=[_comp(0.9, "<=", 0.9995, interval=[0.8, 0.95])])
+    assert any("cannot fail" in p for p in claim_problems([vac]))
+    # An interval that straddles the threshold is undecided, not held or failed.
+    straddle = {"name": "c", "holds": False, "detail": "", "verdict": "fails",
+                "comparisons": [_comp(0.73, ">=", 0.75, interval=[0.65, 0.81], possible=(0, None), verdict="fails")]}
+    problems = claim_problems([straddle])
+    assert any("its numbers 'undecided'" in p for p in problems) and any("comparisons give" in p for p in problems)
+    wrong_holds = dict(ok, holds=False)
+    assert any("with holds False" in p for p in claim_problems([wrong_holds]))
 
 
 def test_docs_quote_only_committed_numbers():

@@ -15,9 +15,14 @@
   al. 2023) and the exact GDP (eps, delta) conversion.
 - :mod:`~recon_jax.attacks.audit_one_run`: audits in one training run with many canaries (Steinke et al. 2023)
   and their f-DP reading (Mahloujifar et al. 2024).
-- :mod:`~recon_jax.attacks.prior_aware`: the prior-aware attack on every released DP-(S)GD update (Hayes et al. 2023).
+- :mod:`~recon_jax.attacks.prior_aware`: the prior-aware attack on every released DP-(S)GD update (Hayes et al. 2023),
+  with random records or gradient canaries (:mod:`~recon_jax.attacks.canaries`: crafted clipped gradients of a fixed
+  geometry, orthogonal or a centred simplex, and the canary game the audits run); the exact success of the optimal
+  guess for crafted geometries and a per-pair model of measured separations: :mod:`~recon_jax.attacks.game_optimum`.
 """
 
-from recon_jax.attacks import audit, audit_gdp, audit_one_run, dimred, glm, gradient, informed, mia, oracle, prior_aware, reconn
+from recon_jax.attacks import (audit, audit_gdp, audit_one_run, canaries, dimred, game_optimum, glm, gradient, informed,
+                               mia, oracle, prior_aware, reconn)
 
-__all__ = ["glm", "reconn", "informed", "oracle", "mia", "gradient", "dimred", "prior_aware", "audit", "audit_gdp", "audit_one_run"]
+__all__ = ["glm", "reconn", "informed", "oracle", "mia", "gradient", "dimred", "prior_aware", "canaries", "game_optimum",
+           "audit", "audit_gdp", "audit_one_run"]

@@ -32,9 +32,12 @@ Notation:
 :func:`log_likelihood_scores` is the scoring rule on given residuals and candidate gradients;
 :func:`prior_aware_game` simulates the whole game for a model (trains the released trajectory with noise drawn
 per noise level and trial, recomputes every candidate's clipped gradient along it and accumulates the scores),
-vectorised with ``vmap`` over noise levels, trials and candidates; :func:`orthogonal_success_probability` is
-the analytic success of the optimal guess when candidate gradients are orthogonal with full norm (the worst
-case of Hayes et al., attained by gradient canaries).
+vectorised with ``vmap`` over noise levels, trials and candidates. Candidates are records (random data: the
+realistic prior) or gradient canaries (:mod:`recon_jax.attacks.canaries`: crafted clipped gradients of a fixed
+geometry, the priors that come closest to the ReRo bound).
+
+The exact success of the optimal guess for crafted geometries (orthogonal, simplex) and the per-pair model of
+measured separations live in :mod:`recon_jax.attacks.game_optimum` (re-exported here).
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from recon_jax.attacks.canaries import canary_game, dense_canaries
+from recon_jax.attacks.game_optimum import (crafted_success_probability, orthogonal_success_probability,
+                                           predicted_success)
 from recon_jax.models.adapters import ModelFns
 from recon_jax.models.losses import softmax_cross_entropy
 from recon_jax.training.dp import clip_gradients, per_example_gradients, weighted_row_sum
@@ -59,6 +65,8 @@ __all__ = [
     "GameResult",
     "prior_aware_game",
     "orthogonal_success_probability",
+    "crafted_success_probability",
+    "predicted_success",
     "separation_retained",
 ]
 
@@ -125,8 +133,9 @@ class GameResult(NamedTuple):
       separation: ``[S, N, k]`` how far apart the run's evidence puts the target and candidate j:
         ``sum_t ||c_{t,z} - c_{t,j}||^2 / (sigma C)^2`` along the released trajectory (0 at the target itself).
         In full-batch DP-GD the log-likelihood ratio of target vs candidate j is ``N(d/2, d)`` with d this value,
-        so it is the squared mu of that pair's test; candidates with orthogonal full-norm clipped gradients (the
-        bound's worst case) give ``2 T / sigma^2`` for every pair. :func:`separation_retained` divides by that.
+        so it is the squared mu of that pair's test; candidates with orthogonal full-norm clipped gradients give
+        ``2 T / sigma^2`` for every pair (a centred simplex ``2 T k / ((k - 1) sigma^2)``);
+        :func:`separation_retained` divides by the orthogonal value.
     """
 
     scores: jax.Array
@@ -264,7 +273,11 @@ def prior_aware_game(model_fns: ModelFns, init_params, fixed_set, candidates, ta
       model_fns: the released model.
       init_params: the (adversary-known) initial parameters.
       fixed_set: ``(x [n, ...], y [n])``, D-.
-      candidates: ``(x [N, k, ...], y [N, k])``, the prior of each trial.
+      candidates: ``(x [N, k, ...], y [N, k])``, the prior of each trial (records); or
+        :class:`~recon_jax.attacks.canaries.GradientCanaries` with k canaries, one prior shared by every trial
+        (gradient canaries: each candidate's clipped gradient is its fixed vector at every step; the game is then
+        :func:`~recon_jax.attacks.canaries.canary_game` with the target alone included, and ``separation`` is
+        ``T ||c_z - c_j||^2 / (sigma C)^2``).
       target_index: ``[N]`` ints, which candidate is the target in each trial.
       noise_multipliers: ``[S]`` noise multipliers sigma > 0.
       clip_norm: C > 0; steps: number of noisy steps T >= 1; optimizer: the update rule (e.g.
@@ -293,6 +306,12 @@ def prior_aware_game(model_fns: ModelFns, init_params, fixed_set, candidates, ta
     >>> r.success.tolist()
     [[True, True, True, True]]
     """
+    if hasattr(candidates, "indices") and hasattr(candidates, "values"):  # GradientCanaries (duck-typed: a module
+        # re-imported by a doctest runner has a second class of that name)
+        return _gradient_canary_game(model_fns, init_params, fixed_set, candidates, target_index, include_target,
+                                     noise_multipliers=noise_multipliers, clip_norm=clip_norm, steps=steps,
+                                     optimizer=optimizer, key=key, sample_rate=sample_rate, loss_fn=loss_fn,
+                                     chunk_size=chunk_size)
     fx, fy = (jnp.asarray(a) for a in fixed_set)
     cx, cy = (jnp.asarray(a) for a in candidates)
     target_index = jnp.asarray(target_index, jnp.int32)
@@ -342,14 +361,42 @@ def prior_aware_game(model_fns: ModelFns, init_params, fixed_set, candidates, ta
     return GameResult(scores, guess, guess == target_index[None, :], separation)
 
 
+def _gradient_canary_game(model_fns, init_params, fixed_set, canaries, target_index, include_target, *,
+                          noise_multipliers, clip_norm, steps, optimizer, key, sample_rate, loss_fn, chunk_size):
+    """prior_aware_game for a prior of gradient canaries: canary_game with the target alone included."""
+    k = int(np.asarray(canaries.indices).shape[0])
+    target = np.asarray(target_index)
+    if target.ndim != 1 or target.size < 1 or not np.issubdtype(target.dtype, np.integer) or np.any(
+            (target < 0) | (target >= k)):
+        raise ValueError(f"target_index must be [N] ints in [0, {k}) with N >= 1, got {target_index!r}")
+    include = np.ones(target.shape, np.float32) if include_target is None else np.asarray(include_target, np.float32)
+    if include.shape != target.shape:
+        raise ValueError(f"include_target must have shape [{target.size}], got {include.shape}")
+    included = np.eye(k, dtype=np.float32)[target] * include[:, None]
+    res = canary_game(model_fns, init_params, fixed_set, canaries, included, noise_multipliers=noise_multipliers,
+                      clip_norm=clip_norm, steps=steps, optimizer=optimizer, key=key, sample_rate=sample_rate,
+                      loss_fn=loss_fn, chunk_size=chunk_size)
+    scores = res.log_likelihood
+    # Clipped canary vectors (as the game clips them) and the constant separations T ||c_z - c_j||^2 / (sigma C)^2.
+    g = dense_canaries(canaries, int(ravel_pytree(init_params)[0].shape[0]))
+    g = g * np.minimum(1.0, clip_norm / np.maximum(np.linalg.norm(g, axis=1), 1e-300))[:, None]
+    sq = np.sum(g * g, axis=1)
+    dist = np.maximum(sq[:, None] + sq[None, :] - 2.0 * g @ g.T, 0.0)  # [k, k]
+    sigmas = np.atleast_1d(np.asarray(noise_multipliers, np.float64))
+    sep = steps * dist[target][None] / (sigmas * clip_norm)[:, None, None] ** 2
+    guess = jnp.argmax(scores, axis=-1)
+    return GameResult(scores, guess, guess == jnp.asarray(target)[None, :], jnp.asarray(sep, scores.dtype))
+
+
 def separation_retained(result: GameResult, noise_multipliers, steps: int, target_index,
                         prior_size: int | None = None) -> np.ndarray:
-    """The fraction of the worst case's separation that the candidates keep, ``[S, N, k - 1]`` (host-side).
+    """The fraction of orthogonal full-norm gradients' separation the candidates keep, ``[S, N, k - 1]`` (host-side).
 
     ``result.separation`` of every non-target candidate among the first ``prior_size`` (default all k), divided
-    by ``2 T / sigma^2``, its value for orthogonal full-norm clipped gradients (the prior that attains the ReRo
-    bound). 1 means that pair is as distinguishable as in the worst case; gradients below the clip norm or
-    aligned with the target's give less. Meaningful for runs with the target included (full batch).
+    by ``2 T / sigma^2``, its value for orthogonal full-norm clipped gradients (a simplex of gradient canaries
+    gives ``k / (k - 1)``, antipodal canaries 2). 1 means that pair is as distinguishable as orthogonal
+    full-norm gradients; gradients below the clip norm or aligned with the target's give less. Meaningful for
+    runs with the target included (full batch).
 
     >>> import jax, jax.numpy as jnp
     >>> sep = jnp.array([[[0.0, 8.0, 4.0]]])                        # 1 level, 1 trial, k = 3; T = 4, sigma = 1
@@ -371,26 +418,3 @@ def separation_retained(result: GameResult, noise_multipliers, steps: int, targe
     keep = np.ones(sep.shape[1:], bool)
     keep[np.arange(sep.shape[1]), t] = False
     return sep[:, keep].reshape(sep.shape[0], sep.shape[1], k - 1)
-
-
-def orthogonal_success_probability(k: int, mu: float, sample_rate: float = 1.0) -> float:
-    """Success of the optimal guess among k candidates with orthogonal, full-norm gradients (full batch).
-
-    With T steps at noise multiplier sigma the sufficient statistics are ``X_0 ~ N(mu, 1)`` for the target and
-    ``X_j ~ N(0, 1)`` for the others (``mu = sqrt(T) / sigma``), so ``P[success] = int phi(x - mu) Phi(x)^(k-1)
-    dx`` (numerical quadrature; host-side). Only ``sample_rate = 1`` has this closed form.
-
-    >>> round(orthogonal_success_probability(2, 0.0), 6)
-    0.5
-    """
-    from scipy import integrate, stats
-
-    if not (isinstance(k, (int, np.integer)) and k >= 1):
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    if not mu >= 0:
-        raise ValueError(f"mu must be >= 0, got {mu}")
-    if sample_rate != 1.0:
-        raise ValueError("orthogonal_success_probability has a closed form only for sample_rate = 1")
-    f = lambda x: stats.norm.pdf(x - mu) * stats.norm.cdf(x) ** (k - 1)  # noqa: E731
-    val, _ = integrate.quad(f, mu - 12.0, mu + 12.0, epsabs=1e-12, limit=200)
-    return float(val)

@@ -8,7 +8,8 @@ experiment of the repository. Every run's ``run(config, workdir)`` follows the s
     claims = [claim("attack beats the oracle", mse < oracle, f"mean MSE {mse:.4f} vs oracle {oracle:.4f}")]
     return finish_run(run_info, metrics, report_text, claims)  # report.md (+ Claims), metrics.json, wall time
 
-Caches and resume points live in ``keyed_dir(workdir, name, key)``, whose name is a hash of everything that
+Claims and their verdicts (:func:`claim`, :func:`comparison`) live in :mod:`recon_jax.report.claims` and are
+re-exported here. Caches and resume points live in ``keyed_dir(workdir, name, key)``, whose name is a hash of everything that
 determines their content, so a rerun with another config in the same workdir recomputes instead of reporting the
 old numbers. Each such directory also records the code that filled it (:func:`code_fingerprint`: a hash of the
 library's and the experiments' source, with the git commit and uncommitted files for people): resuming from one
@@ -36,6 +37,7 @@ import jax
 import numpy as np
 
 from recon_jax.io import atomic_write_json, atomic_write_text, stable_hash, strict_json
+from recon_jax.report.claims import VERDICTS, check_claims, claim, claims_markdown, comparison, is_vacuous
 
 __all__ = [
     "prepare_workdir",
@@ -44,7 +46,11 @@ __all__ = [
     "RunInfo",
     "start_run",
     "finish_run",
+    "VERDICTS",
+    "comparison",
+    "is_vacuous",
     "claim",
+    "check_claims",
     "claims_markdown",
     "NonFiniteResult",
     "require_finite",
@@ -264,28 +270,6 @@ def allow_resume_across_code(allow: bool = True) -> None:
     _ALLOW_ACROSS_CODE[0] = bool(allow)
 
 
-def claim(name: str, holds: Any, detail: str) -> dict:
-    """A paper finding the run checks: ``{"name", "holds", "detail"}`` (``detail`` gives the numbers behind it).
-
-    >>> claim("attack beats oracle", 0.01 < 0.02, "MSE 0.01 vs oracle 0.02")
-    {'name': 'attack beats oracle', 'holds': True, 'detail': 'MSE 0.01 vs oracle 0.02'}
-    """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"claim name must be a non-empty string, got {name!r}")
-    return {"name": name, "holds": bool(holds), "detail": str(detail)}
-
-
-def claims_markdown(claims: list[dict]) -> str:
-    """The report's Claims section: how many hold, then one row per claim with its numbers."""
-    held = sum(c["holds"] for c in claims)
-    lines = ["## Claims", "", f"{held} of {len(claims)} paper findings checked by this run hold.", ""]
-    if claims:
-        lines += ["| claim | holds | numbers |", "|---|---|---|"]
-        for c in claims:
-            lines.append(f"| {c['name']} | {'yes' if c['holds'] else '**NO**'} | {c['detail']} |")
-    return "\n".join(lines) + "\n"
-
-
 class NonFiniteResult(FloatingPointError):
     """A model, loss or metric is NaN or infinite: the run stops instead of reporting it."""
 
@@ -318,9 +302,7 @@ def finish_run(run: RunInfo, metrics: dict, report: str, claims: list[dict]) -> 
 
     Returns the metrics as written.
     """
-    for c in claims:
-        if set(c) != {"name", "holds", "detail"}:
-            raise ValueError(f"a claim must be made with claim(name, holds, detail), got {c!r}")
+    check_claims(claims)
     metrics = dict(metrics)
     metrics["claims"] = list(claims)
     wall = time.perf_counter() - run.start

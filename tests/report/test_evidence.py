@@ -54,6 +54,59 @@ def test_claim_validates_and_coerces():
         claim("", True, "")
 
 
+@pytest.mark.parametrize("value,relation,threshold,interval,tolerance,possible,want", [
+    # "<=": fails only when the whole interval lies above; holds when it ends below threshold + tolerance.
+    (0.05, "<=", 0.2, (0.0, 0.1), 0.0, (0, 1), "holds"),
+    (0.25, "<=", 0.2, (0.21, 0.3), 0.0, (0, 1), "fails"),
+    (0.19, "<=", 0.2, (0.15, 0.23), 0.0, (0, 1), "undecided"),
+    (0.19, "<=", 0.2, (0.15, 0.23), 0.03, (0, 1), "holds"),  # within 15% of a bound it reaches
+    # ">=": holds when the interval's low end clears the threshold; straddling is undecided (issue 35's 0.73 < 0.75).
+    (0.73, ">=", 0.75, (0.65, 0.81), 0.0, None, "undecided"),
+    (0.94, ">=", 0.85, (0.89, 0.99), 0.0, None, "holds"),
+    (0.60, ">=", 0.85, (0.50, 0.70), 0.0, None, "fails"),
+    # No interval: decided by the value; a threshold the run cannot reach is undecided, not failed.
+    (1.2, ">=", 0.9, None, 0.0, (0, 3.0), "holds"),
+    (0.3, ">=", 0.9, None, 0.0, (0, 3.0), "fails"),
+    (0.3, ">=", 0.9, None, 0.0, (0, 0.5), "undecided"),
+    (0.3, ">=", 0.9, (0.3, None), 0.0, (0, None), "undecided"),  # unknown upper end: cannot fail
+])
+def test_comparison_verdicts(value, relation, threshold, interval, tolerance, possible, want):
+    c = evidence.comparison("x", value, relation, threshold, interval=interval, tolerance=tolerance, possible=possible)
+    assert c["verdict"] == want
+
+
+def test_structured_claims_aggregate_and_refuse_vacuous_or_inconsistent(tmp_path):
+    hold = evidence.comparison("a", 0.05, "<=", 0.2, interval=(0.0, 0.1), possible=(0, 1))
+    straddle = evidence.comparison("b", 0.19, "<=", 0.2, interval=(0.15, 0.23), possible=(0, 1))
+    fail = evidence.comparison("c", 0.25, "<=", 0.2, interval=(0.21, 0.3), possible=(0, 1))
+    assert claim("x", detail="d", comparisons=[hold, hold])["verdict"] == "holds"
+    c = claim("x", detail="d", comparisons=[hold, straddle])
+    assert (c["verdict"], c["holds"]) == ("undecided", False) and c["comparisons"][1]["what"] == "b"
+    assert claim("x", detail="d", comparisons=[straddle, fail])["verdict"] == "fails"
+    vacuous = evidence.comparison("sigma=1", 0.99, "<=", 0.9995, interval=(0.98, 1.0), possible=(0, 1))
+    assert evidence.is_vacuous(vacuous)
+    with pytest.raises(ValueError, match="cannot fail"):
+        claim("x", detail="d", comparisons=[hold, vacuous])
+    with pytest.raises(ValueError, match="disagrees"):
+        claim("x", True, "d", verdict="undecided")
+    with pytest.raises(ValueError, match="verdict must be"):
+        claim("x", detail="d", verdict="maybe")
+    with pytest.raises(ValueError, match="empty"):
+        claim("x", detail="d", comparisons=[])
+    with pytest.raises(ValueError, match="relation"):
+        evidence.comparison("x", 1.0, "<", 2.0)
+    # finish_run: verdicts in metrics and report; a run mixing the two forms is refused.
+    run = start_run(str(tmp_path / "w"), _config())
+    claims = [claim("held", detail="d1", comparisons=[hold]), claim("open", detail="d2", comparisons=[straddle])]
+    metrics = finish_run(run, {}, "# R\n", claims)
+    assert [c["verdict"] for c in metrics["claims"]] == ["holds", "undecided"]
+    report = (tmp_path / "w" / "report.md").read_text()
+    assert "1 of 2 paper findings checked by this run hold (0 fail, 1 undecided" in report
+    assert "| open | *undecided* | d2 |" in report and "| held | holds | d1 |" in report
+    with pytest.raises(ValueError, match="all carry verdicts or none"):
+        finish_run(start_run(str(tmp_path / "v"), _config()), {}, "r", [claims[0], claim("old", True, "x")])
+
+
 def test_keyed_dir_separates_configs(tmp_path):
     a = keyed_dir(str(tmp_path), "bounds", {"refine": "lsqr", "restarts": 25})
     b = keyed_dir(str(tmp_path), "bounds", {"refine": "inverse", "restarts": 25})
