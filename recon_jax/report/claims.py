@@ -193,8 +193,8 @@ def claims_markdown(claims: list[dict]) -> str:
     if claims and all("verdict" in c for c in claims):
         failed = sum(c["verdict"] == "fails" for c in claims)
         undecided = sum(c["verdict"] == "undecided" for c in claims)
-        lines = ["## Claims", "", f"{head} ({failed} fail, {undecided} undecided: the data cannot decide them at "
-                                   "this run's sample sizes).", "",
+        lines = ["## Claims", "", f"{head} ({failed} fail{'s' if failed == 1 else ''}, {undecided} undecided: the "
+                                   "data cannot decide them at this run's sample sizes).", "",
                  "| claim | verdict | numbers |", "|---|---|---|"]
         marks = {"holds": "holds", "fails": "**fails**", "undecided": "*undecided*"}
         lines += [f"| {c['name']} | {marks[c['verdict']]} | {c['detail']} |" for c in claims]

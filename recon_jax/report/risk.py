@@ -22,7 +22,8 @@ def plot_threat_models(final_rows: Sequence[dict], update_rows: Sequence[dict], 
       final_rows: "final model released", one per DP setting: ``noise_multiplier``, ``success_at_eta`` with
         ``success_at_eta_ci`` ([low, high]), and ``bound_at_eta`` (the ReRo bound at ``kappa(eta)``, or None).
       update_rows: "every update released", one per DP setting and prior size: ``noise_multiplier``,
-        ``prior_size``, ``prior_aware_success``, ``prior_aware_ci`` and ``prior_aware_bound``.
+        ``prior_size``, ``prior_aware_success``, ``prior_aware_ci``, ``prior_aware_bound`` and ``candidates``
+        (``"records"`` as filled circles, crafted canaries as open squares beside them).
       path: PNG path.
 
     Returns:
@@ -52,18 +53,27 @@ def plot_threat_models(final_rows: Sequence[dict], update_rows: Sequence[dict], 
     ax.set_ylabel("probability of successful reconstruction")
     ax = axes[1]
     sizes = sorted({r["prior_size"] for r in update_rows})
+    kinds = sorted({r.get("candidates", "records") for r in update_rows}, key=lambda c: c != "records")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, k in enumerate(sizes):
-        rows = sorted((r for r in update_rows if r["prior_size"] == k), key=lambda r: r["noise_multiplier"])
-        xs = [r["noise_multiplier"] for r in rows]
         c = colors[i % len(colors)]
-        errbar(ax, xs, [r["prior_aware_success"] for r in rows], [r["prior_aware_ci"] for r in rows], marker="o",
-               color=c, label=f"prior-aware attack, k={k} (95% CI)")
-        ax.plot(xs, [r["prior_aware_bound"] for r in rows], "-", color=c, marker="_", markersize=16,
-                label=f"ReRo bound, kappa=1/{k}")
+        for j, kind in enumerate(kinds):
+            rows = sorted((r for r in update_rows if r["prior_size"] == k and r.get("candidates", "records") == kind),
+                          key=lambda r: r["noise_multiplier"])
+            xs = [r["noise_multiplier"] * (1.0 + 0.06 * j) for r in rows]  # side by side
+            errbar(ax, xs, [r["prior_aware_success"] for r in rows], [r["prior_aware_ci"] for r in rows],
+                   marker="o" if kind == "records" else "s", mfc=c if kind == "records" else "none", color=c,
+                   label=f"prior-aware attack, k={k}, {kind} (95% CI)")
+        rows = sorted((r for r in update_rows if r["prior_size"] == k and r.get("candidates", "records") == kinds[0]),
+                      key=lambda r: r["noise_multiplier"])
+        ax.plot([r["noise_multiplier"] for r in rows], [r["prior_aware_bound"] for r in rows], "-", color=c,
+                marker="_", markersize=16, label=f"ReRo bound, kappa=1/{k}")
     ax.set_title("every update released (prior-aware adversary)", fontsize=10)
+    sigmas = [r["noise_multiplier"] for r in list(final_rows) + list(update_rows)]
     for ax in axes:
         ax.set_xscale("log")
+        if sigmas:  # room for the side-by-side markers, and a readable axis with a single noise level
+            ax.set_xlim(min(sigmas) / 1.5, max(sigmas) * 1.5)
         ax.set_xlabel("noise multiplier sigma")
         ax.set_ylim(-0.02, 1.02)
         ax.legend(fontsize=6.5, loc="best")

@@ -61,9 +61,33 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     # "Every update released": the prior-aware attack of Hayes et al. (2023) on the accounted mechanism, with a
     # uniform prior of k random records (kappa = 1/k), and the white-box canary game for the empirical epsilon.
     c.prior_sizes = (2, 10, 100)
-    c.prior_aware_trials = 200  # runs of the game per DP setting (the prior sizes share them)
-    c.audit_runs = 200  # runs per world (with / without the canary) per DP setting; half choose the threshold
-    c.confidence = 0.95  # Clopper-Pearson intervals and the empirical-epsilon lower bound
+    c.prior_aware_trials = 200  # games with random-record priors per DP setting (the prior sizes share them)
+    # Crafted priors: gradient canaries of a fixed geometry ("simplex": centred regular simplex, antipodal at k = 2,
+    # the prior closest to the bound; or "orthogonal"). Their runs also carry the with/without audit's canary.
+    # Runs per DP setting: enough for a 95% interval of success / bound of half-width crafted_precision at k <= 10
+    # (from the exact optimum, fixed before the run), at least prior_aware_trials and 2 x audit_runs, at most
+    # crafted_trials (at sigma 16: 6,016 runs, 3,008 per audit world; at sigma 1 and 4: 512).
+    c.crafted_candidates = "simplex"
+    c.crafted_precision = 0.04
+    c.crafted_trials = 6000
+    c.audit_runs = 200  # at least this many runs per world (with / without the audit canary) per DP setting
+    # One-run audit (Steinke et al.): Dirac canaries in one training run per DP setting, each included with
+    # probability 1/2 (capped at the number of parameters). ~6,000 puts the idealised Gaussian audit at sigma 16
+    # above 0.35 of the accountant's epsilon in 9 of 10 runs.
+    c.one_run_canaries = 6000
+    c.confidence = 0.95  # Clopper-Pearson intervals and every audit's confidence
+    # Claim thresholds, fixed before any run (the reason beside each):
+    # - a success within its ReRo bound "holds" when the upper end of its 95% interval is at most (1 + tolerance)
+    #   x the bound (an attack that reaches a bound exactly can never be shown below it; 15% is what the default
+    #   run resolves at kappa = 1/100), and "fails" when the whole interval lies above the bound;
+    c.bound_tolerance = 0.15
+    # - crafted canaries reach the bound: lower end of the 95% interval of success / bound at k <= 10 (issue 35:
+    #   0.85; the exact optimum is 0.94 to 1.0 of the bound there);
+    c.crafted_reach = 0.85
+    # - the audits where the accountant's eps <= 10 certify these fractions of it (issue 35: Gaussian-DP reading
+    #   0.8, one-run audit 0.35; an idealised Gaussian model puts the one-run ceiling at 0.31-0.46).
+    c.audit_gdp_reach = 0.8
+    c.audit_one_run_reach = 0.35
     # Calibration: the smallest sigma keeping any attacker's success <= calibration_rero at prior
     # calibration_kappa, and the test accuracy of calibration_models released models trained at it.
     c.calibration_rero = 0.05
@@ -81,8 +105,10 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.eval_size = 200
         c.epochs = 5
         c.noise_multipliers = (2.0,)
-        c.prior_aware_trials = 32  # = chunk_size and 2 x audit_runs: the game and the audit share one compilation
+        c.prior_aware_trials = 32  # = chunk_size: one compiled call
         c.audit_runs = 16
+        c.crafted_trials = 32
+        c.one_run_canaries = 200
         c.calibration_models = 2
         c.reconstructor_epochs = 2
         c.reconstructor_batch_size = 32
@@ -98,6 +124,7 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.chunk_size = 512
         c.prior_aware_trials = 1000
         c.audit_runs = 2000
+        c.crafted_trials = 20000
     elif variant != "default":
         raise ValueError(f"unknown variant {variant!r}; choose smoke, default or paper")
     c.lock()

@@ -11,8 +11,10 @@ evaluation target, on D- + target; reports test accuracy); trains shadow models 
 network; reconstructs every target and scores it (MSE, PSNR, SSIM, NCC, success against the nearest-neighbour
 oracle), all through the library's informed-adversary pipeline (:mod:`recon_jax.attacks.informed`); and, for DP settings, computes epsilon (RDP and PLD), ReRo bounds from every route, Ziller et al.'s
 prior-free bounds and Bayes' capacity. For the "every update released" threat model it plays the prior-aware
-reconstruction game of Hayes et al. (2023) at priors of k random records and a with/without-canary game for a 95%
-lower bound on epsilon; it calibrates sigma to a reconstruction-risk target and measures the accuracy that costs.
+reconstruction game of Hayes et al. (2023) at priors of k random records and of k crafted gradient canaries, and
+audits the mechanism (with/without-canary game read rigorously and as Gaussian DP, and a one-run audit with many
+canaries; :mod:`recon_jax.report.risk_updates`); it calibrates sigma to a reconstruction-risk target and measures
+the accuracy that costs.
 Every DP setting draws its own noise. Writes report.md, metrics.json (with the claims it checks), config.json and
 PNG figures. Config validation and the model, data and reconstructor it names: :mod:`recon_jax.report.risk_setup`;
 the report's text and claims: :mod:`recon_jax.report.risk_text`.
@@ -31,7 +33,7 @@ from recon_jax import accounting
 from recon_jax import data as rdata
 from recon_jax import models, shadow, training
 from recon_jax.accounting import privacy_bounds, tightest_rero
-from recon_jax.attacks import audit, informed, prior_aware
+from recon_jax.attacks import audit, informed
 from recon_jax.attacks import oracle as roracle
 from recon_jax.report.cli import experiment_flags, run_app
 from recon_jax.report.evidence import config_to_dict, finish_run, keyed_dir, require_finite, start_run
@@ -41,6 +43,7 @@ from recon_jax.report.risk import plot_threat_models
 from recon_jax.report.risk_setup import build_model, check_model, load_data, reconstructor_for, validate_config
 from recon_jax.report.risk_text import claims as risk_claims
 from recon_jax.report.risk_text import report_markdown
+from recon_jax.report.risk_updates import every_update_released
 
 __all__ = ["DEFAULT_CONFIG", "validate_config", "sampling", "run", "console_main"]
 
@@ -80,83 +83,6 @@ def _ci(successes: int, trials: int, confidence: float) -> list[float]:
     return [float(lo), float(hi)]
 
 
-def _game_chunk(config) -> int:
-    """Trials per compiled call: prior_aware_trials split evenly into chunks of at most chunk_size (no padding);
-    the audit uses the same chunk, so both games share one compilation."""
-    n = config.prior_aware_trials
-    return math.ceil(n / math.ceil(n / config.chunk_size))
-
-
-def _prior_aware(config, fns, p0, fixed, test_x, test_y, settings, q, steps, key, optimizer):
-    """The prior-aware game at every DP setting (one vmapped call; noise level s uses fold_in(key, s)).
-
-    Priors: for each trial, max(prior_sizes) distinct random test records beyond eval_size (not in D-); the target
-    is the first, and the prior of size k is the first k (exchangeable, so the target is uniform over it).
-    """
-    rng = np.random.default_rng([config.seed, 1])
-    pool = np.arange(config.eval_size + 1, len(test_x))  # index eval_size is the canary
-    kmax = max(config.prior_sizes)
-    idx = np.stack([rng.choice(pool, kmax, replace=False) for _ in range(config.prior_aware_trials)])
-    sigmas = [sg for _, sg in settings]
-    res = prior_aware.prior_aware_game(
-        fns, p0, fixed, (test_x[idx], test_y[idx]), np.zeros(len(idx), np.int32), noise_multipliers=sigmas,
-        clip_norm=config.clip_norm, steps=steps, optimizer=optimizer, key=key, sample_rate=q,
-        include_target=np.ones(len(idx), np.float32), chunk_size=_game_chunk(config))
-    scores = np.asarray(res.scores)
-    require_finite(scores, "prior-aware attack scores", "noise multiplier too small for float32 likelihoods?")
-    # How distinguishable the target is from each other candidate along the released trajectories, as a fraction of
-    # the worst-case prior's (orthogonal full-norm gradients, which attain the bound): [S, N, kmax - 1].
-    retained = prior_aware.separation_retained(res, sigmas, steps, np.zeros(len(idx), np.int32))
-    require_finite(retained, "prior-aware candidate separations")
-    # Geometry of the candidates' clipped gradients at the initialisation (what limits the attack below the bound).
-    g = training.clip_gradients(training.per_example_gradients(fns, p0, test_x[idx[0]], test_y[idx[0]]),
-                                config.clip_norm)
-    g = np.asarray(g, np.float64)
-    norms = np.linalg.norm(g, axis=1)
-    cos = (g @ g.T) / np.maximum(np.outer(norms, norms), 1e-30)
-    off = cos[~np.eye(len(g), dtype=bool)]
-    geometry = {"mean_abs_cosine": float(np.abs(off).mean()), "max_abs_cosine": float(np.abs(off).max()),
-                "share_at_clip_norm": float(np.mean(norms >= 0.999 * config.clip_norm))}
-    return scores, geometry, retained
-
-
-def _audit(config, fns, p0, fixed, test_x, test_y, settings, q, steps, key, num_classes, optimizer):
-    """White-box with/without-canary game per DP setting -> empirical epsilon (attacks.audit).
-
-    Canary: the test record at index eval_size with a wrong label ((y + 1) mod classes), whose gradient stays
-    large through training. Runs alternate with / without it; its scores are the log-likelihood ratios. The
-    candidate axis repeats the canary max(prior_sizes) times so that the game's compilation is shared with
-    :func:`_prior_aware` (only the first column is used).
-    """
-    n = 2 * config.audit_runs
-    kmax = max(config.prior_sizes)
-    cx = np.broadcast_to(test_x[config.eval_size][None, None], (n, kmax) + test_x.shape[1:])
-    cy = np.full((n, kmax), (int(test_y[config.eval_size]) + 1) % num_classes, np.int32)
-    include = np.arange(n) % 2
-    res = prior_aware.prior_aware_game(
-        fns, p0, fixed, (cx, cy), np.zeros(n, np.int32), noise_multipliers=[sg for _, sg in settings],
-        clip_norm=config.clip_norm, steps=steps, optimizer=optimizer, key=key, sample_rate=q,
-        include_target=include.astype(np.float32), chunk_size=_game_chunk(config))
-    scores = np.asarray(res.scores[..., 0])
-    require_finite(scores, "canary log-likelihood ratios")
-    out = []
-    rng = np.random.default_rng([config.seed, 2])
-    for i, (_, sigma) in enumerate(settings):
-        a = audit.empirical_epsilon(scores[i][include == 1], scores[i][include == 0], config.delta,
-                                    confidence=config.confidence)
-        # What a perfect canary could certify with the same number of runs: the same audit on the exact
-        # log-likelihood ratio of full-norm mu-GDP, N(mu, 1) vs N(0, 1) with mu = sqrt(T) / sigma (q = 1 only).
-        ideal = None
-        if q == 1.0:
-            mu = math.sqrt(steps) / sigma
-            ideal = audit.empirical_epsilon(rng.normal(mu, 1.0, config.audit_runs), rng.normal(0.0, 1.0, config.audit_runs),
-                                            config.delta, confidence=config.confidence).eps_lower
-        out.append({"empirical_eps": a.eps_lower, "audit_fpr": a.fpr, "audit_fnr": a.fnr,
-                    "audit_fpr_upper": a.fpr_upper, "audit_fnr_upper": a.fnr_upper,
-                    "audit_eval_runs_per_world": a.num_eval_with, "ideal_gaussian_audit_eps": ideal})
-    return out
-
-
 def _model_store(workdir, config, name, sigma):
     """The stored shadow and released models (and reconstructor checkpoints) of one setting, keyed by the whole
     config and the setting."""
@@ -190,9 +116,13 @@ def run(config, workdir: str) -> dict:
     image_shape = train_x.shape[1:]
     data_dim = int(np.prod(image_shape))
     key = jax.random.key(config.seed)
-    k_init, k_models, k_recon, k_game, k_audit, k_calib = (jax.random.fold_in(key, i) for i in (0, 1, 3, 5, 6, 7))
+    k_init, k_models, k_recon, k_game, k_audit, k_calib, k_one_run = (jax.random.fold_in(key, i)
+                                                                       for i in (0, 1, 3, 5, 6, 7, 8))
     p0 = training.initial_params(fns, k_init, s.fixed_images)
     num_params = models.count_params(p0)
+    if config.noise_multipliers and sum(config.prior_sizes) + 1 > num_params:
+        raise ValueError(f"config.prior_sizes: the crafted priors and the audit canary need sum(prior_sizes) + 1 = "
+                         f"{sum(config.prior_sizes) + 1} parameter coordinates; the model has {num_params}")
     fixed = (s.fixed_images, s.fixed_labels)
     q, steps = sampling(config)
     shuffle_key = jax.random.fold_in(key, 4) if config.batch_size is not None and config.shuffle == "known" else None
@@ -265,38 +195,11 @@ def run(config, workdir: str) -> dict:
 
     update_rows, geometry = [], None
     if dp_settings:
-        print("== every update released: prior-aware game, canary audit ==", flush=True)
-        t_game = time.time()
-        optimizer = _algorithm(config, None).make_optimizer()  # one object: the game compiles once
-        scores, geometry, retained = _prior_aware(config, fns, p0, fixed, test_x, test_y, dp_settings, q, steps,
-                                                  k_game, optimizer)
-        timings["prior_aware_game"] = time.time() - t_game
-        t_aud = time.time()
-        audits = _audit(config, fns, p0, fixed, test_x, test_y, dp_settings, q, steps, k_audit, num_classes,
-                        optimizer)
-        timings["canary_audit"] = time.time() - t_aud
-        dp_rows = [r for r in rows if r["noise_multiplier"] > 0]
-        for i, (name, sigma) in enumerate(dp_settings):
-            row = dp_rows[i]
-            row.update(audits[i])
-            for k in config.prior_sizes:
-                wins = int(np.sum(np.argmax(scores[i, :, :k], axis=-1) == 0))
-                n_tr_game = scores.shape[1]
-                brow = next(r for r in row["bounds"]["rero"] if r["kappa"] == 1.0 / k)
-                bound, route = tightest_rero(brow)
-                rec = {"setting": name, "noise_multiplier": sigma, "prior_size": int(k), "kappa": 1.0 / k,
-                       "prior_aware_success": wins / n_tr_game,
-                       "prior_aware_ci": _ci(wins, n_tr_game, config.confidence),
-                       "prior_aware_bound": bound, "bound_route": route, "trials": n_tr_game,
-                       "success_over_bound": (wins / n_tr_game) / bound,
-                       # target vs the k - 1 others: separation as a fraction of the worst case's 2T / sigma^2
-                       "separation_retained_mean": float(np.mean(retained[i, :, : k - 1])),
-                       "separation_retained_p10": float(np.percentile(retained[i, :, : k - 1], 10))}
-                if q == 1.0:
-                    opt = prior_aware.orthogonal_success_probability(int(k), math.sqrt(steps) / sigma)
-                    rec["orthogonal_optimum"] = opt
-                    rec["orthogonal_optimum_over_bound"] = opt / bound
-                update_rows.append(rec)
+        print("== every update released: prior-aware games (records, crafted canaries), audits ==", flush=True)
+        optimizer = _algorithm(config, None).make_optimizer()  # one object: each game compiles once
+        update_rows, geometry = every_update_released(
+            config, fns, p0, fixed, test_x, test_y, [r for r in rows if r["noise_multiplier"] > 0], q, steps,
+            (k_game, k_audit, k_one_run), optimizer, timings)
 
     calibration = None
     if dp_settings or config.calibration_models:
@@ -330,13 +233,14 @@ def run(config, workdir: str) -> dict:
               "calibration": calibration, "eta_mse": eta, "kappa_at_eta": kappa_eta, "sample_rate": q,
               "steps": steps, "num_params": num_params, "runtime_seconds": elapsed,
               "timings_seconds": timings, "figures": {k: os.path.basename(v) for k, v in figures.items()}}
-    report = report_markdown(config, result, s, num_params, q, steps, recon_name)
     claims = risk_claims(config, result)
+    report = report_markdown(config, result, s, num_params, q, steps, recon_name, claims=claims)
     metrics = finish_run(run_info, result, report, claims)
     print(markdown_table(rows, ["setting", "test_accuracy", "eps_rdp", "empirical_eps", "mean_mse", "success_rate",
                                 "success_at_eta"]))
     if update_rows:
-        print(markdown_table(update_rows, ["setting", "prior_size", "prior_aware_success", "prior_aware_bound"]))
+        print(markdown_table(update_rows, ["setting", "prior_size", "candidates", "prior_aware_success",
+                                           "prior_aware_bound"]))
     print(f"report: {os.path.join(workdir, 'report.md')}  ({elapsed / 60:.1f} min)")
     return metrics
 

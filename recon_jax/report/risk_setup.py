@@ -27,6 +27,8 @@ KNOWN_KEYS = {
     "clip_norm", "delta", "kappas", "reconstructor_epochs", "reconstructor_batch_size", "reconstructor_learning_rate",
     "chunk_size", "prior_sizes", "prior_aware_trials", "audit_runs", "confidence", "calibration_rero",
     "calibration_kappa", "calibration_models", "model", "data_path", "image_size", "channels", "reconstructor",
+    "crafted_candidates", "crafted_precision", "crafted_trials", "one_run_canaries", "bound_tolerance",
+    "crafted_reach", "audit_gdp_reach", "audit_one_run_reach",
 }
 
 ZOO = ("balle_mnist_mlp", "lenet", "balle_cifar_cnn")
@@ -222,6 +224,19 @@ def validate_config(config, num_train: int | None = None, num_test: int | None =
     sizes = tuple(config.prior_sizes)
     if not sizes or any(not _is_int(k) or k < 2 for k in sizes) or len(set(sizes)) != len(sizes):
         _fail("prior_sizes", f"must be distinct integers >= 2 (uniform priors of k candidates), got {sizes}")
+    if config.crafted_candidates not in ("simplex", "orthogonal"):
+        _fail("crafted_candidates", f"must be 'simplex' or 'orthogonal', got {config.crafted_candidates!r}")
+    for field, lo in (("crafted_trials", 2), ("one_run_canaries", 10)):
+        if not _is_int(config[field]) or config[field] < lo:
+            _fail(field, f"must be an integer >= {lo}, got {config[field]!r}")
+    if config.crafted_trials < max(config.prior_aware_trials, 2 * config.audit_runs):
+        _fail("crafted_trials", f"must be at least prior_aware_trials and 2 x audit_runs (= "
+                                f"{max(config.prior_aware_trials, 2 * config.audit_runs)}), got {config.crafted_trials}")
+    for field in ("crafted_precision", "crafted_reach", "audit_gdp_reach", "audit_one_run_reach"):
+        if not (_is_number(config[field]) and 0 < config[field] < 1):
+            _fail(field, f"must be in (0, 1), got {config[field]!r}")
+    if not (_is_number(config.bound_tolerance) and 0 <= config.bound_tolerance < 1):
+        _fail("bound_tolerance", f"must be in [0, 1), got {config.bound_tolerance!r}")
     for field in ("confidence", "calibration_rero", "calibration_kappa"):
         if not (_is_number(config[field]) and 0 < config[field] < 1):
             _fail(field, f"must be in (0, 1), got {config[field]!r}")

@@ -37,6 +37,11 @@ def _smoke():
         ("calibration_rero", 0.001, "config.calibration_rero"),  # below the prior: unreachable
         ("audit_runs", 2, "config.audit_runs"),
         ("calibration_models", 9, "config.calibration_models"),  # more than num_targets
+        ("crafted_candidates", "cube", "config.crafted_candidates"),
+        ("crafted_trials", 20, "config.crafted_trials"),  # fewer than prior_aware_trials
+        ("bound_tolerance", 1.5, "config.bound_tolerance"),
+        ("crafted_reach", 0.0, "config.crafted_reach"),
+        ("one_run_canaries", 2, "config.one_run_canaries"),
     ],
 )
 def test_malformed_configs_fail_before_training(tmp_path, monkeypatch, field, value, match):
@@ -88,33 +93,52 @@ def test_smoke_report_end_to_end(tmp_path):
     assert [r["setting"] for r in rows] == ["non-private", "DP sigma=2"]
     dp = rows[1]
     assert dp["eps_rdp"] > 0 and dp["eps_pld"] <= dp["eps_rdp"] * 1.01
-    assert 0 <= dp["empirical_eps"] <= dp["eps_pld"]
+    assert 0 <= dp["empirical_eps"] <= dp["audit_rigorous_ceiling"]
+    # The audits' metrics (issue 35): Gaussian-DP reading and one-run audit, each a lower bound below the accountant.
+    assert 0 <= dp["audit_gdp_mu_lower"] <= dp["audit_gdp_mu_hat"] <= dp["audit_gdp_mu_upper"]
+    assert 0 <= dp["audit_gdp_eps"] <= dp["eps_pld"] and dp["audit_runs_per_world"] == 16
+    assert 0 <= dp["audit_one_run_eps"] <= dp["audit_one_run_eps_ceiling"]
+    assert dp["audit_one_run_canaries"] == config.one_run_canaries
     # Every ReRo bound is a probability at least the prior.
     for r in dp["bounds"]["rero"]:
         for route in ("rero_rdp", "rero_gdp", "rero_zcdp"):
             assert r["kappa"] - 1e-9 <= r[route] <= 1.0
     recs = metrics["prior_aware"]
-    assert sorted(r["prior_size"] for r in recs) == [2, 10, 100]
+    assert sorted((r["candidates"], r["prior_size"]) for r in recs) == [
+        (kind, k) for kind in ("records", "simplex") for k in (2, 10, 100)]
     for r in recs:
-        assert {"setting", "prior_size", "prior_aware_success", "prior_aware_ci", "prior_aware_bound"} <= set(r)
+        assert {"setting", "prior_size", "prior_aware_success", "prior_aware_ci", "prior_aware_bound",
+                "exact_optimum", "predicted_success", "p_value_above_bound"} <= set(r)
         lo, hi = r["prior_aware_ci"]
         assert lo <= r["prior_aware_success"] <= hi
         assert lo <= r["prior_aware_bound"]  # no measured success above its bound beyond its interval
+        assert r["exact_optimum"] <= r["prior_aware_bound"] + 1e-6  # the bound holds for the best prior too
+    for r in (r for r in recs if r["candidates"] == "records"):
         # Real records are at most as far apart as orthogonal full-norm gradients (by the triangle inequality a
         # pair can reach 2x the orthogonal distance only when anti-aligned; MNIST gradients are not), and apart.
         assert 0 < r["separation_retained_p10"] <= r["separation_retained_mean"] < 2.0
+    for r in (r for r in recs if r["candidates"] == "simplex"):
+        # Crafted canaries keep the simplex's separation k / (k - 1) and the per-pair model is exact for them.
+        assert r["separation_retained_mean"] == pytest.approx(r["prior_size"] / (r["prior_size"] - 1), rel=1e-5)
+        assert r["predicted_success"] == pytest.approx(r["exact_optimum"], abs=1e-6)
+        assert r["trials"] == 32
     # Quality on real data: with every update visible the attack identifies the target among 2 candidates far
     # more often than chance, even at smoke size (lower end of the 95% interval above 1/2).
-    k2 = next(r for r in recs if r["prior_size"] == 2)
+    k2 = next(r for r in recs if r["prior_size"] == 2 and r["candidates"] == "records")
     assert k2["prior_aware_ci"][0] > 0.5, k2
     cal = metrics["calibration"]
     assert cal["noise_multiplier"] > 0 and 0 <= cal["test_accuracy"] <= 1
     names = {c["name"] for c in metrics["claims"]}
-    assert any("below its ReRo bound" in n for n in names)
+    assert any("within its ReRo bound" in n for n in names)
+    assert all(c["verdict"] in ("holds", "fails", "undecided") for c in metrics["claims"])
     report = (tmp_path / "report.md").read_text()
-    for section in ("What the theorems guarantee", "Interpretation", "Empirical epsilon", "Calibration to a risk target",
-                    "every update released", "clip-norm units", "separation kept", "## Claims"):
+    for section in ("What the theorems guarantee", "Interpretation", "Audits: empirical epsilon",
+                    "Calibration to a risk target", "every update released", "clip-norm units", "per-pair prediction",
+                    "simplex optimum / bound", "Gaussian-DP reading", "One-run audit", "## Claims"):
         assert section in report, section
+    # A smoke run cannot decide its claims, and says so before anything else (issue 35).
+    assert report.splitlines()[2].startswith("**This run is too small to decide its claims**")
+    assert "attained only by" not in report
     assert result["rows"][0]["num_shadow_models"] == config.num_shadow
 
 
@@ -212,6 +236,7 @@ def _folder_config(path):
         config.epochs = 3
         config.prior_sizes = (2, 10)
         config.prior_aware_trials, config.audit_runs, config.chunk_size = 16, 8, 16
+        config.crafted_trials, config.one_run_canaries = 16, 50
         config.calibration_models = 2
     return config
 
@@ -221,7 +246,7 @@ def test_cnn_on_image_folder_smoke(tmp_path):
     config = _folder_config(_image_folder(tmp_path / "images"))
     metrics = risk_report.run(config, str(tmp_path / "run"))
     assert [r["setting"] for r in metrics["rows"]] == ["non-private", "DP sigma=2"]
-    assert sorted(r["prior_size"] for r in metrics["prior_aware"]) == [2, 10]
+    assert sorted(r["prior_size"] for r in metrics["prior_aware"]) == [2, 2, 10, 10]  # records and crafted
     report = (tmp_path / "run" / "report.md").read_text()
     assert "`balle_cifar_cnn`" in report and "MLP 2x1000" in report
     # Two clearly separable classes: the non-private CNN learns them.
@@ -340,3 +365,75 @@ def test_empty_intermediate_is_found_where_a_model_runs_on_nothing():
     found = _empty_intermediate(fns.apply, params, small)
     assert found is not None and found.startswith("conv_general_dilated") and "(2, 0, 0, 3)" in found
     assert _empty_intermediate(fns.apply, params, large) is None
+
+
+def _update_row(setting, sigma, k, kind, wins, trials, bound):
+    from recon_jax.attacks.audit import clopper_pearson
+
+    lo, hi = (float(v) for v in clopper_pearson(wins, trials, 0.95))
+    return {"setting": setting, "noise_multiplier": sigma, "prior_size": k, "candidates": kind, "trials": trials,
+            "prior_aware_success": wins / trials, "prior_aware_ci": [lo, hi], "prior_aware_bound": bound,
+            "success_over_bound": wins / trials / bound, "success_over_bound_ci": [lo / bound, hi / bound],
+            "p_value_above_bound": 0.5, "exact_optimum_over_bound": 0.94}
+
+
+def test_claims_drop_vacuous_cells_and_decide_from_intervals():
+    """Issue 38 item 3 and issue 35 item 3 on synthetic numbers: cells whose bound is ~1 are context, not claims;
+    an interval straddling a threshold is undecided; the report's audit claims read their own fields."""
+    config = _smoke()
+    upd = [_update_row("DP sigma=1", 1.0, 10, "simplex", 100, 100, 1.0),  # bound 1: cannot fail
+           _update_row("DP sigma=16", 16.0, 10, "simplex", 1440, 6000, 0.2557),  # 0.24: decided both ways
+           _update_row("DP sigma=16", 16.0, 2, "simplex", 4400, 6000, 0.734),
+           _update_row("DP sigma=16", 16.0, 10, "records", 45, 200, 0.2557)]
+    dp = {"noise_multiplier": 16.0, "setting": "DP sigma=16", "eps_rdp": 2.78, "eps_pld": 2.56,
+          "success_at_eta": 0.005, "success_at_eta_ci": [0.0, 0.028], "bound_at_eta": 0.227,
+          "empirical_eps": 1.1, "audit_rigorous_ceiling": 5.7, "audit_gdp_eps": 2.2, "audit_gdp_eps_hat": 2.5,
+          "audit_gdp_eps_upper": 2.8, "audit_gdp_mu_lower": 0.55, "audit_runs_per_world": 3000,
+          "audit_one_run_eps": 0.95, "audit_one_run_eps_ceiling": 5.4, "audit_one_run_canaries": 6000}
+    sigma1 = dict(dp, noise_multiplier=1.0, setting="DP sigma=1", eps_rdp=96.0, eps_pld=91.8, bound_at_eta=1.0,
+                  empirical_eps=3.3, audit_rigorous_ceiling=3.4, audit_one_run_eps_ceiling=5.4)
+    out = {c["name"]: c for c in risk_text.claims(config, {"rows": [sigma1, dp], "prior_aware": upd,
+                                                            "sample_rate": 1.0})}
+    within = next(c for n, c in out.items() if n.startswith("every crafted-canary"))
+    assert [k["what"] for k in within["comparisons"]] == ["DP sigma=16 k=10: success", "DP sigma=16 k=2: success"]
+    assert within["verdict"] == "holds"
+    assert "Context, not claimed" in within["detail"] and "DP sigma=1 k=10" in within["detail"]  # shown, not claimed
+    reach = next(c for n, c in out.items() if n.startswith("crafted canaries reach"))
+    assert reach["verdict"] == "holds" and len(reach["comparisons"]) == 2
+    final = next(c for n, c in out.items() if n.startswith("every final-model"))
+    assert [k["what"] for k in final["comparisons"]] == ["DP sigma=16: P[MSE <= eta]"]  # sigma 1: bound 1.0
+    assert final["detail"].endswith("Context, not claimed (ReRo bound >= 0.999, which no success can exceed): DP sigma=1")
+    audits = next(c for n, c in out.items() if n.startswith("no audit certifies"))
+    whats = [k["what"] for k in audits["comparisons"]]
+    assert "DP sigma=1: rigorous (eps, delta) bound" not in whats  # ceiling 3.4 < 91.8: cannot fail, context
+    assert "DP sigma=16: rigorous (eps, delta) bound" in whats and audits["verdict"] == "holds"
+    gdp = next(c for n, c in out.items() if n.startswith("the Gaussian-DP audit"))
+    assert gdp["verdict"] == "holds"  # 2.2 / 2.56 = 0.86 >= 0.8
+    one = next(c for n, c in out.items() if n.startswith("the one-run audit"))
+    assert one["verdict"] == "holds"  # 0.95 / 2.56 = 0.37 >= 0.35
+    # The same crafted cell at 200 games straddles 0.85 of the bound: undecided, and the banner says so.
+    small = [_update_row("DP sigma=16", 16.0, 10, "simplex", 48, 200, 0.2557)]
+    c = risk_text.claims(config, {"rows": [], "prior_aware": small, "sample_rate": 1.0})
+    assert [x["verdict"] for x in c] == ["undecided", "undecided"]
+    assert risk_text.decidability_banner(c).startswith("**This run is too small to decide its claims**")
+
+
+def test_crafted_trials_reach_the_precision_asked():
+    """The crafted runs are sized before the run so that the 95% interval of success / bound is at most
+    crafted_precision wide on each side at k <= 10 (exact optimum from SciPy quadrature here)."""
+    from scipy import integrate, stats
+
+    from recon_jax.accounting import privacy_bounds
+    from recon_jax.report import risk_updates
+
+    config = risk_config.get_config("default")
+    for sigma, want in ((16.0, 6016), (4.0, 512), (1.0, 512)):
+        b = privacy_bounds(sigma, 1.0, 100, config.delta, config.clip_norm, 784, [0.5, 0.1, 0.01], num_params=7960)
+        row = {"noise_multiplier": sigma, "bounds": b.to_dict()}
+        n = risk_updates.crafted_trials(config, row, 1.0, 100)
+        assert n == want and n % config.chunk_size == 0
+        if sigma == 4.0:  # the rule's own need (325 games) is below the floor of 2 x audit_runs
+            mu = 10.0 / sigma * np.sqrt(10 / 9)
+            p = integrate.quad(lambda x: stats.norm.pdf(x - mu) * stats.norm.cdf(x) ** 9, -12, 12 + mu)[0]
+            bound = stats.norm.cdf(stats.norm.ppf(0.1) + 10.0 / sigma)
+            assert 1.96 * np.sqrt(p * (1 - p) / n) / bound < config.crafted_precision
