@@ -206,8 +206,7 @@ def _prune_other_stores(workdir: str, keep: list[str]) -> list[str]:
 
 
 def _prepare(config):
-    """Validates the config, loads the data and fits the sizes: (config as run, overrides, split, data)."""
-    validate_config(config)
+    """Loads the data, fits the sizes and validates them: (config as run, overrides, split, data)."""
     changed = overrides(config)
     config = with_image_size(config)
     data = load_data(config)
@@ -224,7 +223,8 @@ def run(config, workdir: str) -> dict:
         or the model it names cannot be used.
     """
     t0 = time.time()
-    with step("checking the config, loading the data"):
+    validate_config(config)  # every field, before anything is shown: a config error is the only line printed
+    with step("loading the data, fitting the sizes"):
         config, changed, split, (train_x, train_y, test_x, test_y) = _prepare(config)
     print(f"data: {split.sentence()}", flush=True)
     num_classes = int(max(train_y.max(), test_y.max()) + 1)
