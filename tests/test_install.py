@@ -56,3 +56,21 @@ def test_every_lock_pin_lies_in_the_declared_range(req):
     assert req.specifier, f"{req.name} has no range in pyproject.toml"
     assert not any(s.operator in ("==", "===") for s in req.specifier), f"{req} pins a version in pyproject.toml"
     assert pins[_norm(req.name)] in req.specifier, f"requirements.lock pins {req.name}=={pins[_norm(req.name)]}"
+
+
+def test_installing_into_an_environment_keeps_its_in_range_packages(tmp_path):
+    """What ``pip install recon-jax`` does to an environment that already holds in-range packages: pip resolves the
+    wheel's requirements (pyproject's ranges, which become its Requires-Dist) against the installed set offline
+    (``--no-index``) and plans to install nothing, so an existing jax stays. Here the installed set is the lock's
+    (the one supported jax that installs on this machine); the H200's device check ran the library on its image's
+    jax 0.11 the same way."""
+    import json
+    import subprocess
+
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("\n".join(str(r) for r in META["dependencies"]) + "\n")
+    report = tmp_path / "report.json"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--quiet", "--report",
+                    str(report), "-r", str(reqs)], check=True, capture_output=True, text=True, timeout=120)
+    planned = [item["metadata"]["name"] for item in json.loads(report.read_text())["install"]]
+    assert planned == [], f"pip would install or replace {planned} in an environment made from requirements.lock"

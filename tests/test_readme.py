@@ -1,10 +1,15 @@
 """Every Python snippet of README's API tour runs as written and prints its result (issue: a tour for the questions
-users bring). The snippets run in a temporary directory (the attack writes its store under ``runs/``)."""
+users bring), and so do the model file, the command and the Python lines of "Your own model and images" (issue 36).
+The snippets run in a temporary directory (the attack writes its store under ``runs/``)."""
 
 import contextlib
 import io
+import json
 import os
 import re
+import shlex
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -12,12 +17,16 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _tour_snippets() -> list[str]:
+def _section(title: str, language: str = "python") -> list[str]:
     with open(os.path.join(ROOT, "README.md")) as f:
         text = f.read()
-    tour = text[text.index("## API tour"):]
-    tour = tour[: tour.index("\n## ", 1)]
-    return re.findall(r"```python\n(.*?)```", tour, re.S)
+    part = text[text.index(f"## {title}"):]
+    part = part[: part.index("\n## ", 1)]
+    return re.findall(rf"```{language}\n(.*?)```", part, re.S)
+
+
+def _tour_snippets() -> list[str]:
+    return _section("API tour")
 
 
 SNIPPETS = _tour_snippets()
@@ -62,3 +71,71 @@ def test_attack_snippet(tmp_path, monkeypatch):
     mse, oracle, pct = float(m.group(1)), float(m.group(2)), int(m.group(3))
     assert 0 < mse < oracle  # at this size the attack beats the oracle on average
     assert pct >= 50
+
+
+def _image_folder(root, n_train=40, n_test=10, size=16):
+    """50 grayscale PNGs of two classes (bright left vs bright right half, plus noise) in train/ and test/."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", n_train), ("test", n_test)):
+        for i in range(n):
+            img = rng.uniform(0, 0.3, (size, size))
+            img[:, : size // 2] += 0.6 * (i % 2 == 0)
+            img[:, size // 2:] += 0.6 * (i % 2 == 1)
+            d = root / split / f"class{i % 2}"
+            d.mkdir(parents=True, exist_ok=True)
+            Image.fromarray((np.clip(img, 0, 1) * 255).astype(np.uint8)).save(d / f"{i:03d}.png")
+
+
+def test_own_model_and_images(tmp_path, monkeypatch):
+    """Issue 36's done-when: a 50-image folder and a one-conv flax model in a file; the README's command, with only
+    dataset, path, model and one noise multiplier, runs the console entry point on the default variant, and the
+    report's header states the split and the overrides. The workdir keeps only what a rerun needs, readable by
+    others. The Python lines of the same section load the folder and build the model."""
+    model_file, library = _section("Your own model and images")
+    (command,) = _section("Your own model and images", "bash")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_model.py").write_text(model_file)
+    _image_folder(tmp_path / "my_images")
+    argv = shlex.split(command.replace("\\\n", " "))
+    assert argv[0] == "recon-jax-report"
+    assert sorted(a.split("=", 1)[0] for a in argv[1:]) == [
+        "--config.data_path", "--config.dataset", "--config.model", "--config.noise_multipliers", "--workdir"]
+    # The console script's entry point in a fresh process: JAX's default CPU set-up (this suite's XLA flags turn
+    # LLVM optimisation off, which makes 100 epochs of conv training ~2.5x slower) and the current directory as a
+    # user's (the model file resolves from it). PYTHONPATH: this checkout's recon_jax.
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(PYTHONPATH=ROOT, TQDM_DISABLE="1")
+    entry = "from recon_jax.report.risk_report import console_main; console_main()"
+    done = subprocess.run([sys.executable, "-c", entry, *argv[1:]], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    workdir = tmp_path / dict(a.split("=", 1) for a in argv[1:])["--workdir"]
+    head = (workdir / "report.md").read_text().splitlines()[:4]
+    assert head[0] == "# Reconstruction-risk report (folder, variant `default` with 4 overrides)"
+    for override in ("`dataset='folder'`", "`data_path='my_images'`", "`model='my_model.py:TinyCNN'`",
+                     "`noise_multipliers=(1.0,)`"):
+        assert override in head[2], override
+    # 40 training images: 40% fixed set (16), 10% evaluation targets (4), the rest (20) shadow targets; 10 test
+    # images: half (5) for accuracy, the rest holds priors of 2 and 4 candidates and the canary.
+    assert head[3].startswith("- Data: 40 train records: fixed set D- 16, shadow targets 20, evaluation targets 4; "
+                              "10 test records: 5 for the released models' accuracy, prior candidates for k in [2, 4]")
+    assert "Fitted to the data (sizes=auto)" in head[3]
+    metrics = json.loads((workdir / "metrics.json").read_text())
+    assert [r["setting"] for r in metrics["rows"]] == ["non-private", "DP sigma=1"]
+    assert metrics["rows"][0]["num_shadow_models"] == 20 and metrics["rows"][0]["num_targets"] == 4
+    assert metrics["rows"][0]["test_accuracy"] > 0.9  # two clearly separable classes
+    # Kept: each setting's attack results; gone: shadow and released models, reconstructor checkpoints.
+    stores = sorted(p.name for p in workdir.glob("models-*"))
+    assert len(stores) == 2
+    for store in stores:
+        assert sorted(p.name for p in (workdir / store).iterdir()) == ["attack.npz", "code.json", "key.json"]
+    open(tmp_path / "plain", "w").close()  # outputs get the mode open() gives (0644 under the usual umask)
+    for name in ("report.md", "metrics.json", "config.json"):
+        assert os.stat(workdir / name).st_mode == os.stat(tmp_path / "plain").st_mode, name
+
+    monkeypatch.syspath_prepend(str(tmp_path))  # `from my_model import TinyCNN`, as from the folder it lives in
+    out = _run(library, tmp_path, monkeypatch)
+    assert out.split() == ["(40,", "16,", "16,", "1)", "(40,", "2)"]

@@ -320,6 +320,36 @@ def inverting_gradients(
     return GradientAttackResult(xs[best], labels, losses[best], xs, losses)
 
 
+def _restarts(key, num_restarts, num_steps, opt, init, rec_loss, *, project, signed=False):
+    """``num_restarts`` independent runs of ``opt`` on ``rec_loss`` (vmapped, each a ``lax.scan`` of ``num_steps``):
+    ``init(key)`` starts a run, ``project`` maps every iterate back (clipping to the data range), ``signed`` steps
+    along the gradient's sign. The one restart optimiser of Inverting Gradients and DLG; returns the final
+    variables and their losses, stacked over restarts."""
+
+    def single(k):
+        v0 = init(k)
+
+        def step(carry, _):
+            v, state = carry
+            grad = jax.grad(rec_loss)(v)
+            if signed:
+                grad = jax.tree_util.tree_map(jnp.sign, grad)
+            updates, state = opt.update(grad, state, v)
+            return (project(optax.apply_updates(v, updates)), state), None
+
+        (v, _), _ = jax.lax.scan(step, (v0, opt.init(v0)), None, length=num_steps)
+        return v, rec_loss(v)
+
+    keys = jax.vmap(lambda k: jax.random.fold_in(key, k))(jnp.arange(num_restarts))
+    return jax.vmap(single)(keys)
+
+
+def _clip_to(data_range):
+    if data_range is None:
+        return lambda x: x
+    return lambda x: jnp.clip(x, data_range[0], data_range[1])
+
+
 _IG_STATIC = ("apply_fn", "loss", "input_shape", "batch_size", "num_restarts", "num_steps", "lr", "tv_weight",
               "data_range", "lr_decay", "signed", "clip_norm", "init")
 
@@ -328,7 +358,6 @@ _IG_STATIC = ("apply_fn", "loss", "input_shape", "batch_size", "num_restarts", "
 def _ig_run(key, params, g_obs, targets, *, apply_fn, loss, input_shape, batch_size, num_restarts, num_steps, lr,
             tv_weight, data_range, lr_decay, signed, clip_norm, init):
     shape = (batch_size,) + input_shape
-    opt = optax.adam(_step_schedule(lr, num_steps, lr_decay))
 
     def rec_loss(x):
         g = model_gradient(apply_fn, params, x, targets, loss, clip_norm)
@@ -338,25 +367,9 @@ def _ig_run(key, params, g_obs, targets, *, apply_fn, loss, input_shape, batch_s
             out = out + tv_weight * total_variation(x)
         return out
 
-    def single(key):
-        x0 = _init_inputs(key, shape, data_range, init)
-
-        def step(carry, _):
-            x, state = carry
-            grad = jax.grad(rec_loss)(x)
-            if signed:
-                grad = jnp.sign(grad)
-            updates, state = opt.update(grad, state, x)
-            x = optax.apply_updates(x, updates)
-            if data_range is not None:
-                x = jnp.clip(x, data_range[0], data_range[1])
-            return (x, state), None
-
-        (x, _), _ = jax.lax.scan(step, (x0, opt.init(x0)), None, length=num_steps)
-        return x, rec_loss(x)
-
-    keys = jax.vmap(lambda k: jax.random.fold_in(key, k))(jnp.arange(num_restarts))
-    return jax.vmap(single)(keys)
+    return _restarts(key, num_restarts, num_steps, optax.adam(_step_schedule(lr, num_steps, lr_decay)),
+                     lambda k: _init_inputs(k, shape, data_range, init), rec_loss, project=_clip_to(data_range),
+                     signed=signed)
 
 
 def dlg(
@@ -438,7 +451,6 @@ _DLG_STATIC = ("apply_fn", "loss", "input_shape", "batch_size", "num_classes", "
 def _dlg_run(key, params, g_obs, fixed_targets, *, apply_fn, loss, input_shape, batch_size, num_classes, num_restarts,
              num_steps, lr, data_range, optimize_labels, clip_norm, init):
     shape = (batch_size,) + input_shape
-    opt = optax.adam(lr)
 
     def rec_loss(variables):
         x, z = variables
@@ -446,22 +458,12 @@ def _dlg_run(key, params, g_obs, fixed_targets, *, apply_fn, loss, input_shape, 
         g = model_gradient(apply_fn, params, x, targets, loss, clip_norm)
         return jnp.sum((g - g_obs) ** 2)
 
-    def single(key):
-        k_x, k_z = jax.random.split(key)
-        variables = (_init_inputs(k_x, shape, data_range, init),
-                     jax.random.normal(k_z, (batch_size, num_classes), jnp.float32))
+    def init_run(k):
+        k_x, k_z = jax.random.split(k)
+        return (_init_inputs(k_x, shape, data_range, init),
+                jax.random.normal(k_z, (batch_size, num_classes), jnp.float32))
 
-        def step(carry, _):
-            variables, state = carry
-            grad = jax.grad(rec_loss)(variables)
-            updates, state = opt.update(grad, state, variables)
-            x, z = optax.apply_updates(variables, updates)
-            if data_range is not None:
-                x = jnp.clip(x, data_range[0], data_range[1])
-            return ((x, z), state), None
-
-        (variables, _), _ = jax.lax.scan(step, (variables, opt.init(variables)), None, length=num_steps)
-        return variables[0], variables[1], rec_loss(variables)
-
-    keys = jax.vmap(lambda k: jax.random.fold_in(key, k))(jnp.arange(num_restarts))
-    return jax.vmap(single)(keys)
+    clip = _clip_to(data_range)
+    (xs, zs), losses = _restarts(key, num_restarts, num_steps, optax.adam(lr), init_run, rec_loss,
+                                 project=lambda v: (clip(v[0]), v[1]))
+    return xs, zs, losses

@@ -24,6 +24,7 @@ Every function takes typed keyword arguments; results are frozen dataclasses.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from typing import Any, Callable, Sequence
@@ -34,6 +35,7 @@ import numpy as np
 from recon_jax.attacks import oracle as _oracle
 from recon_jax.attacks import reconn
 from recon_jax.data.splits import InformedSplits
+from recon_jax.io import atomic_save_npz
 from recon_jax.models.adapters import ModelFns
 from recon_jax.models.reconstructors import reconstructor_mlp, transposed_conv_decoder
 from recon_jax.shadow import ShadowSet, generate_shadow_models
@@ -52,6 +54,8 @@ __all__ = [
     "evaluate_reconstructions",
     "informed_attack",
     "run_informed_pipeline",
+    "save_attack_result",
+    "load_attack_result",
 ]
 
 
@@ -192,6 +196,28 @@ class AttackResult:
         return row
 
 
+def save_attack_result(path: str, result: AttackResult) -> None:
+    """Writes ``result`` atomically to one ``.npz`` (arrays; other fields as JSON): what a rerun needs of a setting.
+
+    >>> import os, tempfile, numpy as np
+    >>> r = evaluate_reconstructions("x", np.zeros((2, 4)), np.full((2, 4), 0.1), np.array([0.02, 0.001]))
+    >>> p = os.path.join(tempfile.mkdtemp(), "a.npz"); save_attack_result(p, r); back = load_attack_result(p)
+    >>> back.name, back.success.tolist(), back.ssim, np.array_equal(back.reconstructions, r.reconstructions)
+    ('x', [True, False], None, True)
+    """
+    values = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    arrays = {k: np.asarray(v) for k, v in values.items() if isinstance(v, (np.ndarray, jax.Array))}
+    meta = json.dumps({k: v for k, v in values.items() if k not in arrays}, default=lambda v: v.item())
+    atomic_save_npz(path, fields_json=np.frombuffer(meta.encode(), np.uint8), **arrays)
+
+
+def load_attack_result(path: str) -> AttackResult:
+    """The :class:`AttackResult` :func:`save_attack_result` wrote to ``path``."""
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files if k != "fields_json"}
+        return AttackResult(**json.loads(bytes(z["fields_json"]).decode()), **arrays)
+
+
 def reconstructor_network(target_shape: Sequence[int], kind: str = "mlp", hidden: Sequence[int] = (1000, 1000)):
     """The reconstructor network for targets of ``target_shape`` (one example, e.g. ``(28, 28, 1)``).
 
@@ -231,7 +257,7 @@ def train_model_sets(model_fns: ModelFns, algorithm: Algorithm, splits: Informed
                      init_params=None, num_shadow: int | None = None, num_targets: int | None = None,
                      shuffle_key: jax.Array | None = None, probe_size: int = 0,
                      eval_set: tuple[np.ndarray, np.ndarray] | None = None, store: str | None = None,
-                     chunk_size: int | None = None, progress: bool = True) -> ModelSets:
+                     chunk_size: int | None = None, progress: bool = True, desc: str | None = None) -> ModelSets:
     """Trains the shadow models (one per shadow target) and released models (one per evaluation target).
 
     Every model trains on ``splits.fixed_* + {its target}`` with ``algorithm`` from ``init_params`` (the
@@ -253,7 +279,8 @@ def train_model_sets(model_fns: ModelFns, algorithm: Algorithm, splits: Informed
       store: a directory; shadow models go to ``store/shadow`` and released ones to ``store/released``
         (resumable, memory-mapped; see :mod:`recon_jax.shadow.store`).
       chunk_size: models per compiled call (engine default when None).
-      progress: tqdm bars.
+      progress: tqdm bars, labelled ``"shadow models"`` and ``"released models"``.
+      desc: a prefix for the bars' labels (e.g. the setting: ``"DP sigma=1: released models"``).
 
     Returns:
       :class:`ModelSets`.
@@ -279,15 +306,17 @@ def train_model_sets(model_fns: ModelFns, algorithm: Algorithm, splits: Informed
     common = dict(init_params=init_params, shuffle_key=shuffle_key, chunk_size=chunk_size, progress=progress,
                   probe_inputs=splits.shadow_images[:probe_size] if probe_size else None)
     fixed = (splits.fixed_images, splits.fixed_labels)
+    prefix = f"{desc}: " if desc else ""
     t0 = time.time()
     shadow = generate_shadow_models(
         model_fns, algorithm, fixed, (splits.shadow_images[:n_shadow], splits.shadow_labels[:n_shadow]),
         jax.random.fold_in(key, 1), outputs=outs, store=None if store is None else os.path.join(store, "shadow"),
-        **common)
+        desc=prefix + "shadow models", **common)
     released = generate_shadow_models(
         model_fns, algorithm, fixed, (splits.target_images[:n_targets], splits.target_labels[:n_targets]),
         jax.random.fold_in(key, 2), outputs=outs + (("eval_accuracy",) if eval_set is not None else ()),
-        eval_set=eval_set, store=None if store is None else os.path.join(store, "released"), **common)
+        eval_set=eval_set, store=None if store is None else os.path.join(store, "released"),
+        desc=prefix + "released models", **common)
     return ModelSets(shadow=shadow, released=released, seconds=time.time() - t0)
 
 
@@ -316,7 +345,8 @@ def attack_features(models: ShadowSet, features: str | Sequence[str] = "params")
 
 
 def fit_reconstructor(shadow_features, shadow_targets, key: jax.Array, spec: ReconstructorSpec = ReconstructorSpec(),
-                      *, checkpoint_dir: str | None = None, progress: bool = True) -> reconn.ReconstructorFit:
+                      *, checkpoint_dir: str | None = None, progress: bool = True,
+                      desc: str = "reconstructor") -> reconn.ReconstructorFit:
     """Trains the reconstructor on shadow features; the last ``spec.validation_size`` shadows are held out.
 
     Features may be memory-mapped (a stored shadow set): they are streamed, never copied whole.
@@ -345,7 +375,7 @@ def fit_reconstructor(shadow_features, shadow_targets, key: jax.Array, spec: Rec
         model, shadow_features[:n_tr], shadow_targets[:n_tr], key, epochs=spec.epochs, batch_size=spec.batch_size,
         learning_rate=spec.learning_rate, discriminator=spec.discriminator,
         adversarial_weight=spec.adversarial_weight, discriminator_learning_rate=spec.discriminator_learning_rate,
-        eval_set=eval_set, patience=spec.patience, checkpoint_dir=checkpoint_dir, progress=progress)
+        eval_set=eval_set, patience=spec.patience, checkpoint_dir=checkpoint_dir, progress=progress, desc=desc)
 
 
 def oracle_for(splits: InformedSplits, num_targets: int | None = None, *,
@@ -403,12 +433,12 @@ def informed_attack(splits: InformedSplits, models: ModelSets, key: jax.Array, *
                     reconstructor: ReconstructorSpec = ReconstructorSpec(), num_shadow: int | None = None,
                     classifier_apply: Callable[[jax.Array], jax.Array] | None = None,
                     checkpoint_dir: str | None = None, name: str = "default",
-                    progress: bool = True) -> AttackResult:
+                    progress: bool = True, desc: str | None = None) -> AttackResult:
     """Features -> reconstructor (on the first ``num_shadow`` shadow models) -> reconstructions of every
     released model's target -> metrics against ``oracle`` (from :func:`oracle_for`).
 
     Several settings can share ``models`` (Table II: default, logits, layer subset, fewer shadow models).
-    Raises ``FloatingPointError`` when the reconstructor's loss or reconstructions are not finite.
+    ``desc`` prefixes the reconstructor's progress bar (e.g. the setting). Raises ``FloatingPointError`` when the reconstructor's loss or reconstructions are not finite.
 
     >>> import jax
     >>> from recon_jax import data, models, training
@@ -432,7 +462,7 @@ def informed_attack(splits: InformedSplits, models: ModelSets, key: jax.Array, *
     f_shadow = attack_features(models.shadow, features)[:n]
     f_released = attack_features(models.released, features)
     fit = fit_reconstructor(f_shadow, splits.shadow_images[:n], key, reconstructor, checkpoint_dir=checkpoint_dir,
-                            progress=progress)
+                            progress=progress, desc=f"{desc}: reconstructor" if desc else "reconstructor")
     if not np.all(np.isfinite(fit.losses)):
         raise FloatingPointError(f"{name}: reconstructor training loss is not finite ({fit.losses.tolist()}); "
                                  "reconstructor learning rate too large, or non-finite shadow parameters?")

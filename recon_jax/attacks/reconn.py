@@ -34,6 +34,7 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
+from recon_jax._validation import check_integer
 from recon_jax.attacks._reconn_checkpoint import EpochCheckpoint, tree_digest
 from recon_jax.attacks.features import (
     Standardizer,
@@ -147,11 +148,6 @@ class ReconstructorFit:
 CHECKPOINT_SECONDS = 30.0
 
 
-def _check_int(name, v, lo=1):
-    if not (isinstance(v, (int, np.integer)) and v >= lo):
-        raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-
-
 def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int = 100, batch_size: int = 128,
                         learning_rate: float = 1e-3, optimizer: optax.GradientTransformation | None = None,
                         mae_weight: float = 1.0, mse_weight: float = 1.0, standardizer: Standardizer | None = None,
@@ -239,8 +235,8 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
     t = targets if isinstance(targets, (np.ndarray, jax.Array)) else np.asarray(targets)
     if t.shape[0] != f.shape[0]:
         raise ValueError(f"features and targets must have the same length, got {f.shape[0]} and {t.shape[0]}")
-    _check_int("epochs", epochs)
-    _check_int("batch_size", batch_size)
+    check_integer("epochs", epochs, 1)
+    check_integer("batch_size", batch_size, 1)
     for name, v in (("mae_weight", mae_weight), ("mse_weight", mse_weight),
                     ("adversarial_weight", adversarial_weight), ("perceptual_weight", perceptual_weight),
                     ("min_delta", min_delta)):
@@ -259,11 +255,11 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
     if step_loop not in ("scan", "host"):
         raise ValueError(f"step_loop must be 'scan' or 'host', got {step_loop!r}")
     if patience is not None:
-        _check_int("patience", patience)
+        check_integer("patience", patience, 1)
         if eval_set is None:
             raise ValueError("patience (early stopping) needs an eval_set of held-out shadows")
     if stream_rows is not None:
-        _check_int("stream_rows", stream_rows)
+        check_integer("stream_rows", stream_rows, 1)
     if checkpoint_dir is not None and checkpoint_key is None and (optimizer is not None or perceptual_fn is not None):
         raise ValueError("checkpoint_key is required with checkpoint_dir when optimizer or perceptual_fn is given")
     if standardizer is not None:
@@ -420,6 +416,6 @@ def reconstruct(fit: ReconstructorFit, features, batch_size: int = 256) -> jax.A
     f = as_feature_matrix(features)
     if f.shape[1] != fit.standardizer.mean.shape[-1]:
         raise ValueError(f"features must have {fit.standardizer.mean.shape[-1]} columns, got {f.shape[1]}")
-    _check_int("batch_size", batch_size)
+    check_integer("batch_size", batch_size, 1)
     return predict_jit(fit.model, fit.params, fit.standardizer, jnp.asarray(f, fit.standardizer.mean.dtype),
                         min(int(batch_size), f.shape[0]), bool(fit.train_flag))

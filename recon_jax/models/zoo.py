@@ -22,6 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from recon_jax._validation import check_integer
 from recon_jax.models.conv import conv_general_dilated_for, resolve_conv_impl
 
 __all__ = [
@@ -141,11 +142,6 @@ class LeNet(nn.Module):
         return nn.Dense(self.num_classes)(x)
 
 
-def _check_positive_int(name: str, value: int) -> None:
-    if not (isinstance(value, int) and value >= 1):
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-
-
 def balle_mnist_mlp(hidden: int = 10, activation: str = "elu", num_classes: int = 10) -> MLP:
     """The released MNIST model of Balle et al. (Table V): MLP 784-``hidden``-10, ELU; 7,960 parameters.
 
@@ -162,8 +158,8 @@ def balle_mnist_mlp(hidden: int = 10, activation: str = "elu", num_classes: int 
     >>> count_params(params)
     7960
     """
-    _check_positive_int("hidden", hidden)
-    _check_positive_int("num_classes", num_classes)
+    check_integer("hidden", hidden, 1)
+    check_integer("num_classes", num_classes, 1)
     _activation(activation)
     return MLP(features=(hidden, num_classes), activation=activation)
 
@@ -190,12 +186,12 @@ def balle_cifar_cnn(activation: str = "elu", dense_width: int | None = None, num
     >>> count_params(params)
     55098
     """
-    _check_positive_int("num_classes", num_classes)
+    check_integer("num_classes", num_classes, 1)
     _activation(activation)
     resolve_conv_impl(conv_impl)  # ValueError for an unknown implementation, before any tracing
     dense = (num_classes,) if dense_width is None else (dense_width, num_classes)
     if dense_width is not None:
-        _check_positive_int("dense_width", dense_width)
+        check_integer("dense_width", dense_width, 1)
     return ConvNet(dense_features=dense, activation=activation, conv_impl=conv_impl)
 
 
@@ -222,7 +218,7 @@ def lenet(num_classes: int = 10) -> LeNet:
     >>> jax.eval_shape(m.apply, variables, jnp.zeros((2, 28, 28, 1))).shape
     (2, 10)
     """
-    _check_positive_int("num_classes", num_classes)
+    check_integer("num_classes", num_classes, 1)
     return LeNet(num_classes=num_classes)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["experiment_flags", "run_app"]
+__all__ = ["experiment_flags", "forget_overrides", "run_app"]
 
 
 def experiment_flags(default_config: str | None, default_workdir: str | None):
@@ -21,13 +21,25 @@ def experiment_flags(default_config: str | None, default_workdir: str | None):
     if "config" in flags.FLAGS and "workdir" in flags.FLAGS:
         return (flags.FlagHolder(flags.FLAGS, flags.FLAGS["config"]),
                 flags.FlagHolder(flags.FLAGS, flags.FLAGS["workdir"]))
-    config = config_flags.DEFINE_config_file("config", default_config, "config file path[:variant]")
+    try:  # ml_collections applies the --config.<field> overrides of sys.argv here, when the config file loads
+        config = config_flags.DEFINE_config_file("config", default_config, "config file path[:variant]")
+    except (AttributeError, KeyError) as err:
+        _unknown_field(sys.argv, err)
     workdir = flags.DEFINE_string("workdir", default_workdir, "output directory")
     if "allow_resume_across_code" not in flags.FLAGS:
         flags.DEFINE_bool("allow_resume_across_code", False,
                           "resume from caches written by other code (refused by default; the report then lists "
                           "which code made which part)")
     return config, workdir
+
+
+def forget_overrides() -> None:
+    """Removes the ``--config.<field>`` flags an earlier parse in this process registered (ml_collections defines
+    one per override and refuses to define it twice), so that a second command line can be parsed in-process."""
+    from absl import flags
+
+    for name in [n for n in flags.FLAGS if n.startswith(("config.", "noconfig."))]:
+        delattr(flags.FLAGS, name)
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
@@ -42,15 +54,27 @@ def _parse_flags(argv: list[str]) -> list[str]:
             allow_resume_across_code(True)
         return rest
     except flags.Error as err:
-        sys.exit(f"{os.path.basename(argv[0])}: {err}\nPass --helpfull to see the flags.")
+        print(f"{os.path.basename(argv[0])}: {err} (--helpfull lists the flags)", file=sys.stderr)
+        sys.exit(2)
     except (AttributeError, KeyError) as err:  # ml_collections: an override names a field the config lacks
-        field = str(err).strip("\"'")
-        given = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
-        sys.exit(f"unknown config field {field!r} in {', '.join(given) or 'the --config overrides'}: "
-                 "check the spelling against the experiment's config file (experiments/configs/<name>.py)")
+        _unknown_field(argv, err)
 
 
-def run_app(main) -> None:
+def _unknown_field(argv: list[str], err: Exception) -> None:
+    """One line for an override naming a field the config lacks (ml_collections raises a KeyError or an
+    AttributeError whose text is the field and a "Did you mean" line), then exit status 2."""
+    while err.args and isinstance(err.args[0], BaseException):  # an AttributeError wrapping the KeyError
+        err = err.args[0]
+    text = str(err.args[0]) if err.args else str(err)
+    field, _, hint = text.partition("\n")
+    given = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
+    print(f"{os.path.basename(argv[0])}: unknown config field {field.strip(chr(39))!r} in "
+          f"{', '.join(given) or 'the --config overrides'}{'; ' + hint.strip() if hint else ''} (check the spelling "
+          "against the experiment's config file, experiments/configs/<name>.py)", file=sys.stderr)
+    sys.exit(2)
+
+
+def run_app(main, argv: list[str] | None = None) -> None:
     """``absl.app.run(main)`` with readable errors for malformed ``--config.<field>`` overrides.
 
     absl shows INFO logs on stderr; JAX's backend probe logs there that no TPU library was found on every
@@ -61,4 +85,4 @@ def run_app(main) -> None:
     from absl import app
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
-    app.run(main, flags_parser=_parse_flags)
+    app.run(main, argv=argv, flags_parser=_parse_flags)

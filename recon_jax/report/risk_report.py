@@ -16,14 +16,24 @@ audits the mechanism (with/without-canary game read rigorously and as Gaussian D
 canaries; :mod:`recon_jax.report.risk_updates`); it calibrates sigma to a reconstruction-risk target and measures
 the accuracy that costs.
 Every DP setting draws its own noise. Writes report.md, metrics.json (with the claims it checks), config.json and
-PNG figures. Config validation and the model, data and reconstructor it names: :mod:`recon_jax.report.risk_setup`;
-the report's text and claims: :mod:`recon_jax.report.risk_text`.
+PNG figures. Config validation, the sizes fitted to the data and the model, data and reconstructor it names:
+:mod:`recon_jax.report.risk_setup` and :mod:`recon_jax.report.risk_sizes`; the command line: :mod:`recon_jax.report.risk_cli`; the report's text and
+claims: :mod:`recon_jax.report.risk_text`.
+
+The workdir keeps what a rerun needs: each setting's ``models-<hash>`` folder (keyed by the config) ends with the
+attack's results (``attack.npz``), which a rerun of the same config reads instead of training again; its shadow and
+released models and reconstructor checkpoint are deleted once those are saved (``keep_intermediates=True`` keeps
+them), and a finished run deletes the ``models-<hash>`` folders of other configs in the workdir.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import glob
 import math
 import os
+import shutil
+import sys
 import time
 
 import jax
@@ -35,17 +45,20 @@ from recon_jax import models, shadow, training
 from recon_jax.accounting import privacy_bounds, tightest_rero
 from recon_jax.attacks import audit, informed
 from recon_jax.attacks import oracle as roracle
-from recon_jax.report.cli import experiment_flags, run_app
+from recon_jax.report import risk_cli
 from recon_jax.report.evidence import config_to_dict, finish_run, keyed_dir, require_finite, start_run
 from recon_jax.report.markdown import markdown_table
 from recon_jax.report.plots import image_grid
+from recon_jax.report.progress import step
 from recon_jax.report.risk import plot_threat_models
-from recon_jax.report.risk_setup import build_model, check_model, load_data, reconstructor_for, validate_config
+from recon_jax.report.risk_setup import (ConfigError, build_model, check_model, load_data, reconstructor_for,
+                                         validate_config, with_image_size)
+from recon_jax.report.risk_sizes import fit_sizes, overrides
 from recon_jax.report.risk_text import claims as risk_claims
 from recon_jax.report.risk_text import report_markdown
 from recon_jax.report.risk_updates import every_update_released
 
-__all__ = ["DEFAULT_CONFIG", "validate_config", "sampling", "run", "console_main"]
+__all__ = ["DEFAULT_CONFIG", "ConfigError", "validate_config", "sampling", "run", "console_main"]
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "risk_config.py") + ":default"
 """The console script's ``--config`` default: the config file shipped inside the package (found from a wheel)."""
@@ -84,18 +97,62 @@ def _ci(successes: int, trials: int, confidence: float) -> list[float]:
 
 
 def _model_store(workdir, config, name, sigma):
-    """The stored shadow and released models (and reconstructor checkpoints) of one setting, keyed by the whole
-    config and the setting."""
-    key = {"config": config_to_dict(config), "setting": name, "noise_multiplier": sigma}
+    """The stored shadow and released models (and reconstructor checkpoint, then the attack's results) of one
+    setting, keyed by the whole config (but ``keep_intermediates``, which changes what is kept, not what is
+    computed) and the setting."""
+    fields = {k: v for k, v in config_to_dict(config).items() if k != "keep_intermediates"}
+    key = {"config": fields, "setting": name, "noise_multiplier": sigma}
     return keyed_dir(workdir, "models", key)
 
 
+_ATTACK = "attack.npz"
+_INTERMEDIATES = ("shadow", "released", "reconstructor")
+
+
+def _drop_intermediates(store: str) -> None:
+    """Deletes a finished setting's shadow and released models and reconstructor checkpoint (the attack's results
+    in ``attack.npz`` are what a rerun reads); their stores' lock files go with them."""
+    for name in _INTERMEDIATES:
+        shutil.rmtree(os.path.join(store, name), ignore_errors=True)
+        lock = os.path.join(store, name + ".lock")
+        if os.path.exists(lock):
+            os.unlink(lock)
+
+
+def _prune_other_stores(workdir: str, keep: list[str]) -> list[str]:
+    """Deletes the ``models-<hash>`` folders of other configs in ``workdir`` (runs with earlier configs leave
+    them; only a rerun of that config could use one, and it would overwrite this report). Returns their names."""
+    keep = {os.path.abspath(k) for k in keep}
+    gone = []
+    for path in sorted(glob.glob(os.path.join(workdir, "models-*"))):
+        if os.path.isdir(path) and os.path.abspath(path) not in keep:
+            shutil.rmtree(path)
+            gone.append(os.path.basename(path))
+    return gone
+
+
+def _prepare(config):
+    """Loads the data, fits the sizes and validates them: (config as run, overrides, split, data)."""
+    changed = overrides(config)
+    config = with_image_size(config)
+    data = load_data(config)
+    config, split = fit_sizes(config, len(data[0]), len(data[2]))
+    validate_config(config, num_train=len(data[0]), num_test=len(data[2]))
+    return config, changed, split, data
+
+
 def run(config, workdir: str) -> dict:
-    """Runs the report; returns the metrics dict (also written to ``workdir/metrics.json``)."""
+    """Runs the report; returns the metrics dict (also written to ``workdir/metrics.json``).
+
+    Raises:
+      ConfigError: (a ``ValueError``) naming the config field, before anything is written, when a field, the data
+        or the model it names cannot be used.
+    """
     t0 = time.time()
-    validate_config(config)
-    train_x, train_y, test_x, test_y = load_data(config)
-    validate_config(config, num_train=len(train_x), num_test=len(test_x))
+    validate_config(config)  # every field, before anything is shown: a config error is the only line printed
+    with step("loading the data, fitting the sizes"):
+        config, changed, split, (train_x, train_y, test_x, test_y) = _prepare(config)
+    print(f"data: {split.sentence()}", flush=True)
     num_classes = int(max(train_y.max(), test_y.max()) + 1)
     fns = models.from_flax(build_model(config, num_classes))
     # One tiny engine job per training algorithm of the run (the non-private setting, the DP settings, the
@@ -104,10 +161,12 @@ def run(config, workdir: str) -> dict:
     sigmas = ([None] if config.include_non_private else []) + [float(sg) for sg in config.noise_multipliers]
     if config.calibration_models and 1.0 not in sigmas:
         sigmas.append(1.0)  # calibration trains DP models too (the noise multiplier does not change the program)
-    check_model(config, fns, train_x, num_classes, labels=train_y,
-                algorithms=[_algorithm(config, sg) for sg in sigmas])
+    with step(f"checking the model: one tiny training job per algorithm ({len(sigmas)})"):
+        check_model(config, fns, train_x, num_classes, labels=train_y,
+                    algorithms=[_algorithm(config, sg) for sg in sigmas])
     recon_net, recon_name = reconstructor_for(config, train_x.shape[1:])
-    run_info = start_run(workdir, config, seed=config.seed)
+    run_info = start_run(workdir, config, seed=config.seed,
+                         extra={"overrides": changed, "split": dataclasses.asdict(split)})
     workdir = run_info.workdir
 
     s = rdata.informed_splits(train_x, train_y, config.fixed_size, config.num_shadow, config.num_targets,
@@ -121,17 +180,18 @@ def run(config, workdir: str) -> dict:
     p0 = training.initial_params(fns, k_init, s.fixed_images)
     num_params = models.count_params(p0)
     if config.noise_multipliers and sum(config.prior_sizes) + 1 > num_params:
-        raise ValueError(f"config.prior_sizes: the crafted priors and the audit canary need sum(prior_sizes) + 1 = "
+        raise ConfigError(f"config.prior_sizes: the crafted priors and the audit canary need sum(prior_sizes) + 1 = "
                          f"{sum(config.prior_sizes) + 1} parameter coordinates; the model has {num_params}")
     fixed = (s.fixed_images, s.fixed_labels)
     q, steps = sampling(config)
     shuffle_key = jax.random.fold_in(key, 4) if config.batch_size is not None and config.shuffle == "known" else None
 
     # The NN oracle: the closest record the adversary knows (D- and the shadow targets) to each evaluation target.
-    orc = informed.oracle_for(s)
-    oracle_mse = np.asarray(orc.nn_mse)
-    eta = float(np.median(oracle_mse))  # success threshold for the ReRo comparison: the median oracle MSE
-    kappa_eta = float(roracle.estimate_kappa(s.pool_images, eta, s.pool_labels, max_pool=None))
+    with step(f"nearest-neighbour oracle and prior kappa over {len(s.pool_images)} records"):
+        orc = informed.oracle_for(s)
+        oracle_mse = np.asarray(orc.nn_mse)
+        eta = float(np.median(oracle_mse))  # success threshold for the ReRo comparison: the median oracle MSE
+        kappa_eta = float(roracle.estimate_kappa(s.pool_images, eta, s.pool_labels, max_pool=None))
     # The reconstructor trains on 90% of the shadow models; the last 10% give its validation MSE.
     spec = informed.ReconstructorSpec(
         epochs=config.reconstructor_epochs, batch_size=config.reconstructor_batch_size,
@@ -141,7 +201,7 @@ def run(config, workdir: str) -> dict:
     settings = ([("non-private", None)] if config.include_non_private else []) + [
         (f"DP sigma={sg:g}", float(sg)) for sg in config.noise_multipliers]
     dp_settings = [(n, sg) for n, sg in settings if sg is not None]
-    rows, recon_images = [], {}
+    rows, recon_images, stores = [], {}, []
     timings = {}
     for si, (name, sigma) in enumerate(settings):
         print(f"== setting: {name} ==", flush=True)
@@ -149,15 +209,25 @@ def run(config, workdir: str) -> dict:
         # Independent randomness per setting: its shadow and released models draw their noise (and fresh
         # shuffles) from fold_in(k_models, si) (the library pipeline folds in 1 for shadow, 2 for released models).
         store = _model_store(workdir, config, name, sigma)
-        ms = informed.train_model_sets(fns, _algorithm(config, sigma), s, jax.random.fold_in(k_models, si),
-                                       init_params=p0, shuffle_key=shuffle_key, eval_set=eval_set, store=store,
-                                       chunk_size=config.chunk_size)
-        require_finite(ms.shadow.params, f"shadow model parameters ({name})",
-                       "learning rate too large for this setting?")
-        require_finite(ms.released.params, f"released model parameters ({name})", "learning rate too large?")
-        res = informed.informed_attack(s, ms, k_recon, oracle=orc, reconstructor=spec, name=name,
-                                       checkpoint_dir=os.path.join(store, "reconstructor"))
-        require_finite(res.reconstructions, f"reconstructions ({name})", "reconstructor learning rate too large?")
+        stores.append(store)
+        attack_file = os.path.join(store, _ATTACK)
+        if os.path.exists(attack_file):  # finished by an earlier run of this config: its results, as saved
+            print(f"{name}: results of an earlier run of this config ({attack_file})", flush=True)
+            res = informed.load_attack_result(attack_file)
+        else:
+            ms = informed.train_model_sets(fns, _algorithm(config, sigma), s, jax.random.fold_in(k_models, si),
+                                           init_params=p0, shuffle_key=shuffle_key, eval_set=eval_set, store=store,
+                                           chunk_size=config.chunk_size, desc=name)
+            require_finite(ms.shadow.params, f"shadow model parameters ({name})",
+                           "learning rate too large for this setting?")
+            require_finite(ms.released.params, f"released model parameters ({name})", "learning rate too large?")
+            res = informed.informed_attack(s, ms, k_recon, oracle=orc, reconstructor=spec, name=name,
+                                           checkpoint_dir=os.path.join(store, "reconstructor"), desc=name)
+            require_finite(res.reconstructions, f"reconstructions ({name})", "reconstructor learning rate too large?")
+            informed.save_attack_result(attack_file, res)
+            del ms
+            if not config.keep_intermediates:
+                _drop_intermediates(store)
         recon_images[name] = res.reconstructions
         n_t = int(config.num_targets)
         wins, at_eta = int(res.success.sum()), int(np.sum(res.mse <= eta))
@@ -182,13 +252,15 @@ def run(config, workdir: str) -> dict:
         }
         if sigma is not None:
             kappas = sorted(set(config.kappas) | {1.0 / k for k in config.prior_sizes})
-            b = privacy_bounds(sigma, q, steps, config.delta, config.clip_norm, data_dim, kappas,
-                               eta_mse=eta, kappa_at_eta=kappa_eta, num_params=num_params)
+            with step(f"{name}: privacy accounting (RDP and PLD epsilon, ReRo bounds at {len(kappas) + 1} priors)"):
+                b = privacy_bounds(sigma, q, steps, config.delta, config.clip_norm, data_dim, kappas,
+                                   eta_mse=eta, kappa_at_eta=kappa_eta, num_params=num_params)
             row["eps_rdp"], row["eps_pld"] = b.eps_rdp, b.eps_pld
             at = [r for r in b.rero if r.kappa == kappa_eta]
             if at:
-                row.update(bound_rdp=at[0].rero_rdp, bound_zcdp=at[0].rero_zcdp, bound_gdp=at[0].rero_gdp,
-                           bound_at_eta=tightest_rero(at[0])[0])
+                row.update(bound_rdp=at[0].rero_rdp, bound_zcdp=at[0].rero_zcdp, bound_at_eta=tightest_rero(at[0])[0],
+                           **{k.replace("rero_", "bound_"): getattr(at[0], k) for k in ("rero_gdp", "rero_pld")
+                              if getattr(at[0], k) is not None})
             row["bounds"] = b.to_dict()
         rows.append(row)
         timings[name] = time.time() - t_set
@@ -204,8 +276,10 @@ def run(config, workdir: str) -> dict:
     calibration = None
     if dp_settings or config.calibration_models:
         t_cal = time.time()
-        sigma_cal = float(accounting.calibrate_sigma_for_rero(config.calibration_rero, config.calibration_kappa, q,
-                                                              steps))
+        with step(f"calibration: the smallest sigma with ReRo <= {config.calibration_rero:g} at kappa "
+                  f"{config.calibration_kappa:g}"):
+            sigma_cal = float(accounting.calibrate_sigma_for_rero(config.calibration_rero, config.calibration_kappa,
+                                                                  q, steps))
         calibration = {"rero": config.calibration_rero, "kappa": config.calibration_kappa, "sample_rate": q,
                        "steps": steps, "noise_multiplier": sigma_cal, "test_accuracy": None, "models": 0}
         if math.isfinite(sigma_cal):
@@ -213,7 +287,7 @@ def run(config, workdir: str) -> dict:
             cal = shadow.generate_shadow_models(
                 fns, _algorithm(config, sigma_cal), fixed, (s.target_images[:m_cal], s.target_labels[:m_cal]),
                 k_calib, init_params=p0, shuffle_key=shuffle_key, outputs=("eval_accuracy",), eval_set=eval_set,
-                chunk_size=config.chunk_size)
+                chunk_size=config.chunk_size, desc=f"calibration models (sigma={sigma_cal:.3g})")
             calibration["test_accuracy"] = float(np.mean(cal["eval_accuracy"]))
             calibration["models"] = m_cal
         timings["calibration"] = time.time() - t_cal
@@ -232,10 +306,14 @@ def run(config, workdir: str) -> dict:
     result = {"rows": rows, "prior_aware": update_rows, "candidate_gradient_geometry": geometry,
               "calibration": calibration, "eta_mse": eta, "kappa_at_eta": kappa_eta, "sample_rate": q,
               "steps": steps, "num_params": num_params, "runtime_seconds": elapsed,
-              "timings_seconds": timings, "figures": {k: os.path.basename(v) for k, v in figures.items()}}
+              "timings_seconds": timings, "figures": {k: os.path.basename(v) for k, v in figures.items()},
+              "overrides": changed, "split": {**dataclasses.asdict(split), "sentence": split.sentence()}}
     claims = risk_claims(config, result)
     report = report_markdown(config, result, s, num_params, q, steps, recon_name, claims=claims)
     metrics = finish_run(run_info, result, report, claims)
+    gone = _prune_other_stores(workdir, stores)
+    if gone:
+        print(f"removed {len(gone)} cached model folder(s) of other configs from {workdir}: {', '.join(gone)}")
     print(markdown_table(rows, ["setting", "test_accuracy", "eps_rdp", "empirical_eps", "mean_mse", "success_rate",
                                 "success_at_eta"]))
     if update_rows:
@@ -245,17 +323,13 @@ def run(config, workdir: str) -> dict:
     return metrics
 
 
-def console_main() -> None:
+def console_main(argv: list[str] | None = None) -> None:
     """Entry point of the ``recon-jax-report`` console script and of ``python -m experiments.risk_report``:
-    ``--config`` (default :data:`DEFAULT_CONFIG`, variant ``default``) and ``--workdir`` (default
-    ``runs/risk_report``)."""
-    config, workdir = experiment_flags(DEFAULT_CONFIG, "runs/risk_report")
-
-    def main(argv):
-        del argv
-        run(config.value, workdir.value)
-
-    run_app(main)
+    ``--config`` (a variant name ``smoke`` / ``default`` / ``paper``, or a config file path[:variant]; default
+    :data:`DEFAULT_CONFIG`), ``--config.<field>=value`` overrides, ``--workdir`` (default ``runs/risk_report``),
+    ``--help`` (every config field with its default and meaning) and ``--debug`` (tracebacks for config and data
+    errors, which otherwise print one line and exit with status 2). See :mod:`recon_jax.report.risk_cli`."""
+    risk_cli.console(run, DEFAULT_CONFIG, sys.argv if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,21 @@
-"""The risk report's configuration: validation of every field before any work starts, and the released model,
-data and reconstructor network it names (:mod:`recon_jax.report.risk_report` runs them).
+"""The risk report's configuration: validation of every field before any work starts, and the released model, data
+and reconstructor network it names (:mod:`recon_jax.report.risk_report` runs them; the sizes fitted to the data:
+:mod:`recon_jax.report.risk_sizes`).
 
-Every error is a ``ValueError`` naming the config field (``config.<field>: ...``).
+Every error about the config or the data is a :class:`ConfigError` (a ``ValueError``) naming the config field
+(``config.<field>: ...``), what was given and what is allowed: the console script prints it as one line.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import importlib
+import importlib.util
+import inspect
 import math
 import os
+import sys
 
 import jax
 import jax.extend.core as jex
@@ -18,25 +25,67 @@ from recon_jax import data as rdata
 from recon_jax import models, shadow, training
 from recon_jax.attacks import informed
 from recon_jax.models.reconstructors import TransposedConvDecoder
+from recon_jax.report.risk_config import DESCRIPTIONS
 
-__all__ = ["KNOWN_KEYS", "ZOO", "validate_config", "build_model", "check_model", "reconstructor_for", "load_data"]
+__all__ = ["ConfigError", "KNOWN_KEYS", "ZOO", "validate_config", "with_image_size", "build_model", "check_model",
+           "reconstructor_for", "load_data"]
 
-KNOWN_KEYS = {
-    "variant", "seed", "dataset", "fixed_size", "num_shadow", "num_targets", "eval_size", "hidden", "activation",
-    "epochs", "learning_rate", "momentum", "batch_size", "shuffle", "include_non_private", "noise_multipliers",
-    "clip_norm", "delta", "kappas", "reconstructor_epochs", "reconstructor_batch_size", "reconstructor_learning_rate",
-    "chunk_size", "prior_sizes", "prior_aware_trials", "audit_runs", "confidence", "calibration_rero",
-    "calibration_kappa", "calibration_models", "model", "data_path", "image_size", "channels", "reconstructor",
-    "crafted_candidates", "crafted_precision", "crafted_trials", "one_run_canaries", "bound_tolerance",
-    "crafted_reach", "audit_gdp_reach", "audit_one_run_reach",
-}
+KNOWN_KEYS = frozenset(DESCRIPTIONS)
+"""The config's fields (declared once, in :data:`recon_jax.report.risk_config.FIELDS`)."""
 
 ZOO = ("balle_mnist_mlp", "lenet", "balle_cifar_cnn")
 
 
+class ConfigError(ValueError):
+    """A config field or the data it names cannot be used: ``config.<field>: <value given>; <what is allowed>``."""
+
+
+def _fail(field: str, message: str):
+    raise ConfigError(f"config.{field}: {message}")
+
+
+def _import_model(name: str):
+    """The object ``module:attribute`` or ``path/to/file.py:attribute`` names, resolved from the current directory."""
+    target, _, attr = name.rpartition(":")
+    if not target or not attr:
+        _fail("model", f"{name!r} must be one of {list(ZOO)}, 'module:attribute' or 'file.py:attribute'")
+    if target.endswith(".py"):
+        path = os.path.abspath(target)
+        if not os.path.isfile(path):
+            _fail("model", f"{name!r}: there is no file {path} (file.py paths are relative to the current "
+                           f"directory, {os.getcwd()})")
+        module_name = "recon_jax_user_model_" + os.path.splitext(os.path.basename(path))[0]
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module  # dataclasses (flax modules) look their module up while being built
+        try:
+            spec.loader.exec_module(module)
+        except ImportError as err:
+            del sys.modules[module_name]
+            _fail("model", f"{name!r}: importing {path} failed ({type(err).__name__}: {err})")
+    else:
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.append(os.getcwd())  # module:attribute from the current directory, as python -m finds it
+        try:
+            module = importlib.import_module(target)
+        except ImportError as err:
+            missing = getattr(err, "name", None)
+            where = (f"no module {target!r} on the path or in the current directory ({os.getcwd()})"
+                     if missing and target.startswith(missing) else f"importing {target!r} failed ({type(err).__name__}: {err})")
+            _fail("model", f"{name!r}: {where}")
+    if not hasattr(module, attr):
+        public = sorted(n for n in vars(module) if not n.startswith("_"))
+        _fail("model", f"{name!r}: {target} has no attribute {attr!r} (it has: {', '.join(public[:20])})")
+    return getattr(module, attr)
+
+
 def build_model(config, num_classes: int):
-    """The released model named by ``config.model``: a zoo name or ``package.module:attribute`` (a flax module, or
-    a callable taking ``num_classes`` and returning one)."""
+    """The released model named by ``config.model``: a zoo name, or ``module:attribute`` / ``file.py:attribute``
+    (resolved from the current directory) naming a flax module, a flax Module class (built with
+    ``num_classes=num_classes`` if it has that field, otherwise from its defaults, and then checked like a module)
+    or a function taking ``num_classes`` and returning a module."""
+    import flax.linen as nn
+
     name = config.model
     if name == "balle_mnist_mlp":
         return models.balle_mnist_mlp(hidden=config.hidden, activation=config.activation, num_classes=num_classes)
@@ -44,14 +93,27 @@ def build_model(config, num_classes: int):
         return models.lenet(num_classes=num_classes)
     if name == "balle_cifar_cnn":
         return models.balle_cifar_cnn(activation=config.activation, num_classes=num_classes)
-    module_name, _, attr = name.partition(":")
+    obj = _import_model(name)
+    if isinstance(obj, nn.Module):
+        return obj
+    if isinstance(obj, type) and issubclass(obj, nn.Module):
+        fields = {f.name: f for f in dataclasses.fields(obj) if f.init and f.name not in ("parent", "name")}
+        kwargs = {"num_classes": num_classes} if "num_classes" in fields else {}
+        required = [f for f, d in fields.items() if f not in kwargs and d.default is dataclasses.MISSING
+                    and d.default_factory is dataclasses.MISSING]
+        if required:
+            _fail("model", f"{name!r} is a flax Module class whose field(s) {required} have no default: give them "
+                           f"defaults, or name an instance or a function num_classes -> Module")
+        return obj(**kwargs)
+    if not callable(obj):
+        _fail("model", f"{name!r} must be a flax.linen Module, a Module class or a function num_classes -> Module, "
+                       f"got {type(obj).__name__}")
     try:
-        obj = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as err:
-        _fail("model", f"cannot import {name!r} ({type(err).__name__}: {err})")
-    import flax.linen as nn
-
-    module = obj if isinstance(obj, nn.Module) else obj(num_classes)
+        inspect.signature(obj).bind(num_classes)
+    except (TypeError, ValueError):
+        _fail("model", f"{name!r} must be a flax.linen Module, a Module class or a function taking num_classes, "
+                       f"and it cannot be called with one argument")
+    module = obj(num_classes)
     if not isinstance(module, nn.Module):
         _fail("model", f"{name!r} must be a flax.linen Module or a callable (num_classes) -> Module, got "
                        f"{type(module).__name__}")
@@ -99,7 +161,7 @@ def check_model(config, fns, example, num_classes: int, labels=None, algorithms=
             shadow.preflight(fns, algorithm, (example, labels),
                              init_params=init_params if algorithm.init == "fixed" else None)
         except shadow.UnsupportedConfiguration as err:
-            raise ValueError(f"config.model: {config.model!r}: {err}") from err
+            raise ConfigError(f"config.model: {config.model!r}: {err}") from err
 
 
 def _empty_intermediate(fn, *args) -> str | None:
@@ -133,18 +195,75 @@ def reconstructor_for(config, image_shape):
     return net, f"MLP {len(net.hidden)}x{net.hidden[0]}"
 
 
-def _dataset_kwargs(config) -> dict:
-    if config.dataset != "folder":
-        return {}
-    return {"path": config.data_path, "image_size": config.image_size, "channels": config.channels}
+_LAYOUT = "expected DIR/train/<class>/*.png and DIR/test/<class>/*.png (PNG or JPEG, one sub-directory per class)"
+
+
+def _loose(directory: str) -> str:
+    """`` (N images lie directly in it)`` for a directory holding image files itself, else ``""``."""
+    n = sum(f.lower().endswith((".png", ".jpg", ".jpeg")) for f in os.listdir(directory))
+    return f" ({n} images lie directly in it)" if n else ""
+
+
+def _folder_files(path: str) -> list[str]:
+    """The image files of data_path/train and data_path/test (any depth), sorted."""
+    out = []
+    for split in ("train", "test"):
+        for root, dirs, names in os.walk(os.path.join(path, split)):
+            dirs.sort()
+            out += [os.path.join(root, n) for n in sorted(names) if n.lower().endswith((".png", ".jpg", ".jpeg"))]
+    return out
+
+
+def with_image_size(config):
+    """``config`` with ``image_size`` set to the images' own side where it is None (dataset ``folder``: every image
+    of train/ and test/ must have the same square size; their headers are read, not their pixels).
+
+    Raises:
+      ConfigError: ``config.image_size`` when the images differ in size or are not square.
+    """
+    if config.dataset != "folder" or config.image_size is not None:
+        return config
+    from PIL import Image
+
+    sizes = {}
+    for f in _folder_files(config.data_path):
+        try:
+            with Image.open(f) as im:
+                sizes.setdefault(im.size, f)
+        except OSError as err:
+            _fail("data_path", f"cannot read image {f!r} ({err})")
+    if len(sizes) != 1:
+        found = ", ".join(f"{w}x{h} ({os.path.relpath(f, config.data_path)})" for (w, h), f in list(sizes.items())[:3])
+        _fail("image_size", f"None (the images' own size) needs every image of {config.data_path!r} to have one size, "
+                            f"found {found}{' ...' if len(sizes) > 3 else ''}: set image_size (an integer >= 4) to "
+                            f"resize them")
+    (w, h), = sizes
+    if w != h:
+        _fail("image_size", f"None (the images' own size) needs square images, {config.data_path!r} has {w}x{h}: set "
+                            f"image_size (an integer >= 4) to resize them to a square")
+    import copy
+
+    out = copy.deepcopy(config)
+    out.image_size = int(w)
+    return out
 
 
 def load_data(config):
-    """(train_x, train_y, test_x, test_y), validated: finite images in [0, 1] and labels >= 0."""
-    kw = _dataset_kwargs(config)
-    train_x, train_y = rdata.load_dataset(config.dataset, "train", **kw)
-    test_x, test_y = rdata.load_dataset(config.dataset, "test", **kw)
+    """(train_x, train_y, test_x, test_y), validated: finite images in [0, 1] and labels >= 0.
+
+    Raises:
+      ConfigError: ``config.data_path`` (dataset ``folder``) or ``config.dataset`` when the data cannot be read as
+        the report needs it (the loader's message, one line).
+    """
+    kw = {}
+    if config.dataset == "folder":
+        kw = {"path": config.data_path, "image_size": config.image_size, "channels": config.channels}
     field = "data_path" if config.dataset == "folder" else "dataset"
+    try:
+        train_x, train_y = rdata.load_dataset(config.dataset, "train", **kw)
+        test_x, test_y = rdata.load_dataset(config.dataset, "test", **kw)
+    except (ValueError, rdata.DatasetNotAvailableError) as err:  # the loaders' input errors, said as config errors
+        _fail(field, f"{config[field]!r}: {err}")
     for x, y, split in ((train_x, train_y, "train"), (test_x, test_y, "test")):
         if np.any(y < 0):
             _fail(field, f"every {split} image needs a class label (one sub-directory per class)")
@@ -161,28 +280,37 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _fail(field: str, message: str):
-    raise ValueError(f"config.{field}: {message}")
-
-
 def validate_config(config, num_train: int | None = None, num_test: int | None = None) -> None:
-    """Checks every field before any work starts; raises ValueError naming the field."""
+    """Checks every field before any work starts; raises :class:`ConfigError` naming the field, the value and what
+    is allowed. With ``num_train`` / ``num_test`` (the data's record counts) it also checks the sizes fit."""
     keys = set(config.keys())
     unknown = sorted(keys - KNOWN_KEYS)
     if unknown:
-        raise ValueError(f"config has unknown field(s) {unknown}; known fields: {sorted(KNOWN_KEYS)}")
+        close = {u: difflib.get_close_matches(u, KNOWN_KEYS, n=1) for u in unknown}
+        hint = "; ".join(f"did you mean {c[0]!r} for {u!r}?" for u, c in close.items() if c)
+        raise ConfigError(f"config has unknown field(s) {unknown}{'; ' + hint if hint else ''} (known fields: "
+                          f"{', '.join(sorted(KNOWN_KEYS))})")
     missing = sorted(KNOWN_KEYS - keys)
     if missing:
-        raise ValueError(f"config is missing field(s) {missing}")
+        raise ConfigError(f"config is missing field(s) {missing}")
     if config.dataset not in rdata.DATASETS:
         _fail("dataset", f"must be one of {list(rdata.DATASETS)}, got {config.dataset!r}")
     if config.dataset == "folder":
         path = config.data_path
-        if not (isinstance(path, str) and all(os.path.isdir(os.path.join(path, sp)) for sp in ("train", "test"))):
-            _fail("data_path", f"dataset 'folder' needs a directory with train/ and test/ sub-directories (one "
-                               f"sub-directory per class in each), got {path!r}")
-        if not (_is_int(config.image_size) and config.image_size >= 4):
-            _fail("image_size", f"dataset 'folder' needs an integer image_size >= 4, got {config.image_size!r}")
+        if not isinstance(path, str) or not os.path.isdir(path):
+            _fail("data_path", f"{path!r} is not a directory; dataset 'folder' needs one: {_LAYOUT}")
+        lacking = [sp for sp in ("train", "test") if not os.path.isdir(os.path.join(path, sp))]
+        if lacking:
+            _fail("data_path", f"{path!r} has no {' and no '.join(sp + '/' for sp in lacking)} sub-directory"
+                               f"{_loose(path)}: {_LAYOUT}")
+        for sp in ("train", "test"):
+            split_dir = os.path.join(path, sp)
+            classes = [d for d in sorted(os.listdir(split_dir)) if os.path.isdir(os.path.join(split_dir, d))]
+            if not classes or _loose(split_dir):
+                what = "no class sub-directories" if not classes else f"images beside its classes {classes[:5]}"
+                _fail("data_path", f"{split_dir!r} has {what}{_loose(split_dir)}: {_LAYOUT}")
+        if not (config.image_size is None or (_is_int(config.image_size) and config.image_size >= 4)):
+            _fail("image_size", f"must be None (the images' own size) or an integer >= 4, got {config.image_size!r}")
         if config.channels not in (1, 3):
             _fail("channels", f"must be 1 or 3, got {config.channels!r}")
     else:
@@ -190,7 +318,12 @@ def validate_config(config, num_train: int | None = None, num_test: int | None =
             if config[field] is not None:
                 _fail(field, f"applies to dataset 'folder' only; leave it None for {config.dataset!r}")
     if not (isinstance(config.model, str) and (config.model in ZOO or ":" in config.model)):
-        _fail("model", f"must be one of {list(ZOO)} or 'package.module:attribute', got {config.model!r}")
+        _fail("model", f"must be one of {list(ZOO)}, 'module:attribute' or 'file.py:attribute', got "
+                       f"{config.model!r}")
+    if config.sizes not in ("auto", "fixed"):
+        _fail("sizes", f"must be 'auto' (sizes follow the data) or 'fixed' (as given), got {config.sizes!r}")
+    if not isinstance(config.keep_intermediates, bool):
+        _fail("keep_intermediates", f"must be True or False, got {config.keep_intermediates!r}")
     if config.reconstructor not in informed.RECONSTRUCTOR_KINDS:
         _fail("reconstructor", f"must be one of {list(informed.RECONSTRUCTOR_KINDS)}, got {config.reconstructor!r}")
     for field, lo in (("seed", 0), ("fixed_size", 1), ("num_shadow", 10), ("num_targets", 1), ("eval_size", 1),
@@ -251,9 +384,14 @@ def validate_config(config, num_train: int | None = None, num_test: int | None =
                          f"got {config.shuffle!r}")
     if num_train is not None:
         need = config.fixed_size + config.num_shadow + config.num_targets
+        if num_train < 12:
+            _fail("data_path" if config.dataset == "folder" else "dataset",
+                  f"{config[('data_path' if config.dataset == 'folder' else 'dataset')]!r} has {num_train} training "
+                  "records; the report needs at least 12 (a fixed set of 1, 10 shadow targets, 1 evaluation target)")
         if need > num_train:
             _fail("num_shadow", f"fixed_size + num_shadow + num_targets = {need} exceeds the {num_train} training "
-                                f"examples of {config.dataset!r}")
+                                f"examples of {config.dataset!r} (with sizes='auto' the sizes you leave at the "
+                                f"variant's values follow the data)")
     if num_test is not None and config.eval_size > num_test:
         _fail("eval_size", f"must be <= {num_test} (test examples of {config.dataset!r}), got {config.eval_size}")
     if num_test is not None and max(sizes) + 1 > num_test - config.eval_size:

@@ -8,7 +8,7 @@ from recon_jax.report.evidence import claim, comparison, is_vacuous
 from recon_jax.report.markdown import markdown_table
 from recon_jax.report.risk_updates import VACUOUS_BOUND, reach_prior_sizes
 
-__all__ = ["claims", "decidability_banner", "report_markdown", "calibration_sentence", "interpretation"]
+__all__ = ["claims", "decidability_banner", "report_markdown", "header_lines", "calibration_sentence", "interpretation"]
 
 
 def _separation_sentence(upd) -> str:
@@ -303,9 +303,12 @@ def report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1
     conf = f"{100 * config.confidence:g}%"
     attack_cols = ["setting", "test_accuracy", "eps_rdp", "eps_pld", "mean_mse", "mean_oracle_mse", "success_rate",
                    "success_at_eta", "mean_psnr", "mean_ssim", "mean_ncc"]
-    text = [f"# Reconstruction-risk report ({config.dataset}, variant `{config.variant}`)", ""]
+    changed = result.get("overrides") or {}
+    text = [f"# Reconstruction-risk report ({config.dataset}, variant `{config.variant}`"
+            f"{f' with {len(changed)} override' + 's' * (len(changed) > 1) if changed else ''})", "",
+            header_lines(config, changed, result.get("split")), ""]
     banner = decidability_banner(claims or [])
-    if banner:
+    if banner:  # at the top, before anything is read as a finding
         text += [banner, ""]
     text += ["## What was run", "",
              f"- Released model: {_model_description(config, num_params)}, "
@@ -349,8 +352,8 @@ def report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1
     if dp_rows:
         text += ["## Bound vs attack, per threat model", "",
                  "Each bound applies to its own threat model and is in that attack's units (probability of a "
-                 "successful reconstruction at the same prior). Bound = the tightest applicable route (GDP/f-DP "
-                 "trade-off, RDP curve, zCDP).", "",
+                 "successful reconstruction at the same prior). Bound = the tightest applicable route (trade-off "
+                 "curve: GDP for full batches, PLD for q < 1; RDP curve; zCDP).", "",
                  "**(a) Final model released** (RecoNN; success = MSE <= eta; bound at kappa(eta), approximate):", ""]
         frows = [{"setting": r["setting"], "P[MSE<=eta]": r["success_at_eta"],
                   f"{conf} CI": f"[{r['success_at_eta_ci'][0]:.3f}, {r['success_at_eta_ci'][1]:.3f}]",
@@ -364,13 +367,16 @@ def report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1
         text += ["## What the theorems guarantee", "",
                  "ReRo = upper bound on the probability that *any* attack reconstructs a record (here: MSE <= eta), "
                  "given a prior success probability kappa. Routes: RDP curve and zCDP (optimal RDP-to-trade-off "
-                 "conversion, tighter than Balle et al. Thm 2 and Cor. 4), hypothesis testing / GDP (Hayes et al. 2023), "
-                 "eps-DP (both branches of its trade-off curve).", ""]
+                 "conversion, tighter than Balle et al. Thm 2 and Cor. 4), hypothesis testing (Hayes et al. 2023: "
+                 "`rero_gdp`, the GDP closed form, for full batches; `rero_pld`, the trade-off curve of the "
+                 "subsampled Gaussian's privacy-loss distribution, for q < 1), eps-DP (both branches of its "
+                 "trade-off curve).", ""]
         brows = []
         for r in dp_rows:
             for rr in r["bounds"]["rero"]:
                 brows.append({"setting": r["setting"], "eps_rdp": r["eps_rdp"], **rr})
-        text += [markdown_table(brows, ["setting", "eps_rdp", "kappa", "rero_gdp", "rero_rdp", "rero_zcdp", "rero_dp"]),
+        route = "rero_gdp" if result["sample_rate"] == 1.0 else "rero_pld"
+        text += [markdown_table(brows, ["setting", "eps_rdp", "kappa", route, "rero_rdp", "rero_zcdp", "rero_dp"]),
                  ""]
         zrows = [{"setting": r["setting"],
                   "expected MSE >= (clip-norm units)": r["bounds"]["ziller_mse_lower_bound"],
@@ -393,6 +399,25 @@ def report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1
              f"({', '.join(f'{k} {v:.0f} s' for k, v in result['timings_seconds'].items())}). "
              f"Config: `config.json`; numbers: `metrics.json`."]
     return "\n".join(text) + "\n"
+
+
+def header_lines(config, changed: dict, split: dict | None) -> str:
+    """The report's first lines: the variant and the overrides that made this run, and the data split.
+
+    >>> print(header_lines(type("C", (), {"variant": "default"})(), {"noise_multipliers": [1.0]}, None))
+    - Config: the `default` variant with overrides `noise_multipliers=(1.0,)`.
+    """
+    def show(v):
+        if isinstance(v, (list, tuple)):
+            return "(" + ", ".join(show(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+        return repr(v) if isinstance(v, str) else str(v)
+
+    over = ", ".join(f"`{k}={show(v)}`" for k, v in changed.items())
+    lines = [f"- Config: the `{config.variant}` variant " + (f"with overrides {over}." if changed else
+                                                             "as shipped (no overrides).")]
+    if split is not None:
+        lines.append(f"- Data: {split['sentence']}.")
+    return "\n".join(lines)
 
 
 def calibration_sentence(cal, rows) -> str:

@@ -32,6 +32,7 @@ from recon_jax import training
 from recon_jax.accounting import tightest_rero
 from recon_jax.attacks import audit, audit_gdp, audit_one_run, canaries, prior_aware
 from recon_jax.report.evidence import require_finite
+from recon_jax.report.progress import step
 
 __all__ = ["VACUOUS_BOUND", "reach_prior_sizes", "crafted_trials", "every_update_released"]
 
@@ -205,8 +206,10 @@ def every_update_released(config, fns, p0, fixed, test_x, test_y, dp_rows, q, st
     k_records, k_crafted, k_one_run = keys
     sigmas = [r["noise_multiplier"] for r in dp_rows]
     t0 = time.time()
-    scores, separation, geometry = _records_game(config, fns, p0, fixed, test_x, test_y, sigmas, q, steps, k_records,
-                                                 optimizer)
+    with step(f"prior-aware game, records: {config.prior_aware_trials} games x {len(sigmas)} noise level(s), "
+              f"{steps} steps"):
+        scores, separation, geometry = _records_game(config, fns, p0, fixed, test_x, test_y, sigmas, q, steps,
+                                                     k_records, optimizer)
     timings["prior_aware_records"] = time.time() - t0
 
     t0 = time.time()
@@ -217,16 +220,19 @@ def every_update_released(config, fns, p0, fixed, test_x, test_y, dp_rows, q, st
     crafted = []
     for si, row in enumerate(dp_rows):
         n = crafted_trials(config, row, q, steps)
-        crafted.append((n,) + _crafted_and_audit(config, fns, p0, fixed, si, row["noise_multiplier"], n, q, steps,
-                                                 k_crafted, optimizer, coords[:need]))
+        with step(f"{row['setting']}: crafted-canary games and audit canary, {n} runs, {steps} steps"):
+            crafted.append((n,) + _crafted_and_audit(config, fns, p0, fixed, si, row["noise_multiplier"], n, q,
+                                                     steps, k_crafted, optimizer, coords[:need]))
     timings["prior_aware_crafted_and_audit"] = time.time() - t0
 
     t0 = time.time()
     inc = np.random.default_rng([config.seed, 4]).random(m) < 0.5
-    one = canaries.canary_game(fns, p0, fixed, canaries.crafted_canaries("orthogonal", m, coords[:m],
-                                                                         config.clip_norm),
-                               inc[None].astype(np.float32), noise_multipliers=sigmas, clip_norm=config.clip_norm,
-                               steps=steps, optimizer=optimizer, key=k_one_run, sample_rate=q)
+    with step(f"one-run audit: {m} canaries in one run x {len(sigmas)} noise level(s), {steps} steps"):
+        one = canaries.canary_game(fns, p0, fixed, canaries.crafted_canaries("orthogonal", m, coords[:m],
+                                                                             config.clip_norm),
+                                   inc[None].astype(np.float32), noise_multipliers=sigmas,
+                                   clip_norm=config.clip_norm, steps=steps, optimizer=optimizer, key=k_one_run,
+                                   sample_rate=q)
     one_ll = np.asarray(one.log_likelihood[:, 0], np.float64)
     require_finite(one_ll, "one-run audit canary scores")
     timings["one_run_audit"] = time.time() - t0

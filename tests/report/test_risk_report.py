@@ -137,9 +137,16 @@ def test_smoke_report_end_to_end(tmp_path):
                     "simplex optimum / bound", "Gaussian-DP reading", "One-run audit", "## Claims"):
         assert section in report, section
     # A smoke run cannot decide its claims, and says so before anything else (issue 35).
-    assert report.splitlines()[2].startswith("**This run is too small to decide its claims**")
+    top = report.split("## What was run")[0].splitlines()
+    assert top[0].startswith("# Reconstruction-risk report") and top[2].startswith("- Config:")
+    assert any(line.startswith("**This run is too small to decide its claims**") for line in top), top
     assert "attained only by" not in report
     assert result["rows"][0]["num_shadow_models"] == config.num_shadow
+    # The folder keeps what a rerun needs (each setting's attack results), not the shadow models or the
+    # reconstructor checkpoints (two of 112 MB each made a smoke run's folder 230 MB; issue 36).
+    size = sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file())
+    assert size < 20e6, size
+    assert not list(tmp_path.rglob("reconstructor")) and not list(tmp_path.rglob("shadow"))
 
 
 def _dp_accounting_eps(sigma, q, steps, delta):
@@ -241,6 +248,7 @@ def _folder_config(path):
     return config
 
 
+@pytest.mark.slow  # ~70 s; the whole report on an image folder with a conv model runs in the README's own-model test
 def test_cnn_on_image_folder_smoke(tmp_path):
     """A CNN released model (balle_cifar_cnn) on an image folder: the whole report at smoke size."""
     config = _folder_config(_image_folder(tmp_path / "images"))
