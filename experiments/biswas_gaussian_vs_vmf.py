@@ -32,7 +32,8 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-from experiments.common import claim, experiment_flags, finish_run, keyed_dir, require_finite, run_app, start_run
+from experiments.common import (claim, comparison, experiment_flags, finish_run, keyed_dir, require_finite, run_app,
+                                start_run)
 from recon_jax.io import atomic_write_json
 
 _CONFIG, _WORKDIR = experiment_flags("experiments/configs/biswas_gaussian_vs_vmf.py:default",
@@ -343,8 +344,55 @@ def _spearman(a, b):
     return float(scipy.stats.spearmanr(a, b).correlation)
 
 
+def _sign_test(wins: int, total: int) -> tuple[float, float]:
+    """One-sided sign-test p-values (more wins than chance, fewer wins than chance) for ``wins`` of ``total``."""
+    import scipy.stats
+
+    return (float(scipy.stats.binom.sf(wins - 1, total, 0.5)), float(scipy.stats.binom.cdf(wins, total, 0.5)))
+
+
+def _sign_claim(name: str, wins: int, total: int, alpha: float, what: str, precondition: str | None = None) -> dict:
+    """A comparison across settings: holds / fails when a one-sided sign test decides at ``alpha``, else undecided
+    (also undecided, whatever the counts, when ``precondition`` says why the comparison cannot mean anything)."""
+    if total == 0:
+        return claim(name, False, "no setting has both mechanisms", verdict="undecided")
+    p_more, p_fewer = _sign_test(wins, total)
+    detail = f"{what} in {wins} of {total} (eps, B) settings; sign test p = {p_more:.3g} (the reverse: {p_fewer:.3g})"
+    if precondition:
+        return claim(name, False, f"{detail}; {precondition}", verdict="undecided")
+    verdict = "holds" if p_more < alpha else ("fails" if p_fewer < alpha else "undecided")
+    return claim(name, verdict == "holds", detail, verdict=verdict)
+
+
+def _spearman_claim(ds, pts, alpha, seed=0):
+    """|Spearman(log capacity, MSE)| > |Spearman(eps, MSE)|, decided by a bootstrap interval over the attacked
+    settings (resampled together), at 1 - alpha; None when either correlation is undefined."""
+    eps = np.asarray([r["eps"] for r in pts], float)
+    cap = np.asarray([r["log_cap"] for r in pts], float)
+    mse = np.asarray([r["mse"] for r in pts], float)
+    rho_eps, rho_cap = _spearman(eps, mse), _spearman(cap, mse)
+    if rho_eps is None or rho_cap is None:
+        return rho_eps, rho_cap, None
+    rng = np.random.default_rng(seed)
+    diffs = []
+    for _ in range(2000):
+        i = rng.integers(0, len(pts), len(pts))
+        a, b = _spearman(cap[i], mse[i]), _spearman(eps[i], mse[i])
+        if a is not None and b is not None:
+            diffs.append(abs(a) - abs(b))
+    low, high = np.quantile(diffs, [alpha / 2, 1 - alpha / 2])
+    c = claim(f"{ds}: log Bayes' capacity orders the IG MSE better than eps (paper Fig. 4)",
+              detail=f"|Spearman| with capacity {abs(rho_cap):.3f} vs with eps {abs(rho_eps):.3f}; bootstrap "
+                     f"{100 * (1 - alpha):g}% interval of the difference [{low:.3f}, {high:.3f}] over {len(pts)} "
+                     "attacked settings",
+              comparisons=[comparison("|rho_cap| - |rho_eps|", abs(rho_cap) - abs(rho_eps), ">=", 0.0,
+                                      interval=(float(low), float(high)), possible=(-1.0, 1.0))])
+    return rho_eps, rho_cap, c
+
+
 def _findings(config, results) -> tuple[dict, list[dict]]:
     out, claims = {}, []
+    alpha = float(config.claim_alpha)
     pairs = results["pairs"]
     paper_pairs = [r for r in pairs if r["accounting"] == "paper"]
     if paper_pairs:
@@ -352,16 +400,24 @@ def _findings(config, results) -> tuple[dict, list[dict]]:
         worst = max(ratios, key=lambda x: abs(math.log(x)))
         claims.append(claim(
             "the paper's matched (kappa, sigma) pairs have equal eps (Table IV), re-checked per step with the tight "
-            "accountants on the run trained", all(abs(math.log(x)) < math.log(1.1) for x in ratios),
-            f"tight eps(VMF) / eps(Gauss) over {len(ratios)} pairs x batch sizes: {min(ratios):.3g} to "
-            f"{max(ratios):.3g} (worst {worst:.3g})"))
+            "accountants on the run trained",
+            detail=f"tight eps(VMF) / eps(Gauss) over {len(ratios)} pairs x batch sizes: {min(ratios):.3g} to "
+                   f"{max(ratios):.3g} (worst {worst:.3g})",
+            comparisons=[comparison("max |log ratio|", max(abs(math.log(x)) for x in ratios), "<=", math.log(1.1))]))
     for ds, d in results["datasets"].items():
         att, acc = d["attacks"], d["accuracy"]
         none = _agg(att, mechanism="None")
         ig, base = float(np.mean([r["mse"] for r in none])), float(np.mean([r["mse_mean_image"] for r in none]))
         f = {"ig_mse_no_noise": ig, "mean_image_mse": base}
         claims.append(claim(f"{ds}: Inverting Gradients on the non-private gradient beats the mean-image guess",
-                            ig < base, f"MSE {ig:.4f} vs {base:.4f} (pixels in [0, 1])"))
+                            detail=f"MSE {ig:.4f} vs {base:.4f} (pixels in [0, 1])",
+                            comparisons=[comparison("IG MSE - mean-image MSE", ig - base, "<=", 0.0)]))
+        dp = [r for r in att if r.get("mechanism") in ("vmf", "gauss")]
+        beaten = sum(r["mse"] < r["mse_mean_image"] for r in dp)
+        f["dp_attacks_beating_mean_image"] = f"{beaten}/{len(dp)}"
+        attack_fails = None if beaten else (
+            f"the attack fails in every DP setting (IG MSE above the mean-image guess's in all {len(dp)} attacked "
+            "batches), so a difference in its MSE says nothing about protection")
         for accounting in config.accountings:
             wins = total = a_wins = a_total = 0
             for r in [p for p in pairs if p["accounting"] == accounting]:
@@ -369,29 +425,24 @@ def _findings(config, results) -> tuple[dict, list[dict]]:
                 g = _agg(att, mechanism="gauss", accounting=accounting, eps=r["eps"], batch_size=r["batch_size"])
                 if v and g:
                     total += 1
-                    wins += np.mean([x["mse"] for x in v]) > np.mean([x["mse"] for x in g])
+                    wins += int(np.mean([x["mse"] for x in v]) > np.mean([x["mse"] for x in g]))
                 va = _agg(acc, mechanism="vmf", accounting=accounting, eps=r["eps"], batch_size=r["batch_size"])
                 ga = _agg(acc, mechanism="gauss", accounting=accounting, eps=r["eps"], batch_size=r["batch_size"])
                 if va and ga:
                     a_total += 1
-                    a_wins += ga[0]["accuracy"] > va[0]["accuracy"]
-            f[f"{accounting}_vmf_higher_mse"] = f"{int(wins)}/{total}"
-            f[f"{accounting}_gauss_more_accurate"] = f"{int(a_wins)}/{a_total}"
+                    a_wins += int(ga[0]["accuracy"] > va[0]["accuracy"])
+            f[f"{accounting}_vmf_higher_mse"] = f"{wins}/{total}"
+            f[f"{accounting}_gauss_more_accurate"] = f"{a_wins}/{a_total}"
             label = "the paper's accounting" if accounting == "paper" else "tight per-step accounting"
-            claims.append(claim(f"{ds}: VMF protects better than Gaussian against IG at equal eps ({label}; "
-                                "paper Fig. 1, Tables II, VI)", total > 0 and wins == total,
-                                f"VMF has the higher IG MSE in {int(wins)} of {total} (eps, B) settings"))
-            claims.append(claim(f"{ds}: Gaussian DP-SGD is more accurate than VMF at equal eps ({label}; "
-                                "paper Table V)", a_total > 0 and a_wins == a_total,
-                                f"Gaussian accuracy higher in {int(a_wins)} of {a_total} (eps, B) settings"))
-        pts = [r for r in att if r.get("eps") is not None]
-        rho_eps = _spearman([r["eps"] for r in pts], [r["mse"] for r in pts])
-        rho_cap = _spearman([r["log_cap"] for r in pts], [r["mse"] for r in pts])
+            claims.append(_sign_claim(f"{ds}: VMF protects better than Gaussian against IG at equal eps ({label}; "
+                                      "paper Fig. 1, Tables II, VI)", wins, total, alpha, "VMF has the higher IG MSE",
+                                      attack_fails))
+            claims.append(_sign_claim(f"{ds}: Gaussian DP-SGD is more accurate than VMF at equal eps ({label}; "
+                                      "paper Table V)", a_wins, a_total, alpha, "Gaussian accuracy higher"))
+        rho_eps, rho_cap, c = _spearman_claim(ds, [r for r in att if r.get("eps") is not None], alpha)
         f.update(spearman_mse_vs_eps=rho_eps, spearman_mse_vs_log_bayes_capacity=rho_cap)
-        if rho_eps is not None and rho_cap is not None:
-            claims.append(claim(f"{ds}: log Bayes' capacity orders the IG MSE better than eps (paper Fig. 4)",
-                                abs(rho_cap) > abs(rho_eps),
-                                f"|Spearman| with capacity {abs(rho_cap):.3f} vs with eps {abs(rho_eps):.3f}"))
+        if c is not None:
+            claims.append(c)
         out[ds] = f
     return out, claims
 

@@ -55,6 +55,11 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.ig_simulate_clipping = False  # True: the attack also simulates per-example clipping (slower, stronger)
     c.include_dlg = False
     c.dlg_steps = 400
+    # Claims' test level, fixed before the run: a comparison across (eps, B) settings (VMF vs Gaussian) holds when a
+    # one-sided sign test over the settings rejects 'no difference' at this level, fails when the opposite one
+    # does, and is undecided otherwise; the capacity-vs-eps ordering needs the bootstrap interval of the
+    # difference of |Spearman| to exclude 0 at 1 - claim_alpha.
+    c.claim_alpha = 0.05
     c.mnist_std = 0.3081  # to report MSE in the normalised space the paper's MSE values live in
     if variant == "smoke":
         c.num_train = 512

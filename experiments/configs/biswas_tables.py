@@ -27,6 +27,11 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.curve_points = 32  # kappa grid for the figure
     c.pld = True  # tight accounting over steps: VMF privacy loss distribution, Gaussian PLD (dp_accounting)
     c.pld_discretization = 1e-3
+    # Claims' tolerance, fixed before the run: the paper prints eps to 2-4 significant figures from its own
+    # numerical integration, so a cell counts as reproduced within 2% of it. Approach 1 has no tolerance: our
+    # optimiser is exact and the paper's a grid search, so ours may be lower but never higher. (Until
+    # 2026-11-26 that claim also bounded how much lower, by 3.5%, a number chosen after -3.14% had been seen.)
+    c.reproduce_within_pct = 2.0
     if variant == "smoke":
         c.calibrate = False
         c.step_composition = False

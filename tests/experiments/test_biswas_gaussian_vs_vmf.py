@@ -1,6 +1,7 @@
 """experiments.biswas_gaussian_vs_vmf at a tiny size: outputs, claims, tight accounting, cache keyed by config."""
 
 import json
+import math
 import os
 
 import numpy as np
@@ -50,3 +51,20 @@ def test_smoke_both_accountings(tmp_path):
     assert paper and all(np.isfinite(r["eps_vmf_tight"]) and np.isfinite(r["eps_gauss_tight"]) for r in paper)
     names = [cl["name"] for cl in res["claims"]]
     assert any("paper's matched" in n for n in names) and any("tight per-step" in n for n in names)
+
+
+def _naive_sign_p(wins, total):
+    return sum(math.comb(total, j) for j in range(wins, total + 1)) / 2**total
+
+
+@pytest.mark.parametrize("wins,total,verdict", [(8, 8, "holds"), (6, 6, "holds"), (5, 6, "undecided"),
+                                                (7, 8, "holds"), (4, 8, "undecided"), (0, 8, "fails")])
+def test_comparisons_across_settings_are_sign_tests(wins, total, verdict):
+    """VMF-vs-Gaussian claims: a one-sided sign test over the (eps, B) settings at the config's level decides
+    them; 5 of 6 is not enough (p = 7/64), 7 of 8 is (p = 9/256)."""
+    c = biswas_gaussian_vs_vmf._sign_claim("x", wins, total, 0.05, "wins")
+    assert c["verdict"] == verdict and c["holds"] == (verdict == "holds")
+    assert f"p = {_naive_sign_p(wins, total):.3g}" in c["detail"]
+    why = "the attack fails in every DP setting"
+    failed_attack = biswas_gaussian_vs_vmf._sign_claim("x", wins, total, 0.05, "wins", why)
+    assert failed_attack["verdict"] == "undecided" and why in failed_attack["detail"]
