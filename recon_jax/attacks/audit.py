@@ -30,6 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = [
+    "calibration_split",
     "clopper_pearson",
     "clopper_pearson_upper",
     "EpsilonAudit",
@@ -134,6 +135,22 @@ def error_counts(with_sorted, without_sorted, thresholds):
     return fpr_counts, fnr_counts
 
 
+def calibration_split(runs_with: int, runs_without: int, calibration_fraction: float) -> tuple[int, int]:
+    """How many runs of each world choose the threshold (the rest evaluate it): ``int(fraction * runs)`` each.
+
+    Raises:
+      ValueError: if a world would have no calibration run or no evaluation run.
+
+    >>> calibration_split(200, 200, 0.5)
+    (100, 100)
+    """
+    c1, c0 = int(calibration_fraction * runs_with), int(calibration_fraction * runs_without)
+    if min(c1, c0, runs_with - c1, runs_without - c0) < 1:
+        raise ValueError(f"need at least one calibration and one evaluation run per world, got {runs_with} with and "
+                         f"{runs_without} without the canary")
+    return c1, c0
+
+
 def empirical_epsilon(scores_with, scores_without, delta: float, *, confidence: float = 0.95,
                       calibration_fraction: float = 0.5) -> EpsilonAudit:
     """Lower bound on epsilon at ``delta`` from a distinguishing game (see the module docstring for the method).
@@ -169,10 +186,7 @@ def empirical_epsilon(scores_with, scores_without, delta: float, *, confidence: 
         raise ValueError(f"calibration_fraction must be in (0, 1), got {calibration_fraction}")
     if not (np.all(np.isfinite(s1)) and np.all(np.isfinite(s0))):
         raise ValueError("scores_with and scores_without must be finite")
-    c1, c0 = int(calibration_fraction * s1.size), int(calibration_fraction * s0.size)
-    if min(c1, c0, s1.size - c1, s0.size - c0) < 1:
-        raise ValueError(f"need at least one calibration and one evaluation run per world, got {s1.size} with and "
-                         f"{s0.size} without the canary")
+    c1, c0 = calibration_split(s1.size, s0.size, calibration_fraction)
     level = 1.0 - (1.0 - confidence) / 2.0
 
     def bound_at(w, wo, thresholds):

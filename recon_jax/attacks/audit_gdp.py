@@ -25,7 +25,8 @@ from typing import NamedTuple
 import numpy as np
 
 from recon_jax._validation import OPEN_UNIT, check
-from recon_jax.attacks.audit import clopper_pearson_upper, empirical_epsilon, empirical_epsilon_ceiling, error_counts
+from recon_jax.attacks.audit import (calibration_split, clopper_pearson_upper, empirical_epsilon,
+                                      empirical_epsilon_ceiling, error_counts)
 
 __all__ = ["gdp_delta", "gdp_epsilon", "gdp_mu_lower_bound", "GaussianDPAudit", "gaussian_dp_audit"]
 
@@ -173,10 +174,7 @@ def _mu_lower_gaussian(s1, s0, confidence):
 
 def _mu_lower_threshold(s1, s0, confidence, calibration_fraction):
     """Clopper-Pearson reading of one threshold's (FPR, FNR) as mu, threshold chosen on a calibration split."""
-    c1, c0 = int(calibration_fraction * s1.size), int(calibration_fraction * s0.size)
-    if min(c1, c0, s1.size - c1, s0.size - c0) < 1:
-        raise ValueError(f"need at least one calibration and one evaluation run per world, got {s1.size} with and "
-                         f"{s0.size} without the canary")
+    c1, c0 = calibration_split(s1.size, s0.size, calibration_fraction)
     level = 1.0 - (1.0 - confidence) / 2.0
 
     def bound_at(w, wo, thresholds):

@@ -59,7 +59,7 @@ from recon_jax.training.dp import clip_gradients, per_example_gradients, weighte
 from recon_jax.training.ghost import ghost_clipped_sum, ghost_supported
 
 __all__ = ["GradientCanaries", "CRAFTED_KINDS", "crafted_canaries", "concat_canaries", "canary_coordinates",
-           "dense_canaries", "CanaryGameResult", "canary_game"]
+           "dense_canaries", "CanaryGameResult", "canary_game", "check_game_mechanism"]
 
 CRAFTED_KINDS = ("orthogonal", "simplex")
 
@@ -268,6 +268,35 @@ def _compiled(model_fns, optimizer, clip_norm, steps, use_ghost, loss_fn, poisso
     return jax.jit(jax.vmap(over_runs, in_axes=(None, None, None, None, None, None, 0, None, 0)))
 
 
+def check_game_mechanism(noise_multipliers, clip_norm, steps, sample_rate, chunk_size) -> jax.Array:
+    """Checks the accounted mechanism of a game (:func:`canary_game`, ``prior_aware_game``) and returns the noise
+    multipliers as a 1-D array.
+
+    Raises:
+      ValueError: naming the argument: noise multipliers not a 1-D sequence of values > 0, ``clip_norm <= 0``,
+        ``steps`` or ``chunk_size`` not an integer >= 1, ``sample_rate`` outside (0, 1].
+
+    >>> check_game_mechanism([4.0, 16.0], 1.0, 100, 1.0, 64).tolist()
+    [4.0, 16.0]
+    >>> check_game_mechanism([4.0], 1.0, 100, 1.5, 64)
+    Traceback (most recent call last):
+    ...
+    ValueError: sample_rate must be in (0, 1], got 1.5
+    """
+    sigmas = jnp.atleast_1d(jnp.asarray(noise_multipliers, jnp.result_type(float)))
+    if sigmas.ndim != 1 or not bool(jnp.all(sigmas > 0)):
+        raise ValueError(f"noise_multipliers must be a 1-D sequence of values > 0, got {noise_multipliers}")
+    if not clip_norm > 0:
+        raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
+    if not (isinstance(steps, (int, np.integer)) and steps >= 1):
+        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    if not 0 < sample_rate <= 1:
+        raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
+    if not (isinstance(chunk_size, int) and chunk_size >= 1):
+        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    return sigmas
+
+
 def canary_game(model_fns: ModelFns, init_params, fixed_set, canaries: GradientCanaries, included, *,
                 noise_multipliers, clip_norm: float, steps: int, optimizer: optax.GradientTransformation,
                 key: jax.Array, sample_rate: float = 1.0, loss_fn: Callable = softmax_cross_entropy,
@@ -315,7 +344,7 @@ def canary_game(model_fns: ModelFns, init_params, fixed_set, canaries: GradientC
     idx = jnp.asarray(canaries.indices, jnp.int32)
     vals = jnp.asarray(canaries.values, jnp.float32)
     inc = np.asarray(included, np.float32)
-    sigmas = jnp.atleast_1d(jnp.asarray(noise_multipliers, jnp.result_type(float)))
+    sigmas = check_game_mechanism(noise_multipliers, clip_norm, steps, sample_rate, chunk_size)
     num_params = int(ravel_pytree(init_params)[0].shape[0])
     if fx.shape[0] < 1 or fx.shape[0] != fy.shape[0]:
         raise ValueError(f"fixed_set must be (x [n, ...], y [n]) with n >= 1, got shapes {fx.shape}, {fy.shape}")
@@ -326,16 +355,6 @@ def canary_game(model_fns: ModelFns, init_params, fixed_set, canaries: GradientC
         raise ValueError(f"canary coordinates must lie in [0, {num_params}) (the model's parameters)")
     if inc.ndim != 2 or inc.shape[1] != idx.shape[0] or inc.shape[0] < 1 or not np.all((inc == 0) | (inc == 1)):
         raise ValueError(f"included must be [N, M = {idx.shape[0]}] zeros and ones with N >= 1, got shape {inc.shape}")
-    if sigmas.ndim != 1 or not bool(jnp.all(sigmas > 0)):
-        raise ValueError(f"noise_multipliers must be a 1-D sequence of values > 0, got {noise_multipliers}")
-    if not clip_norm > 0:
-        raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
-    if not (isinstance(steps, (int, np.integer)) and steps >= 1):
-        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
-    if not 0 < sample_rate <= 1:
-        raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
-    if not (isinstance(chunk_size, int) and chunk_size >= 1):
-        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
     use_ghost = ghost_supported(model_fns.tap, init_params, fx)
     game = _compiled(model_fns, optimizer, float(clip_norm), int(steps), use_ghost, loss_fn, bool(sample_rate < 1))
     level_keys = jnp.stack([jax.random.fold_in(key, s) for s in range(sigmas.shape[0])])

@@ -51,7 +51,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from recon_jax.attacks.canaries import canary_game, dense_canaries
+from recon_jax.attacks.canaries import canary_game, check_game_mechanism, dense_canaries
 from recon_jax.attacks.game_optimum import (crafted_success_probability, orthogonal_success_probability,
                                            predicted_success)
 from recon_jax.models.adapters import ModelFns
@@ -315,7 +315,7 @@ def prior_aware_game(model_fns: ModelFns, init_params, fixed_set, candidates, ta
     fx, fy = (jnp.asarray(a) for a in fixed_set)
     cx, cy = (jnp.asarray(a) for a in candidates)
     target_index = jnp.asarray(target_index, jnp.int32)
-    sigmas = jnp.atleast_1d(jnp.asarray(noise_multipliers, jnp.result_type(float)))
+    sigmas = check_game_mechanism(noise_multipliers, clip_norm, steps, sample_rate, chunk_size)
     if fx.shape[0] < 1 or fx.shape[0] != fy.shape[0]:
         raise ValueError(f"fixed_set must be (x [n, ...], y [n]) with n >= 1, got shapes {fx.shape}, {fy.shape}")
     if cx.ndim < 3 or cx.shape[:2] != cy.shape or cx.shape[2:] != fx.shape[1:]:
@@ -324,16 +324,6 @@ def prior_aware_game(model_fns: ModelFns, init_params, fixed_set, candidates, ta
     n_trials, k = cy.shape
     if target_index.shape != (n_trials,) or bool(jnp.any((target_index < 0) | (target_index >= k))):
         raise ValueError(f"target_index must be [N] = [{n_trials}] ints in [0, {k}), got shape {target_index.shape}")
-    if sigmas.ndim != 1 or not bool(jnp.all(sigmas > 0)):
-        raise ValueError(f"noise_multipliers must be a 1-D sequence of values > 0, got {noise_multipliers}")
-    if not clip_norm > 0:
-        raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
-    if not (isinstance(steps, (int, np.integer)) and steps >= 1):
-        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
-    if not 0 < sample_rate <= 1:
-        raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
-    if not (isinstance(chunk_size, int) and chunk_size >= 1):
-        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
     if include_target is None:
         include = jnp.ones((n_trials,), jnp.float32)
     else:
