@@ -315,7 +315,8 @@ def finish_run(run: RunInfo, metrics: dict, report: str, claims: list[dict]) -> 
         safe = strict_json(metrics)
     except ValueError as err:
         raise NonFiniteResult(f"{err} (in metrics.json of {run.workdir})") from None
-    text = report.rstrip("\n") + "\n\n" + claims_markdown(claims) + _segments_markdown(segments)
+    text = (report.rstrip("\n") + "\n\n" + claims_markdown(claims) + _segments_markdown(segments)
+            + _machine_markdown(run.info))
     atomic_write_text(os.path.join(run.workdir, "report.md"), text)
     atomic_write_json(os.path.join(run.workdir, "metrics.json"), safe)
     info = dict(run.info, wall_time_s=round(wall, 1), finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -323,6 +324,17 @@ def finish_run(run: RunInfo, metrics: dict, report: str, claims: list[dict]) -> 
     atomic_write_json(os.path.join(run.workdir, "config.json"), strict_json(info))
     run.info = info
     return safe
+
+
+def _machine_markdown(info: dict) -> str:
+    """Where the run was made, and what that means for reproducing it."""
+    m = info.get("machine") or {}
+    where = (", ".join(m.get("accelerators") or [])
+             or f"{m.get('cpu_model') or 'unknown CPU'} ({m.get('cpu_count')} cores)")
+    commit = (info.get("git_commit") or "unknown")[:10]
+    return (f"\n\nMade at commit {commit} on {where}, jax {info.get('versions', {}).get('jax')} "
+            f"({m.get('jax_backend')} backend). A rerun on another CPU type or accelerator agrees within the stated "
+            "uncertainty, not bit for bit (the compiler picks other kernels and summation orders there).\n")
 
 
 def _segments_markdown(segments: list) -> str:

@@ -32,6 +32,10 @@ def test_finish_run_writes_claims_provenance_and_strict_json(tmp_path):
     assert info["wall_time_s"] >= 0 and info["config"] == _config() and info["seed"] == 3
     assert info["machine"]["cpu_count"] >= 1 and info["versions"]["jax"]
     assert len(info["git_commit"]) == 40  # the suite runs in a git checkout
+    # The report says where it was made (commit, CPU or accelerator, jax) and that other hardware is not bitwise.
+    assert f"Made at commit {info['git_commit'][:10]} on " in report
+    assert (info["machine"]["cpu_model"] in report or any(a in report for a in info["machine"]["accelerators"]))
+    assert f"jax {info['versions']['jax']}" in report and "not bit for bit" in report
 
 
 def test_finish_run_refuses_nan_naming_the_key(tmp_path):
