@@ -53,6 +53,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from recon_jax._validation import check_integer
 from recon_jax.models.adapters import ModelFns
 from recon_jax.models.losses import softmax_cross_entropy
 from recon_jax.training.dp import clip_gradients, per_example_gradients, weighted_row_sum
@@ -98,8 +99,7 @@ def crafted_canaries(kind: str, k: int, coordinates, clip_norm: float) -> Gradie
     """
     if kind not in CRAFTED_KINDS:
         raise ValueError(f"kind must be one of {CRAFTED_KINDS}, got {kind!r}")
-    if not (isinstance(k, (int, np.integer)) and k >= (2 if kind == "simplex" else 1)):
-        raise ValueError(f"k must be an integer >= {2 if kind == 'simplex' else 1} for {kind!r}, got {k!r}")
+    check_integer("k", k, 2 if kind == "simplex" else 1)
     if not clip_norm > 0:
         raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
     p = np.asarray(coordinates)
@@ -288,12 +288,10 @@ def check_game_mechanism(noise_multipliers, clip_norm, steps, sample_rate, chunk
         raise ValueError(f"noise_multipliers must be a 1-D sequence of values > 0, got {noise_multipliers}")
     if not clip_norm > 0:
         raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
-    if not (isinstance(steps, (int, np.integer)) and steps >= 1):
-        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    check_integer("steps", steps, 1)
     if not 0 < sample_rate <= 1:
         raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
-    if not (isinstance(chunk_size, int) and chunk_size >= 1):
-        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    check_integer("chunk_size", chunk_size, 1)
     return sigmas
 
 

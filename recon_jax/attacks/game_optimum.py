@@ -26,6 +26,8 @@ import math
 
 import numpy as np
 
+from recon_jax._validation import check_integer
+
 __all__ = ["orthogonal_success_probability", "crafted_success_probability", "predicted_success"]
 
 
@@ -41,8 +43,7 @@ def orthogonal_success_probability(k: int, mu: float, sample_rate: float = 1.0) 
     """
     from scipy import integrate, stats
 
-    if not (isinstance(k, (int, np.integer)) and k >= 1):
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    check_integer("k", k, 1)
     if not mu >= 0:
         raise ValueError(f"mu must be >= 0, got {mu}")
     if sample_rate != 1.0:
@@ -79,8 +80,7 @@ def crafted_success_probability(kind: str, k: int, mu: float) -> float:
         return orthogonal_success_probability(k, mu)
     if kind != "simplex":
         raise ValueError(f"kind must be 'orthogonal' or 'simplex', got {kind!r}")
-    if not (isinstance(k, (int, np.integer)) and k >= 2):
-        raise ValueError(f"k must be an integer >= 2 for a simplex, got {k!r}")
+    check_integer("k", k, 2)  # a simplex has at least two vertices
     if not mu >= 0:
         raise ValueError(f"mu must be >= 0, got {mu}")
     return orthogonal_success_probability(k, float(mu) * math.sqrt(k / (k - 1.0)))
