@@ -6,6 +6,8 @@
   the benchmarks and experiments use the default level. Set the flag in ``XLA_FLAGS`` to override.
 - ``x64`` fixture: float64 for the duration of one test (``jax.enable_x64``).
 - ``key`` fixture: a seeded typed PRNG key.
+- ``claim_problems`` fixture: tests/test_results.py's independent re-derivation of claim verdicts (what an
+  experiment's smoke run writes must pass the check its committed results will).
 - ``--runslow`` runs tests marked ``slow``; ``accelerator`` tests are skipped without a GPU/TPU.
 - ``--emulate-matmul-precision=tensorfloat32|bfloat16`` runs everything with float32 products rounded as a GPU or a
   TPU rounds them at default precision (:mod:`recon_jax.testing`): a CPU check of what depends on the precision.
@@ -149,3 +151,16 @@ def x64():
 def key():
     """A seeded typed PRNG key."""
     return jax.random.key(0)
+
+
+@pytest.fixture(scope="session")
+def claim_problems():
+    """``claim_problems`` of tests/test_results.py (verdicts and vacuity re-derived from each comparison's numbers),
+    loaded from its file: the tests directory is not a package."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "test_results.py")
+    spec = importlib.util.spec_from_file_location("recon_jax_tests_results", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.claim_problems

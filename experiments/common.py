@@ -18,7 +18,7 @@ from recon_jax.report.cli import experiment_flags, forget_overrides, run_app
 from recon_jax.report.evidence import (VERDICTS, NonFiniteResult, ResumeAcrossCodeError, RunInfo,
                                        allow_resume_across_code, check_claims, claim, claims_markdown,
                                        code_fingerprint, comparison, config_to_dict, finish_run, is_vacuous,
-                                       keyed_dir, prepare_workdir, provenance, publish, require_finite, start_run,
-                                       write_run_info)
+                                       keyed_dir, paired_comparison, prepare_workdir, provenance, publish,
+                                       require_finite, start_run, write_run_info)
 
 __all__ = [*evidence.__all__, *cli.__all__]

@@ -39,8 +39,8 @@ import time
 import jax
 import numpy as np
 
-from experiments.common import (claim, config_to_dict, experiment_flags, finish_run, keyed_dir, require_finite,
-                                run_app, start_run)
+from experiments.common import (claim, comparison, config_to_dict, experiment_flags, finish_run, keyed_dir,
+                                paired_comparison, require_finite, run_app, start_run)
 from recon_jax.attacks import dimred
 from recon_jax.io import atomic_save_npz, atomic_write_json
 
@@ -121,6 +121,7 @@ def _grid(config):
 
 
 _EXECUTION_FIELDS = ("progress", "n_jobs", "chunk_size", "time_budget_s")
+_CLAIM_FIELDS = ("claim_alpha",)  # how the claims read the points, not what the points are
 
 
 def run(config, workdir: str) -> dict:
@@ -145,7 +146,8 @@ def run(config, workdir: str) -> dict:
     cfg = config_to_dict(config)
     # Every grid point and shadow store lives under a directory keyed by the config (execution-only fields
     # aside), so a run with another config never finds, and never reports, old results.
-    cache = keyed_dir(workdir, "cache", {k: v for k, v in cfg.items() if k not in _EXECUTION_FIELDS})
+    cache = keyed_dir(workdir, "cache", {k: v for k, v in cfg.items()
+                                         if k not in _EXECUTION_FIELDS + _CLAIM_FIELDS})
     points_dir = os.path.join(cache, "points")
     os.makedirs(points_dir, exist_ok=True)
     mean_image = images[tr_idx].mean(axis=0)
@@ -215,7 +217,9 @@ def run(config, workdir: str) -> dict:
             )
             require_finite(atk.eval_loss, f"{kind} network validation loss ({tag})", "learning rate too large?")
             rec_img = np.asarray(dimred.reconstruct(atk, emb["test"]))
-            rec[f"{kind}_mse"] = float(np.mean(dimred.per_example_mse(rec_img, y["test"])))
+            per_example = np.asarray(dimred.per_example_mse(rec_img, y["test"]), np.float64)
+            rec[f"{kind}_mse"] = float(np.mean(per_example))
+            rec[f"{kind}_per_example_mse"] = [float(v) for v in per_example]  # paired tests of the claims
             rec[f"{kind}_best_epoch"] = int(atk.best_epoch) - 1  # 0-based, as in points written before
             rec[f"{kind}_epochs"] = int(atk.epochs_run)
             recon_arrays[kind] = rec_img[: max(1, config.n_grid_images)]
@@ -255,7 +259,7 @@ def run(config, workdir: str) -> dict:
     metrics["grid_points_skipped"] = skipped
     metrics["cache_dir"] = os.path.basename(cache)
     _figures(results, metrics, config, workdir, points_dir)
-    return finish_run(run_info, metrics, _report(metrics, config), _claims(metrics, config))
+    return finish_run(run_info, metrics, _report(metrics, config), _claims(metrics, config, results))
 
 
 def _aggregate(results, config):
@@ -351,7 +355,9 @@ def _report(metrics, config):
         lines.append(f"| {m} | " + " | ".join(
             f"{nz[f'{s:g}']['mse_vs_clean_recon']:.4f} ({nz[f'{s:g}']['mse_vs_true']:.4f})" if f"{s:g}" in nz else "—"
             for s in config.noise_sigmas) + " |")
-    lines += ["", "## The paper's findings, checked on this run", ""] + _findings(metrics, config)
+    lines += ["", "## The paper's findings, checked on this run", "",
+              "Point estimates (mean MSEs); the Claims section below decides the two headline findings with paired "
+              "tests over the test images.", ""] + _findings(metrics, config)
     lines += ["", "Figures: fig2_mse_vs_size.png, fig3_reconstructions.png, fig6_noise_defence.png, "
               "seed_policy.png.", ""]
     return "\n".join(lines)
@@ -413,18 +419,58 @@ def _findings(metrics, config) -> list[str]:
     return out
 
 
-def _claims(metrics, config) -> list[dict]:
-    """The paper's headline findings as checks over this run's metrics (split network, fresh seeds)."""
+def _paired(results, a, b, size, what, relation, alpha) -> tuple[dict, str]:
+    """``mean MSE(a) - mean MSE(b) <relation> 0`` on the same test images, as a paired t-test over them (the
+    per-image differences averaged over the repeats both have: same |D-| and known set per repeat, same test
+    images). ``a`` and ``b`` are ``(method, net)``. Undecided (no interval) unless both sides ran on equal shadow
+    splits and kept their per-image MSEs. Returns the comparison and a note on what it rests on."""
+    def points(method, net):
+        return {r["rep"]: r for r in results if r["method"] == method and r["policy"] == "fresh"
+                and r["size"] == size and f"{net}_mse" in r}
+
+    pa, pb = points(*a), points(*b)
+    reps = sorted(set(pa) & set(pb))
+    mean_a = float(np.mean([pa[r][f"{a[1]}_mse"] for r in reps])) if reps else float("nan")
+    mean_b = float(np.mean([pb[r][f"{b[1]}_mse"] for r in reps])) if reps else float("nan")
+    shape = lambda r: (r["n_train"], r["n_val"], r["n_test"])  # noqa: E731
+    why = None
+    if not reps:
+        why = "no repeat has both"
+    elif any(shape(pa[r]) != shape(pb[r]) for r in reps):
+        why = f"unequal shadow splits ({shape(pa[reps[0]])} vs {shape(pb[reps[0]])})"
+    elif any(f"{a[1]}_per_example_mse" not in pa[r] or f"{b[1]}_per_example_mse" not in pb[r] for r in reps):
+        why = "per-image MSEs not kept (points from before they were)"
+    if why is not None:
+        value = mean_a - mean_b if reps else 0.0
+        return comparison(what, value, relation, 0.0, interval=(None, None)), f"{what}: undecided, {why}"
+    per_a = np.mean([pa[r][f"{a[1]}_per_example_mse"] for r in reps], axis=0)
+    per_b = np.mean([pb[r][f"{b[1]}_per_example_mse"] for r in reps], axis=0)
+    c = paired_comparison(what, per_a, per_b, relation, alpha=alpha)
+    lo, hi = c["interval"]
+    span = "too few images" if lo is None else f"[{lo:+.4f}, {hi:+.4f}]"
+    return c, f"{what} {c['value']:+.4f} {span} over {per_a.size} images x {len(reps)} repeats"
+
+
+def _claims(metrics, config, results) -> list[dict]:
+    """The paper's headline findings (split network, fresh seeds), each a comparison of methods or networks run at
+    equal sizes, decided by paired t-tests over the test images at claim_alpha shared among the claim's
+    comparisons (Bonferroni)."""
     methods = _expand(config, config.fast_methods) + _expand(config, config.slow_methods)
     common = [s for s in sorted(set(config.sizes) | set(config.slow_sizes))
               if all(_lookup(metrics, m, "fresh", s, "split") for m in methods)]
+    alpha = float(config.claim_alpha)
     claims = []
     if common and "pca" in methods and len(methods) > 1:
         size = common[-1]
         mse = {m: _lookup(metrics, m, "fresh", size, "split")["mean"] for m in methods}
-        best = min(mse, key=mse.get)
-        claims.append(claim(f"Lumbut & Ponnoprat Sec. 5: PCA is the most vulnerable method (lowest MSE, |D-| = {size})",
-                            best == "pca", ", ".join(f"{m} {v:.4f}" for m, v in sorted(mse.items(), key=lambda t: t[1]))))
+        others = [m for m in methods if m != "pca"]
+        comps, notes = zip(*(_paired(results, (m, "split"), ("pca", "split"), size, f"{m} - pca MSE", ">=",
+                                     alpha / len(others)) for m in others))
+        claims.append(claim(
+            f"Lumbut & Ponnoprat Sec. 5: PCA is the most vulnerable method (lowest MSE, |D-| = {size})",
+            detail=", ".join(f"{m} {v:.4f}" for m, v in sorted(mse.items(), key=lambda t: t[1]))
+            + f"; paired differences (interval of a one-sided t-test at {alpha / len(others):.3g} each): "
+            + "; ".join(notes), comparisons=list(comps)))
     pairs = []
     for m in ("pca", "isomap"):
         t4 = _t4(config, m)
@@ -432,9 +478,13 @@ def _claims(metrics, config) -> list[dict]:
         if sp and ml:
             pairs.append((m, t4, sp["mean"], ml["mean"]))
     if pairs:
-        claims.append(claim("Lumbut & Ponnoprat Table 4: the split network beats the Balle et al. MLP on PCA and Isomap",
-                            all(sp < ml for _, _, sp, ml in pairs),
-                            "; ".join(f"{m} at |D-| = {t}: split {sp:.4f} vs MLP {ml:.4f}" for m, t, sp, ml in pairs)))
+        comps, notes = zip(*(_paired(results, (m, "split"), (m, "mlp"), t, f"{m}: split - MLP MSE", "<=",
+                                     alpha / len(pairs)) for m, t, _, _ in pairs))
+        claims.append(claim(
+            "Lumbut & Ponnoprat Table 4: the split network beats the Balle et al. MLP on PCA and Isomap",
+            detail="; ".join(f"{m} at |D-| = {t}: split {sp:.4f} vs MLP {ml:.4f}" for m, t, sp, ml in pairs)
+            + f"; paired differences (interval of a one-sided t-test at {alpha / len(pairs):.3g} each): "
+            + "; ".join(notes), comparisons=list(comps)))
     return claims
 
 

@@ -50,6 +50,13 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.lsqr_iter_lim = 100
     c.low_freq = 8
     c.num_visualise = 3
+    # Claims, fixed before the run: an accuracy reproduces the paper's if it lies within accuracy_tolerance of it
+    # (1.5 points, the tolerance these claims have had since they were written, before the committed runs: the
+    # paper reports one training run per setting, ours trains in another framework from another seed). Each end is
+    # decided by the Clopper-Pearson interval over the test examples, two-sided at 1 - 2 claim_alpha; where it
+    # straddles an end the claim is undecided.
+    c.accuracy_tolerance = 0.015
+    c.claim_alpha = 0.05
 
     if variant == "smoke":
         c.width = 64

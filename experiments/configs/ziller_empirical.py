@@ -25,13 +25,21 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.fig3_clip_norms = (1.0, 10.0, 100.0)
     c.fig3_repeats = 8
     # One-sided t-tests of "the bound holds" per setting: family-wise level alpha (Bonferroni over the grid); the
-    # report gives the violation each test detects with probability `power`; the MSE claim needs it to be at most
-    # max_detectable_violation (relative to the bound) wherever C >= max ||X||, and calls the bound tight there if
-    # |mean / bound - 1| <= tight_tolerance.
+    # report gives the violation each test detects with probability `power`. Claims, fixed before the run: the MSE
+    # bound (Prop. 1) fails where a setting's test rejects it, and holds where every setting's interval of
+    # mean / bound - 1 (one-sided t bounds at the per-setting level) ends above -max_detectable_violation, i.e. the
+    # data exclude a violation larger than that share of the bound (without it the bound, which is attained when
+    # C >= ||X||, could never be confirmed); it is called tight where C >= max ||X|| if the simultaneous interval of
+    # max |mean / bound - 1| ends below tight_tolerance.
     c.alpha = 0.01
     c.power = 0.9
     c.max_detectable_violation = 0.05
     c.tight_tolerance = 0.05
+    # Fig. 2 ReRo claims: sup over eta of (empirical success probability - ReRo bound) is never below 0 (the curves
+    # meet at the ends of the eta range), so a bound that holds can only be confirmed up to a tolerance: an excess
+    # up to cdf_tolerance (5 points of probability) counts as none. It is twice the one-sided DKW band of the
+    # default run's 4000 draws at alpha (0.024), so that run can decide; smaller runs may leave it undecided.
+    c.cdf_tolerance = 0.05
     # Fig. 2 analogue: CDFs over eta for one sample of N = prod(shape) values (the paper: C = 1, sigma = 1, T = 1,
     # N = 50); the first image resampled to `shape`; `draws` attacks, `reference_draws` draws of the NCC definition.
     c.fig2 = ml_collections.ConfigDict(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["VERDICTS", "comparison", "is_vacuous", "claim", "check_claims", "claims_markdown"]
+__all__ = ["VERDICTS", "comparison", "paired_comparison", "is_vacuous", "claim", "check_claims", "claims_markdown"]
 
 
 VERDICTS = ("holds", "fails", "undecided")
@@ -95,6 +95,53 @@ def comparison(what: str, value, relation: str, threshold, *, interval=None, tol
             "interval": None if interval is None else [None if v is None else float(v) for v in interval],
             "tolerance": float(tolerance), "possible": None if possible is None else [lo_p, hi_p],
             "verdict": verdict}
+
+
+def paired_comparison(what: str, a, b, relation: str, *, alpha: float, tolerance: float = 0.0) -> dict:
+    """A comparative finding on paired samples (A and B measured on the same targets): the :func:`comparison` of
+    ``mean(a - b) <relation> 0`` with the Student-t interval of the mean difference, two-sided at ``1 - 2 alpha``.
+
+    Its verdict is that of a one-sided paired t-test at level ``alpha``: "holds" exactly when the test rejects
+    "no difference" in the claimed direction (for ``"<="``: A below B), "fails" when the test in the opposite
+    direction rejects, "undecided" otherwise (e.g. when A and B do not differ). Fewer than two pairs decide nothing
+    (interval ``(None, None)``). A claim resting on several such comparisons divides ``alpha`` among them
+    (Bonferroni) if a false "fails" is to stay below ``alpha``.
+
+    Args:
+      what: what is compared (e.g. ``"PCA - MLP MSE"``).
+      a, b: paired 1-D samples of equal length (finite).
+      relation: ``"<="`` (A below B) or ``">="`` (A above B).
+      alpha: one-sided level in (0, 0.5).
+      tolerance: as in :func:`comparison`.
+
+    Raises:
+      ValueError: for unequal lengths, non-finite values or alpha outside (0, 0.5).
+
+    >>> paired_comparison("a - b", [1.0, 2.0, 3.0, 4.0], [2.0, 3.1, 3.9, 5.2], "<=", alpha=0.05)["verdict"]
+    'holds'
+    >>> paired_comparison("a - b", [1.0, 2.0, 3.0, 4.0], [1.1, 1.9, 3.1, 3.9], "<=", alpha=0.05)["verdict"]
+    'undecided'
+    """
+    import math
+
+    import numpy as np
+    from scipy import stats
+
+    if not 0.0 < alpha < 0.5:
+        raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"paired samples must have equal lengths, got {a.size} and {b.size}")
+    d = a - b
+    if not np.all(np.isfinite(d)):
+        raise ValueError(f"{what}: paired samples must be finite")
+    if d.size == 0:
+        raise ValueError(f"{what}: no pairs")
+    mean = float(d.mean())
+    if d.size < 2:
+        return comparison(what, mean, relation, 0.0, interval=(None, None), tolerance=tolerance)
+    half = float(stats.t.ppf(1.0 - alpha, d.size - 1)) * float(d.std(ddof=1)) / math.sqrt(d.size)
+    return comparison(what, mean, relation, 0.0, interval=(mean - half, mean + half), tolerance=tolerance)
 
 
 def is_vacuous(comp: dict) -> bool:

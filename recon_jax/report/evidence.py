@@ -37,7 +37,8 @@ import jax
 import numpy as np
 
 from recon_jax.io import atomic_write_json, atomic_write_text, stable_hash, strict_json
-from recon_jax.report.claims import VERDICTS, check_claims, claim, claims_markdown, comparison, is_vacuous
+from recon_jax.report.claims import (VERDICTS, check_claims, claim, claims_markdown, comparison, is_vacuous,
+                                     paired_comparison)
 
 __all__ = [
     "prepare_workdir",
@@ -48,6 +49,7 @@ __all__ = [
     "finish_run",
     "VERDICTS",
     "comparison",
+    "paired_comparison",
     "is_vacuous",
     "claim",
     "check_claims",

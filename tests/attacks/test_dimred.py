@@ -348,8 +348,45 @@ def test_ci_experiment_runs_and_pca_attack_beats_mean_image(tmp_path):
     assert "restored from an earlier segment" in (tmp_path / "report.md").read_text()
 
 
+def _point(method, net_mse, rep=0, n_train=32):
+    rec = {"method": method, "policy": "fresh", "size": 9, "rep": rep, "n_train": n_train, "n_val": 8, "n_test": 40,
+           "mean_image_mse": 0.1}
+    for net, per in net_mse.items():
+        rec[f"{net}_mse"] = float(np.mean(per))
+        rec[f"{net}_per_example_mse"] = [float(v) for v in per]
+    return rec
+
+
+@pytest.mark.parametrize("gap,verdict", [(0.02, "holds"), (0.0, "undecided"), (-0.02, "fails")])
+def test_comparative_claims_are_paired_tests(gap, verdict, claim_problems):
+    """Synthetic per-image MSEs: PCA (split network) clearly below Isomap and the split network clearly below the
+    MLP -> both claims hold; equal on average (differences cancelling exactly) -> undecided; reversed -> fail."""
+    from experiments import lumbut_dimred
+    from experiments.configs.lumbut_dimred import get_config
+
+    config = get_config("smoke")
+    config.fast_methods, config.slow_methods, config.srp_densities = ("pca", "isomap"), (), ()
+    config.sizes, config.table4_size = (9,), 9
+    rng = np.random.default_rng(0)
+    noise = rng.normal(0.0, 0.01, 20)
+    wiggle = np.concatenate([noise, -noise])
+    results = []
+    for rep in (0, 1):
+        base = rng.uniform(0.03, 0.05, 40)
+        results += [_point("pca", {"split": base, "mlp": base + gap + wiggle}, rep),
+                    _point("isomap", {"split": base + gap + wiggle[::-1], "mlp": base + 2 * gap + wiggle}, rep)]
+    metrics = lumbut_dimred._aggregate(results, config)
+    claims = lumbut_dimred._claims(metrics, config, results)
+    assert not claim_problems(claims)
+    assert [c["verdict"] for c in claims] == [verdict, verdict], claims
+    # Unequal shadow splits (Isomap trained on more shadows): not like with like, undecided whatever the numbers.
+    results[1]["n_train"] = results[3]["n_train"] = 64
+    claims = lumbut_dimred._claims(lumbut_dimred._aggregate(results, config), config, results)
+    assert claims[0]["verdict"] == "undecided" and "unequal shadow splits" in claims[0]["detail"]
+
+
 @pytest.mark.slow  # ~170 s CPU on this machine (mostly XLA compilation of the conv-transpose training step)
-def test_smoke_experiment_runs(tmp_path):
+def test_smoke_experiment_runs(tmp_path, claim_problems):
     from experiments.configs.lumbut_dimred import get_config
     from experiments.lumbut_dimred import run
 
@@ -363,4 +400,6 @@ def test_smoke_experiment_runs(tmp_path):
     assert set(metrics["noise"]) == {"pca", "srp", "srp_auto", "tsne"}  # SRP at both densities
     assert metrics["zero_column_share"]["srp"] >= metrics["zero_column_share"]["srp_auto"]
     with open(tmp_path / "metrics.json") as f:
-        assert json.load(f)["grid_points"] == metrics["grid_points"]
+        written = json.load(f)
+    assert written["grid_points"] == metrics["grid_points"]
+    assert len(written["claims"]) == 2 and not claim_problems(written["claims"])

@@ -9,7 +9,7 @@ import pytest
 from recon_jax import data
 
 
-def test_balle_mnist_smoke_beats_mean_image_on_held_out_targets(tmp_path):
+def test_balle_mnist_smoke_beats_mean_image_on_held_out_targets(tmp_path, claim_problems):
     from experiments import balle_mnist
     from experiments.configs.balle_mnist import get_config
 
@@ -34,11 +34,67 @@ def test_balle_mnist_smoke_beats_mean_image_on_held_out_targets(tmp_path):
     np.testing.assert_allclose(np.asarray(informed.oracle_for(sp, 3).nn_mse), nn, atol=1e-5)
     written = json.loads((tmp_path / "metrics.json").read_text())
     assert written["rows"] == metrics["rows"] and any(c["name"].startswith("more shadow") for c in written["claims"])
+    assert all("verdict" in c for c in written["claims"]) and not claim_problems(written["claims"])
     assert "## Claims" in (tmp_path / "report.md").read_text()
 
 
+def _result(mse, oracle=None, num_shadow=100):
+    from types import SimpleNamespace
+
+    mse = np.asarray(mse, float)
+    oracle = np.full_like(mse, 0.024) if oracle is None else np.asarray(oracle, float)
+    return SimpleNamespace(mse=mse, oracle_mse=oracle, mean_mse=float(mse.mean()),
+                           mean_oracle_mse=float(oracle.mean()), success=mse < oracle, num_shadow=num_shadow)
+
+
+def _wiggle(n=40, sd=0.003, seed=0):
+    """Noise whose halves cancel exactly: "equal on average" without identical values."""
+    half = np.random.default_rng(seed).normal(0.0, sd, n // 2)
+    return np.concatenate([half, -half])
+
+
+@pytest.mark.parametrize("step,verdict", [(0.004, "holds"), (0.0, "undecided"), (-0.004, "fails")])
+def test_ordering_claim_is_decided_by_its_paired_tests(step, verdict, claim_problems):
+    """default < logits < layer subset on synthetic per-target MSEs: each row clearly above the previous -> holds;
+    equal on average -> undecided; reversed -> fails; unequal shadow-model counts -> undecided whatever the MSEs."""
+    from experiments import balle_mnist
+
+    base = np.random.default_rng(1).uniform(0.01, 0.03, 40)
+    res = [_result(base), _result(base + step + _wiggle(seed=2)), _result(base + 2 * step + _wiggle(seed=3))]
+    c = balle_mnist._ordering_claim(res, 0.05)
+    assert c["verdict"] == verdict and not claim_problems([c]), c
+    res[2].num_shadow = 50
+    assert balle_mnist._ordering_claim(res, 0.05)["verdict"] == "undecided"
+
+
+@pytest.mark.parametrize("gap,verdict", [(-0.01, "holds"), (0.0, "undecided"), (0.01, "fails")])
+def test_rows_against_the_oracle_and_the_dp_bounds(gap, verdict, claim_problems):
+    """A ✓ row is a paired test of MSE below its targets' oracle MSEs (clearly below holds, equal undecided, clearly
+    above fails); a DP row is claimed against its ReRo bound only where the bound is below 0.999 (a bound of 1 is
+    context: no success rate can exceed it)."""
+    from experiments import balle_mnist
+    from experiments.configs.balle_mnist import get_config
+
+    config = get_config("smoke")
+    oracle = np.random.default_rng(4).uniform(0.015, 0.035, 40)
+    results = {"default": _result(oracle + gap + _wiggle(), oracle)}
+    dp = []
+    for eps, bound in ((10.0, 0.6), (1000.0, 1.0)):
+        name = f"dp_eps={eps:g}"
+        results[name] = _result(np.full(40, 0.07), oracle)
+        dp.append({"setting": name, "num_targets": 40, "eta": 0.024, "success_at_eta": 0.0, "rero_bound_gdp": bound,
+                   "rero_bound_rdp": bound})
+    summary = {"mean_nn_mse": 0.024, "pool_size": 1000, "num_targets": 40}
+    claims = balle_mnist._claims(config, results, [], summary, oracle, [], dp)
+    assert not claim_problems(claims)
+    assert [c["name"].split(":")[0] for c in claims] == ["default attack beats the NN oracle (Table II ✓)",
+                                                         "dp_eps=10"]
+    assert claims[0]["verdict"] == verdict and claims[1]["verdict"] == "holds"
+    assert balle_mnist.vacuous_dp_rows(dp) == ["dp_eps=1000"]
+
+
 @pytest.mark.slow  # every Table II row at smoke sizes (~4 min on 2 cores)
-def test_balle_mnist_every_row(tmp_path):
+def test_balle_mnist_every_row(tmp_path, claim_problems):
     from experiments import balle_mnist
     from experiments.configs.balle_mnist import get_config
 
@@ -63,6 +119,7 @@ def test_balle_mnist_every_row(tmp_path):
     assert rows["default"]["paper_mse"] is None  # fixed set 50: no paper row of that setting
     assert rows["relu"]["paper_mse"] == 0.0182 and rows["random_init"]["paper_success"] is False
     assert 0 <= rows["dp_eps=10"]["rero_bound_gdp"] <= 1
+    assert metrics["claims"] and not claim_problems(metrics["claims"])
     assert metrics["mia"]["n=50/known_init"]["mean_auc"] == 1.0
     for name in ("reconstructions.png", "mse_histogram.png", "dp_curve.png", "mia_losses.png"):
         assert os.path.getsize(tmp_path / name) > 0

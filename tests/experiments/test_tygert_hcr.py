@@ -4,6 +4,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 from experiments import tygert_hcr
 from experiments.configs.tygert_hcr import get_config
@@ -17,7 +18,7 @@ def _tiny():
     return c
 
 
-def test_smoke_run_bounds_and_accuracy_are_sane(tmp_path):
+def test_smoke_run_bounds_and_accuracy_are_sane(tmp_path, claim_problems):
     c = get_config("smoke")
     m = tygert_hcr.run(c, str(tmp_path))
     for name in ("report.md", "metrics.json", "config.json", "rademacher.png",
@@ -25,6 +26,7 @@ def test_smoke_run_bounds_and_accuracy_are_sane(tmp_path):
         assert os.path.exists(tmp_path / name), name
     stored = json.loads((tmp_path / "metrics.json").read_text())
     assert stored["accuracy_clean"] == m["accuracy_clean"] and len(stored["claims"]) == 2
+    assert not claim_problems(stored["claims"]) and all("verdict" in cl for cl in stored["claims"])
     # The trained net learns (10 classes: chance 0.1; 256 test examples, SE <= 0.03), and dithering does not help.
     assert m["accuracy_clean"] > 0.3
     assert m["accuracy_dithered"] <= m["accuracy_clean"] + 0.05
@@ -65,3 +67,16 @@ def test_cache_is_keyed_by_config(tmp_path):
     m_a2 = tygert_hcr.run(a, str(tmp_path))
     assert {f: os.path.getmtime(chunk_dir / f) for f in os.listdir(chunk_dir)} == stamps
     assert m_a2["hcr"] == m_a["hcr"] and m_a2["accuracy_clean"] == m_a["accuracy_clean"]
+
+
+@pytest.mark.parametrize("ours,n,verdict", [(0.975, 10000, "holds"), (0.964, 10000, "undecided"),
+                                           (0.964, 100, "undecided"), (0.95, 10000, "fails"), (0.979, 2000, "holds")])
+def test_accuracy_claims_read_the_clopper_pearson_interval(ours, n, verdict, claim_problems):
+    """Within 1.5 points of the paper's 97.9%: holds when the whole interval lies in [96.4%, 99.4%], fails when it
+    lies outside, undecided when it straddles an end (at the end itself, or a small test set)."""
+    from recon_jax.attacks.audit import clopper_pearson
+
+    c = tygert_hcr._accuracy_claim("x", ours, 0.979, n, get_config("default"), "")
+    assert c["verdict"] == verdict and not claim_problems([c])
+    low, high = clopper_pearson(round(ours * n), n, 0.9)
+    assert c["comparisons"][0]["interval"] == pytest.approx([float(low), float(high)])

@@ -79,6 +79,34 @@ def test_comparison_verdicts(value, relation, threshold, interval, tolerance, po
     assert c["verdict"] == want
 
 
+@pytest.mark.parametrize("shift,want", [(-0.5, "holds"), (0.0, "undecided"), (0.5, "fails")])
+def test_paired_comparison_is_the_one_sided_paired_t_test(shift, want):
+    """A below B (relation "<="): holds when scipy's one-sided paired t-test (A less) rejects at alpha, fails when
+    the opposite one does, undecided when A and B are the same distribution (here: seed chosen for no rejection;
+    the verdicts are checked against scipy, not assumed)."""
+    from scipy import stats
+
+    rng = np.random.default_rng(3)
+    b = rng.normal(1.0, 1.0, 60)
+    a = b + shift + rng.normal(0.0, 0.5, 60)
+    c = evidence.paired_comparison("a - b", a, b, "<=", alpha=0.05)
+    less = stats.ttest_rel(a, b, alternative="less").pvalue
+    greater = stats.ttest_rel(a, b, alternative="greater").pvalue
+    from_test = "holds" if less < 0.05 else ("fails" if greater < 0.05 else "undecided")
+    assert c["verdict"] == from_test == want
+    assert c["value"] == pytest.approx(np.mean(a - b)) and c["threshold"] == 0.0
+    low, high = c["interval"]
+    assert (low + high) / 2 == pytest.approx(c["value"])
+    # The interval's upper end is where the one-sided test sits exactly at alpha.
+    assert stats.ttest_rel(a - high, b, alternative="less").pvalue == pytest.approx(0.05, rel=1e-6)
+    # Fewer than two pairs decide nothing; unequal lengths and non-finite values are refused.
+    assert evidence.paired_comparison("x", [1.0], [2.0], "<=", alpha=0.05)["verdict"] == "undecided"
+    with pytest.raises(ValueError, match="equal lengths"):
+        evidence.paired_comparison("x", [1.0, 2.0], [1.0], "<=", alpha=0.05)
+    with pytest.raises(ValueError, match="finite"):
+        evidence.paired_comparison("x", [1.0, np.nan], [1.0, 2.0], "<=", alpha=0.05)
+
+
 def test_structured_claims_aggregate_and_refuse_vacuous_or_inconsistent(tmp_path):
     hold = evidence.comparison("a", 0.05, "<=", 0.2, interval=(0.0, 0.1), possible=(0, 1))
     straddle = evidence.comparison("b", 0.19, "<=", 0.2, interval=(0.15, 0.23), possible=(0, 1))
