@@ -245,7 +245,8 @@ def run(config, workdir: str) -> dict:
         results.append(rec)
         if config.progress:
             print(f"[{gi + 1}/{len(grid)}] {tag}: " + ", ".join(
-                f"{k}={rec[k]:.4f}" for k in rec if k.endswith("_mse")) + f" ({rec['seconds']:.0f}s)", flush=True)
+                f"{k}={rec[k]:.4f}" for k in rec if k.endswith("_mse") and isinstance(rec[k], float))
+                + f" ({rec['seconds']:.0f}s)", flush=True)
 
     metrics = _aggregate(results, config)
     require_finite([s["mean"] for s in metrics["summary"]], "test MSE", "a network diverged?")

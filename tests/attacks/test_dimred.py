@@ -328,6 +328,7 @@ def test_ci_experiment_runs_and_pca_attack_beats_mean_image(tmp_path):
     from recon_jax.data import load_dataset
 
     config = get_config("ci")
+    config.progress = True  # the default's per-point progress line (it once tried to format the per-image lists)
     metrics = run(config, str(tmp_path))
     for name in ("report.md", "metrics.json", "config.json", "fig2_mse_vs_size.png"):
         assert os.path.exists(tmp_path / name), name
