@@ -49,7 +49,7 @@ from recon_jax.attacks.dimred_embed import (
     sklearn_embed,
     srp_matrix,
 )
-from recon_jax.attacks.reconn import ReconstructorFit, reconstruct, train_reconstructor
+from recon_jax.attacks.reconn import ReconstructorFit, ReconstructorSpec, reconstruct, train_reconstructor
 from recon_jax.io import seed_from_key
 from recon_jax.models.dimred import make_reconstructor
 from recon_jax.shadow import array_digest, fill_store, key_fingerprint
@@ -330,12 +330,12 @@ def fit_attack(
     if not (learning_rate > 0 and l1_weight >= 0):
         raise ValueError(f"learning_rate > 0 and l1_weight >= 0 required, got {learning_rate}, {l1_weight}")
     net = make_reconstructor(kind, image_shape=train_images.shape[1:], width=width, target_row=target_row)
+    spec = ReconstructorSpec(
+        model=net, epochs=max_epochs, batch_size=batch_size, optimizer=_adam(float(learning_rate)),
+        mae_weight=float(l1_weight), mse_weight=1.0, scaling="minmax", patience=patience, monitor="loss",
+        train_flag=True, step_loop="host")  # one jitted step per minibatch: no loop around the conv decoder (slow on XLA:CPU)
     return train_reconstructor(
-        net, train_theta, train_images, key, epochs=max_epochs, batch_size=batch_size,
-        optimizer=_adam(float(learning_rate)), mae_weight=float(l1_weight), mse_weight=1.0, scaling="minmax",
-        eval_set=(val_theta, val_images), patience=patience, monitor="loss", train_flag=True,
-        step_loop="host",  # one jitted step per minibatch: no loop around the conv decoder (slow on XLA:CPU)
-        checkpoint_dir=checkpoint_dir,
+        train_theta, train_images, spec, key, eval_set=(val_theta, val_images), checkpoint_dir=checkpoint_dir,
         checkpoint_key=None if checkpoint_dir is None else {"optimizer": "adam", "learning_rate": learning_rate},
         progress=progress)
 

@@ -15,6 +15,7 @@ from recon_jax import shadow
 from recon_jax.attacks import dimred as D
 from recon_jax.attacks import dimred_embed as E
 from recon_jax.attacks import reconn as R
+from recon_jax.models.losses import reconstruction_loss
 
 
 def _data(n=12, d=16, seed=0):
@@ -261,14 +262,15 @@ def test_training_keeps_best_validation_model():
     y_val = np.full((16, 2, 2, 1), 0.4, np.float32)  # val loss falls while outputs rise to 0.4, then grows
     net = BalleMLP(image_shape=(2, 2, 1), hidden=(16,))
     # The DR attack's training settings (fit_attack) on the shared trainer.
-    fit = R.train_reconstructor(net, x, y_train, jax.random.key(0), eval_set=(x[:16], y_val),
-                                optimizer=optax.adam(3e-3), scaling="minmax", monitor="loss", train_flag=True,
-                                batch_size=16, epochs=60, patience=4, stream_rows=16, progress=False)
+    spec = R.ReconstructorSpec(model=net, optimizer=optax.adam(3e-3), scaling="minmax", monitor="loss",
+                               train_flag=True, batch_size=16, epochs=60, patience=4)
+    fit = R.train_reconstructor(x, y_train, spec, jax.random.key(0), eval_set=(x[:16], y_val), stream_rows=16,
+                                progress=False)
     hist = fit.eval_loss
     assert fit.best_epoch == int(np.argmin(hist)) + 1  # 1-based
     assert fit.best_epoch < len(hist)  # training went past the best epoch, so the choice matters
-    best = float(R.reconstruction_loss(y_val, R.reconstruct(fit, x[:16])))
-    final = float(R.reconstruction_loss(y_val, R.reconstruct(dataclasses.replace(fit, params=fit.final_params),
+    best = float(reconstruction_loss(y_val, R.reconstruct(fit, x[:16])))
+    final = float(reconstruction_loss(y_val, R.reconstruct(dataclasses.replace(fit, params=fit.final_params),
                                                              x[:16])))
     np.testing.assert_allclose(best, hist.min(), rtol=1e-5)  # float32 recomputation of the same quantity
     assert final > best + 1e-4
