@@ -34,7 +34,7 @@ from tqdm import tqdm
 from experiments.common import claim, experiment_flags, finish_run, keyed_dir, require_finite, run_app, start_run
 from recon_jax import data
 from recon_jax.bounds import cramer_rao, hcr_eval
-from recon_jax.bounds import hcr as hcr_lib
+from recon_jax.bounds import hcr_search as hcr_lib
 from recon_jax.io import atomic_save_npz, atomic_write_bytes
 from recon_jax.mechanisms import dithering
 from recon_jax.models import tygert
