@@ -38,10 +38,10 @@ def _package_names() -> list[str]:
 
 
 def _documented_constant(package, name: str) -> bool:
-    """Whether ``name`` is mentioned in the package's docstring or in the docstring of a module of the package that
+    """Whether ``name`` is mentioned in the package's docstring or in the docstring of a recon_jax module that
     assigns it at top level (how constants are documented: they have no docstring of their own)."""
     docs = [package.__doc__ or ""]
-    for path in pathlib.Path(package.__file__).parent.rglob("*.py"):
+    for path in ROOT.rglob("*.py"):
         tree = ast.parse(path.read_text())
         assigned = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
                     for t in (node.targets if isinstance(node, ast.Assign) else [node.target])

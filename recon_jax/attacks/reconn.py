@@ -208,7 +208,7 @@ class ReconstructorFit:
       eval_mse: ``[epochs]`` mean MSE on the evaluation set after each epoch (empty without one).
       disc_params: the PatchGAN discriminator's variables (None without one).
       epochs_run: epochs trained (fewer than asked for after early stopping), counting resumed ones.
-      best_epoch: the epoch (1-based) with the lowest monitored validation value (``monitor``; None without an
+      best_epoch: the epoch (1-based) with the lowest monitored validation value (``spec.monitor``; None without an
         evaluation set, 0 if no epoch had a finite one).
       stopped_early: whether early stopping ended the run before ``epochs``.
       resumed_from: epochs restored from a checkpoint (0 for a fresh run).

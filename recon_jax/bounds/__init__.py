@@ -12,7 +12,8 @@ mechanism the HCR bounds are about (:func:`~recon_jax.mechanisms.dithering.dithe
 :func:`~recon_jax.mechanisms.dithering.feature_rms`; its home is :mod:`recon_jax.mechanisms.dithering`).
 """
 
-from recon_jax.bounds import bayes_capacity, cramer_rao, dct, hcr, hcr_eval, hcr_search, lsqr, prior_free, rero
+import importlib as _importlib
+
 from recon_jax.bounds.rero import *  # noqa: F401,F403
 from recon_jax.bounds.prior_free import *  # noqa: F401,F403
 from recon_jax.bounds.bayes_capacity import *  # noqa: F401,F403
@@ -26,8 +27,7 @@ from recon_jax.mechanisms import dithering as _dithering
 from recon_jax.mechanisms.dithering import *  # noqa: F401,F403
 
 # The public API: the names imported above, once each (rero's and prior_free's __all__ include the names of
-# baselines and prior_free_ncc).
+# baselines and prior_free_ncc). Modules are looked up by name: ``lsqr`` here is the function, not its module.
+_HOMES = ("rero", "prior_free", "bayes_capacity", "cramer_rao", "hcr_eval", "hcr", "hcr_search", "dct", "lsqr")
 __all__ = list(dict.fromkeys(
-    name
-    for module in (rero, prior_free, bayes_capacity, cramer_rao, hcr_eval, hcr, hcr_search, dct, lsqr, _dithering)
-    for name in module.__all__))
+    [name for home in _HOMES for name in _importlib.import_module(f"{__name__}.{home}").__all__] + _dithering.__all__))
