@@ -38,16 +38,20 @@ def _package_names() -> list[str]:
 
 
 def _documented_constant(package, name: str) -> bool:
-    """Whether ``name`` is mentioned in the package's docstring or in the docstring of a recon_jax module that
-    assigns it at top level (how constants are documented: they have no docstring of their own)."""
+    """Whether ``name`` is mentioned in the package's docstring, or a recon_jax module that assigns it at top level
+    mentions it in its docstring or has a ``#:`` doc-comment right above the assignment (how constants are
+    documented: they have no docstring of their own)."""
     docs = [package.__doc__ or ""]
     for path in ROOT.rglob("*.py"):
-        tree = ast.parse(path.read_text())
-        assigned = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
-                    if isinstance(t, ast.Name)}
-        if name in assigned:
-            docs.append(ast.get_docstring(tree) or "")
+        text = path.read_text()
+        tree, lines = ast.parse(text), text.splitlines()
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+                if isinstance(node, ast.AnnAssign) else []
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                if node.lineno >= 2 and lines[node.lineno - 2].lstrip().startswith("#:"):
+                    return True
+                docs.append(ast.get_docstring(tree) or "")
     return any(re.search(rf"\b{re.escape(name)}\b", d) for d in docs)
 
 
