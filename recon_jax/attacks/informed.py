@@ -36,6 +36,7 @@ import numpy as np
 
 from recon_jax.attacks import oracle as _oracle
 from recon_jax.attacks import reconn
+from recon_jax.attacks.features import blackbox_features, whitebox_features
 from recon_jax.attacks.reconn import ReconstructorSpec
 from recon_jax.data.splits import InformedSplits
 from recon_jax.io import atomic_save_npz
@@ -275,11 +276,11 @@ def attack_features(models: ShadowSet, features: str | Sequence[str] = "params")
     if isinstance(features, str) and features == "logits":
         if "probe_logits" not in models:
             raise ValueError("features='logits' needs models trained with probe_size > 0")
-        return reconn.blackbox_features(models["probe_logits"])
+        return blackbox_features(models["probe_logits"])
     if isinstance(features, str) or not len(features):
         raise ValueError(f"features must be 'params', 'logits' or a non-empty sequence of layer paths, got "
                          f"{features!r}")
-    return np.asarray(reconn.whitebox_features(models.params, models.layout, tuple(features)))
+    return np.asarray(whitebox_features(models.params, models.layout, tuple(features)))
 
 
 def fit_reconstructor(shadow_features, shadow_targets, key: jax.Array, spec: ReconstructorSpec = ReconstructorSpec(),
