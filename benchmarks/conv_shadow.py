@@ -84,8 +84,9 @@ def main(argv: list[str] | None = None) -> dict:
     imgs = rng.uniform(size=(k, 32, 32, 3)).astype(np.float32)
     for impl in ("patches", "lax"):
         def fit(impl=impl):
-            return reconn.train_reconstructor(TransposedConvDecoder(conv_impl=impl), feats, imgs, jax.random.key(2),
-                                              epochs=1, batch_size=min(64, k), progress=False).params
+            spec = reconn.ReconstructorSpec(model=TransposedConvDecoder(conv_impl=impl), epochs=1,
+                                            batch_size=min(64, k))
+            return reconn.train_reconstructor(feats, imgs, spec, jax.random.key(2), progress=False).params
         rates[f"decoder_{impl}"] = best_rate(fit, k)
         print(f"{impl}: Table VII decoder {rates[f'decoder_{impl}']:.1f} examples/s ({k} examples, one epoch)",
               flush=True)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.common import bench_line, time_call
-from recon_jax.attacks.gradient import inverting_gradients, model_gradient
+from recon_jax.attacks.gradient import InvertingGradientsOptions, inverting_gradients, model_gradient
 
 NUM_RESTARTS = 8
 NUM_STEPS = 200
@@ -49,15 +49,17 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args([] if argv is None else argv)
     restarts = args.restarts
     apply, params, g, labels = _setup()
-    kw = dict(labels=labels, num_steps=args.steps, tv_weight=1e-4)
+    opts = dict(num_steps=args.steps, tv_weight=1e-4)
 
     def vmapped():
-        return inverting_gradients(jax.random.key(2), apply, params, g, (16, 16, 1), num_restarts=restarts,
-                                   **kw).all_reconstructions
+        return inverting_gradients(jax.random.key(2), apply, params, g, (16, 16, 1),
+                                   InvertingGradientsOptions(num_restarts=restarts, **opts),
+                                   labels=labels).all_reconstructions
 
     def sequential():
         outs = [inverting_gradients(jax.random.fold_in(jax.random.key(2), k), apply, params, g, (16, 16, 1),
-                                    num_restarts=1, **kw).reconstruction for k in range(restarts)]
+                                    InvertingGradientsOptions(num_restarts=1, **opts), labels=labels).reconstruction
+                for k in range(restarts)]
         return jnp.stack(outs)
 
     t_ours = time_call(vmapped, repeats=3, warmup=1)

@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from recon_jax import models, training
     from recon_jax.attacks import prior_aware
+    from recon_jax.attacks.canaries import GameTraining
     from recon_jax.data import load_dataset
 
     x, y = load_dataset("mnist", "train")
@@ -51,8 +52,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     def game(f):
         return lambda: prior_aware.prior_aware_game(
-            f, p0, (x[:n], y[:n]), (x[idx], y[idx]), np.zeros(trials, np.int32), noise_multipliers=sigmas,
-            clip_norm=1.0, steps=args.steps, optimizer=opt, key=jax.random.key(1), chunk_size=trials).scores
+            f, p0, (x[:n], y[:n]), (x[idx], y[idx]), np.zeros(trials, np.int32),
+            GameTraining(noise_multipliers=sigmas, clip_norm=1.0, steps=args.steps, optimizer=opt),
+            jax.random.key(1), chunk_size=trials).scores
 
     work = trials * len(sigmas)
     ours = work / time_call(game(fns), repeats=args.repeats)

@@ -33,8 +33,9 @@ from recon_jax.models.reconstructors import reconstructor_mlp
 def _epoch_seconds(features, targets, hidden, epochs, batch, stream_rows):
     """Median wall time of the epochs after the first (which includes compilation)."""
     model = reconstructor_mlp(targets.shape[1:], (hidden, hidden))
-    fit = reconn.train_reconstructor(model, features, targets, jax.random.key(0), epochs=epochs + 1,
-                                     batch_size=batch, stream_rows=stream_rows or None, progress=False)
+    spec = reconn.ReconstructorSpec(model=model, epochs=epochs + 1, batch_size=batch)
+    fit = reconn.train_reconstructor(features, targets, spec, jax.random.key(0), stream_rows=stream_rows or None,
+                                     progress=False)
     return float(np.median(fit.epoch_seconds[1:]))
 
 

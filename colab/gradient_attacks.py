@@ -104,7 +104,8 @@ for i, (name, mech) in enumerate(mechs.items()):
     g = training.privatized_gradient(fns, params, x16, y16, jax.random.fold_in(key, 30 + i), clip_norm=1.0,
                                      mechanism=mech)
     res = ga.inverting_gradients(jax.random.fold_in(key, 40 + i), fns.apply, params, g, (16, 16, 1),
-                                 num_restarts=ig_restarts, num_steps=ig_steps, clip_norm=1.0)
+                                 ga.InvertingGradientsOptions(num_restarts=ig_restarts, num_steps=ig_steps),
+                                 clip_norm=1.0)
     recs[name] = res.reconstruction
     print(f"{name}: inferred label {int(res.labels[0])} (true {int(y16[0])}), "
           f"PSNR {float(metrics.psnr(x16, res.reconstruction)[0]):.1f} dB")

@@ -5,7 +5,7 @@ python -m experiments.balle_cifar10 --config=experiments/configs/balle_cifar10.p
 The library pipeline of :mod:`recon_jax.attacks.informed` (as :mod:`experiments.balle_mnist`) with the Table VI
 CNN as released model and the Table VII transposed-convolution decoder as reconstructor, optionally trained with
 the least-squares PatchGAN loss of Table VIII. The paper also adds an LPIPS loss; no pretrained LPIPS network
-ships with recon_jax, so that term is left out (``reconn.train_reconstructor(perceptual_fn=...)`` accepts one).
+ships with recon_jax, so that term is left out (``reconn.ReconstructorSpec(perceptual_fn=...)`` accepts one).
 Data: train + test, evaluation targets apart and every other record in the adversary's pool
 (:func:`recon_jax.data.pool_splits`; 59K with the paper's 60K CIFAR-10 records and 1K targets, Fig. 3b).
 ``dataset="tfds:cifar10"`` needs a prepared TFDS directory (nothing is downloaded); the smoke variant runs on

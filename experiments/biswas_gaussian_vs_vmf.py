@@ -221,7 +221,7 @@ def run(config, workdir: str) -> dict:
     from tqdm import tqdm
 
     from recon_jax import models, training
-    from recon_jax.attacks.gradient import dlg, inverting_gradients
+    from recon_jax.attacks.gradient import DLGOptions, InvertingGradientsOptions, dlg, inverting_gradients
     from recon_jax.mechanisms import GaussianMechanism, NoNoise, VMFMechanism
 
     run_info = start_run(workdir, config, seed=config.seed)
@@ -232,6 +232,9 @@ def run(config, workdir: str) -> dict:
     _capacities(pairs, config.param_dim)
     fns = models.from_flax(models.biswas_mlp())
     train_jit = jax.jit(training.train, static_argnums=(0, 1))
+    ig_options = InvertingGradientsOptions(num_restarts=config.ig_restarts, num_steps=config.ig_steps,
+                                           lr=config.ig_lr, tv_weight=config.ig_tv_weight)
+    dlg_options = DLGOptions(num_restarts=1, num_steps=config.dlg_steps)
 
     def mechanism(r, mech):
         return VMFMechanism(kappa=r["kappa"]) if mech == "vmf" else GaussianMechanism(noise_multiplier=r["sigma"])
@@ -301,9 +304,8 @@ def run(config, workdir: str) -> dict:
             else:
                 g = jnp.mean(training.per_example_gradients(fns, params0, xb, yb), axis=0)
             require_finite(g, f"{short}: released gradient ({name}, B={b})")
-            ig = inverting_gradients(jax.random.fold_in(k, 1), fns.apply, params0, g, xb.shape[1:], labels=yb,
-                                     batch_size=b, num_restarts=config.ig_restarts, num_steps=config.ig_steps,
-                                     lr=config.ig_lr, tv_weight=config.ig_tv_weight,
+            ig = inverting_gradients(jax.random.fold_in(k, 1), fns.apply, params0, g, xb.shape[1:], ig_options,
+                                     labels=yb, batch_size=b,
                                      clip_norm=config.clip_norm if (clip and config.ig_simulate_clipping) else None)
             require_finite(ig.reconstruction, f"{short}: Inverting Gradients reconstruction ({name}, B={b})",
                            "IG learning rate (ig_lr) too large?")
@@ -315,9 +317,8 @@ def run(config, workdir: str) -> dict:
                 row.update(accounting=r["accounting"], kappa=r["kappa"], sigma=r["sigma"], eps=r["eps"],
                            log_cap=r["log_cap_vmf"] if mech == "vmf" else r["log_cap_gauss"])
             if config.include_dlg:
-                dl = dlg(jax.random.fold_in(k, 2), fns.apply, params0, g, xb.shape[1:], labels=yb, batch_size=b,
-                         num_restarts=1, num_steps=config.dlg_steps,
-                         clip_norm=config.clip_norm if clip else None)
+                dl = dlg(jax.random.fold_in(k, 2), fns.apply, params0, g, xb.shape[1:], dlg_options, labels=yb,
+                         batch_size=b, clip_norm=config.clip_norm if clip else None)
                 row["dlg_mse"], row["dlg_ssim"] = _matched_metrics(np.asarray(xb), np.asarray(dl.reconstruction))
             require_finite({k_: v for k_, v in row.items() if isinstance(v, float)},
                            f"{short}: attack metrics ({name})")

@@ -36,7 +36,7 @@ from experiments.common import (claim, comparison, experiment_flags, finish_run,
 from recon_jax import data
 from recon_jax.attacks.audit import clopper_pearson
 from recon_jax.bounds import cramer_rao, hcr_eval
-from recon_jax.bounds import hcr as hcr_lib
+from recon_jax.bounds import hcr_search as hcr_lib
 from recon_jax.io import atomic_save_npz, atomic_write_bytes
 from recon_jax.mechanisms import dithering
 from recon_jax.models import tygert

@@ -1,7 +1,14 @@
-"""Moves of issue 22 ("one house"): the old validation shims are gone, and names that moved keep their old import
-paths as re-exports of the same objects (not copies). The layer and private-name rules are in test_layers.py."""
+"""The house's layout (issues 22 and 37): the old validation shims are gone, no module is a re-export shim (a name
+is imported from the module that defines it, or from its package's ``__init__``, the public API), each package's
+``__all__`` imports and is documented, and long modules say why. The layer and private-name rules are in
+test_layers.py."""
 
+import ast
+import importlib
+import inspect
 import pathlib
+import pkgutil
+import re
 
 import pytest
 
@@ -15,32 +22,8 @@ def test_the_old_validation_shims_are_gone():
     assert not (ROOT / "accounting" / "_checks.py").exists()
 
 
-@pytest.mark.parametrize("name,home", [
-    ("dither", "recon_jax.mechanisms.dithering"),
-    ("feature_rms", "recon_jax.mechanisms.dithering"),
-    ("dithered_accuracy", "recon_jax.bounds.hcr_eval"),
-    ("rademacher_perturbation", "recon_jax.bounds.hcr_eval"),
-    ("cramer_rao_variance_bound", "recon_jax.bounds.cramer_rao"),
-    ("cramer_rao_bounds", "recon_jax.bounds.cramer_rao"),
-    ("jacobian_rank", "recon_jax.bounds.cramer_rao"),
-    ("to_coordinates", "recon_jax.bounds.dct"),
-    ("from_coordinates", "recon_jax.bounds.dct"),
-    ("default_dct_axes", "recon_jax.bounds.dct"),
-])
-def test_moved_names_are_reexported_not_copied(name, home):
-    import importlib
-
-    from recon_jax import bounds
-    from recon_jax.bounds import hcr
-
-    obj = getattr(importlib.import_module(home), name)
-    assert obj.__module__ == home
-    assert getattr(hcr, name) is obj and getattr(bounds, name) is obj and name in hcr.__all__
-
-
 def test_long_modules_say_why_they_are_one_concern():
     """A module above ~500 lines is split by concern or says in its docstring why it is one (issue 22)."""
-    import ast
 
     long = []
     for path in sorted(ROOT.rglob("*.py")):
@@ -50,37 +33,89 @@ def test_long_modules_say_why_they_are_one_concern():
     assert not long, f"modules above ~500 lines without a 'one concern' justification: {long}"
 
 
-@pytest.mark.parametrize("name,home,old", [
-    ("Standardizer", "recon_jax.attacks.features", "recon_jax.attacks.reconn"),
-    ("fit_standardizer", "recon_jax.attacks.features", "recon_jax.attacks.reconn"),
-    ("fit_minmax", "recon_jax.attacks.features", "recon_jax.attacks.reconn"),
-    ("standardize", "recon_jax.attacks.features", "recon_jax.attacks.reconn"),
-    ("whitebox_features", "recon_jax.attacks.features", "recon_jax.attacks.reconn"),
-    ("blackbox_features", "recon_jax.attacks.features", "recon_jax.attacks.reconn"),
-    ("reconstruction_loss", "recon_jax.models.losses", "recon_jax.attacks.reconn"),
-    ("linear_layer_observations", "recon_jax.attacks.linear_layer", "recon_jax.attacks.gradient"),
-    ("linear_layer_attack", "recon_jax.attacks.linear_layer", "recon_jax.attacks.gradient"),
-    ("expected_ncc", "recon_jax.bounds.prior_free_ncc", "recon_jax.bounds.prior_free"),
-    ("ncc_upper_bound", "recon_jax.bounds.prior_free_ncc", "recon_jax.bounds.prior_free"),
-    ("ncc_upper_bound_dimension_free", "recon_jax.bounds.prior_free_ncc", "recon_jax.bounds.prior_free"),
-    ("expected_ncc_exact", "recon_jax.bounds.prior_free_ncc", "recon_jax.bounds.prior_free"),
-    ("expected_ncc_at_clip", "recon_jax.bounds.prior_free_ncc", "recon_jax.bounds.prior_free"),
-    ("ncc_samples", "recon_jax.bounds.prior_free_ncc", "recon_jax.bounds.prior_free"),
-    ("ncc_cdf", "recon_jax.bounds.prior_free_ncc", "recon_jax.bounds.prior_free"),
-    ("baseline_kappa_uniform_ball", "recon_jax.bounds.baselines", "recon_jax.bounds.rero"),
-    ("baseline_kappa_gaussian", "recon_jax.bounds.baselines", "recon_jax.bounds.rero"),
-    ("baseline_kappa_gaussian_tail_bound", "recon_jax.bounds.baselines", "recon_jax.bounds.rero"),
-])
-def test_split_modules_reexport_the_same_objects(name, home, old):
-    """Names moved out of a long module stay importable from it (and from its package) as the same object."""
-    import importlib
+def _package_names() -> list[str]:
+    return ["recon_jax"] + sorted(f"recon_jax.{i.name}" for i in pkgutil.iter_modules([str(ROOT)]) if i.ispkg)
 
-    obj = getattr(importlib.import_module(home), name)
-    module = importlib.import_module(old)
-    package = importlib.import_module(old.rpartition(".")[0])
-    assert obj.__module__ == home and getattr(module, name) is obj and name in module.__all__
-    if old.startswith("recon_jax.bounds"):
-        assert getattr(package, name) is obj
+
+def _documented_constant(package, name: str) -> bool:
+    """Whether ``name`` is mentioned in the package's docstring, or a recon_jax module that assigns it at top level
+    mentions it in its docstring or has a ``#:`` doc-comment right above the assignment (how constants are
+    documented: they have no docstring of their own)."""
+    docs = [package.__doc__ or ""]
+    for path in ROOT.rglob("*.py"):
+        text = path.read_text()
+        tree, lines = ast.parse(text), text.splitlines()
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+                if isinstance(node, ast.AnnAssign) else []
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                if node.lineno >= 2 and lines[node.lineno - 2].lstrip().startswith("#:"):
+                    return True
+                docs.append(ast.get_docstring(tree) or "")
+    return any(re.search(rf"\b{re.escape(name)}\b", d) for d in docs)
+
+
+@pytest.mark.parametrize("package_name", _package_names())
+def test_each_package_api_is_importable_and_documented(package_name):
+    """A package's ``__init__`` is its public API: ``__all__`` imports, every name in it is there, and each has a
+    docstring (functions, classes, modules) or is a constant its package or defining module documents."""
+    package = importlib.import_module(package_name)
+    assert isinstance(getattr(package, "__all__", None), (list, tuple)) and package.__all__, package_name
+    assert len(set(package.__all__)) == len(package.__all__), f"{package_name}.__all__ lists a name twice"
+    namespace = {}
+    exec(f"from {package_name} import *", namespace)  # noqa: S102 -- the star import itself is what is tested
+    undocumented = []
+    for name in package.__all__:
+        obj = namespace[name]
+        if inspect.ismodule(obj) or inspect.isclass(obj) or callable(obj):
+            if len((obj.__doc__ or "").strip()) < 20:
+                undocumented.append(name)
+        elif not _documented_constant(package, name):
+            undocumented.append(name)
+    assert not undocumented, f"{package_name}: names without documentation: {undocumented}"
+
+
+def _module_exports(path: pathlib.Path) -> tuple[set[str], set[str]] | None:
+    """``(own, foreign)`` names of a module's literal ``__all__``: defined at its top level, or imported from
+    recon_jax and not defined (None without a literal ``__all__``)."""
+    tree = ast.parse(path.read_text())
+    defined, imported, exported = set(), set(), None
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {t.id for t in targets if isinstance(t, ast.Name)}
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                try:
+                    exported = set(ast.literal_eval(node.value))
+                except ValueError:
+                    exported = None
+        elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("recon_jax")):
+            imported |= {a.asname or a.name for a in node.names}
+    if exported is None:
+        return None
+    return exported & defined, {n for n in exported if n in imported and n not in defined}
+
+
+def test_no_module_is_a_reexport_shim():
+    """A module other than a package ``__init__`` exports at least as many names it defines as names it imports
+    (the house rule of ``house_metrics.py``): callers import a name from the module that defines it, or from the
+    package's ``__init__``."""
+    shims = []
+    for path in sorted(ROOT.rglob("*.py")):
+        exports = None if path.name == "__init__.py" else _module_exports(path)
+        if exports is not None and len(exports[1]) > len(exports[0]):
+            shims.append(f"{path.relative_to(ROOT)}: re-exports {sorted(exports[1])}, defines {sorted(exports[0])}")
+    assert not shims, shims
+
+
+def test_the_shim_check_can_fail(tmp_path):
+    path = tmp_path / "shim.py"
+    path.write_text("from recon_jax.bounds.dct import dctn_ortho, idctn_ortho\n\n"
+                    "__all__ = ['dctn_ortho', 'idctn_ortho', 'own']\n\n\ndef own():\n    pass\n")
+    own, foreign = _module_exports(path)
+    assert own == {"own"} and foreign == {"dctn_ortho", "idctn_ortho"}
 
 
 def test_the_wheel_holds_only_recon_jax_and_its_console_script():

@@ -9,7 +9,8 @@
 - :mod:`~recon_jax.attacks.mia`: informed membership inference (Balle et al. Alg. 2).
 - :mod:`~recon_jax.attacks.gradient`: linear-layer attack (Ziller et al.; home :mod:`~recon_jax.attacks.linear_layer`),
   Inverting Gradients, DLG.
-- :mod:`~recon_jax.attacks.dimred`: attacks on dimensionality-reduction embeddings (Lumbut & Ponnoprat).
+- :mod:`~recon_jax.attacks.dimred`: attacks on dimensionality-reduction embeddings (Lumbut & Ponnoprat), on the
+  embedding methods of :mod:`~recon_jax.attacks.dimred_embed`.
 - :mod:`~recon_jax.attacks.audit`: Clopper-Pearson intervals and the empirical epsilon of a canary game, and its
   statistical ceiling; :mod:`~recon_jax.attacks.audit_gdp`: the same multi-run audit read as Gaussian DP (Nasr et
   al. 2023) and the exact GDP (eps, delta) conversion.

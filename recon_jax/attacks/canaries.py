@@ -44,8 +44,9 @@ Notation:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -60,7 +61,7 @@ from recon_jax.training.dp import clip_gradients, per_example_gradients, weighte
 from recon_jax.training.ghost import ghost_clipped_sum, ghost_supported
 
 __all__ = ["GradientCanaries", "CRAFTED_KINDS", "crafted_canaries", "concat_canaries", "canary_coordinates",
-           "dense_canaries", "CanaryGameResult", "canary_game", "check_game_mechanism"]
+           "dense_canaries", "GameTraining", "CanaryGameResult", "canary_game", "check_game_mechanism"]
 
 CRAFTED_KINDS = ("orthogonal", "simplex")
 
@@ -203,6 +204,29 @@ def _untouched(model_fns, params, x, coords, loss_fn) -> bool:
     return True
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GameTraining:
+    """The released training run of a game (:func:`canary_game`,
+    :func:`~recon_jax.attacks.prior_aware.prior_aware_game`): DP-GD, or DP-SGD with Poisson sampling, from the
+    adversary-known initial parameters, one run per noise multiplier.
+
+    Attributes:
+      noise_multipliers: ``[S]`` noise multipliers sigma > 0 (the noise of a step is ``N(0, (sigma C)^2 I)``).
+      clip_norm: the per-example clipping norm C > 0.
+      steps: the number of noisy steps T >= 1.
+      optimizer: the update rule applied to the noisy normalised sum (e.g. ``optax.sgd(0.2, momentum=0.9)``).
+      sample_rate: Poisson rate q in (0, 1]; 1 means full-batch DP-GD.
+      loss_fn: per-example loss ``(logits, labels) -> [B]``.
+    """
+
+    noise_multipliers: Any
+    clip_norm: float
+    steps: int
+    optimizer: optax.GradientTransformation
+    sample_rate: float = 1.0
+    loss_fn: Callable = softmax_cross_entropy
+
+
 class CanaryGameResult(NamedTuple):
     """Output of :func:`canary_game` (``S`` noise levels, ``N`` runs, ``M`` canaries).
 
@@ -295,13 +319,12 @@ def check_game_mechanism(noise_multipliers, clip_norm, steps, sample_rate, chunk
     return sigmas
 
 
-def canary_game(model_fns: ModelFns, init_params, fixed_set, canaries: GradientCanaries, included, *,
-                noise_multipliers, clip_norm: float, steps: int, optimizer: optax.GradientTransformation,
-                key: jax.Array, sample_rate: float = 1.0, loss_fn: Callable = softmax_cross_entropy,
-                chunk_size: int = 64) -> CanaryGameResult:
+def canary_game(model_fns: ModelFns, init_params, fixed_set, canaries: GradientCanaries, included,
+                training: GameTraining, key: jax.Array, *, chunk_size: int = 64) -> CanaryGameResult:
     """Trains on D- plus the included gradient canaries with DP-GD / Poisson DP-SGD and scores every canary.
 
-    For each noise multiplier ``s`` and run ``i``: from ``init_params``, ``steps`` steps of: D-'s per-example
+    For each noise multiplier ``s`` and run ``i`` (``training``: noise multipliers, C, T, q, optimiser and loss):
+    from ``init_params``, ``steps`` steps of: D-'s per-example
     clipped gradients (Poisson-weighted when ``sample_rate < 1``) plus every canary j with ``included[i, j] = 1``
     (its fixed gradient, clipped to C; under Poisson sampling present at each step with probability q), plus
     Gaussian noise ``N(0, (s C)^2 I)``, divided by the public normaliser ``n + 1`` (``q (n + 1)`` under Poisson
@@ -315,10 +338,8 @@ def canary_game(model_fns: ModelFns, init_params, fixed_set, canaries: GradientC
       fixed_set: ``(x [n, ...], y [n])``, D-.
       canaries: :class:`GradientCanaries` (M canaries, coordinates within the model's P parameters).
       included: ``[N, M]`` 0/1, which canaries each run trains on.
-      noise_multipliers: ``[S]`` sigma > 0.
-      clip_norm: C > 0; steps: T >= 1; optimizer: the update rule; key: a typed key.
-      sample_rate: Poisson rate q in (0, 1]; 1 means full-batch DP-GD.
-      loss_fn: per-example loss ``(logits, labels) -> [B]``.
+      training: the released training run (:class:`GameTraining`).
+      key: a typed key.
       chunk_size: runs per compiled call (the last chunk is padded by repeating its last run, which is dropped).
 
     Returns:
@@ -332,12 +353,16 @@ def canary_game(model_fns: ModelFns, init_params, fixed_set, canaries: GradientC
     >>> fns = ModelFns(init=lambda k, x: {"w": jnp.zeros((3,))}, apply=lambda p, x: x @ p["w"][:, None])
     >>> loss = lambda logits, y: logits[:, 0]
     >>> c = crafted_canaries("orthogonal", 3, [0, 1, 2], 1.0)
+    >>> run = GameTraining(noise_multipliers=[0.05], clip_norm=1.0, steps=4, optimizer=optax.sgd(0.1), loss_fn=loss)
     >>> r = canary_game(fns, {"w": jnp.zeros((3,))}, (jnp.zeros((2, 3)), jnp.zeros(2, jnp.int32)), c,
-    ...                 [[0, 1, 0]], noise_multipliers=[0.05], clip_norm=1.0, steps=4, optimizer=optax.sgd(0.1),
-    ...                 key=jax.random.key(0), loss_fn=loss)
+    ...                 [[0, 1, 0]], run, jax.random.key(0))
     >>> int(jnp.argmax(r.log_likelihood[0, 0]))
     1
     """
+    if not isinstance(training, GameTraining):
+        raise TypeError(f"training must be a GameTraining, got {type(training).__name__}")
+    noise_multipliers, clip_norm, steps = training.noise_multipliers, training.clip_norm, training.steps
+    optimizer, sample_rate, loss_fn = training.optimizer, training.sample_rate, training.loss_fn
     fx, fy = (jnp.asarray(a) for a in fixed_set)
     idx = jnp.asarray(canaries.indices, jnp.int32)
     vals = jnp.asarray(canaries.values, jnp.float32)

@@ -7,7 +7,7 @@ points ``D-`` and a public dataset ``D'`` from the same distribution, and wants 
 Attack (Algorithms 1-2): for each public point ``x'_j`` embed ``D- u {x'_j}`` with the target in a fixed row
 (:func:`shadow_embeddings`), train a reconstruction network ``theta_j -> x'_j`` (:func:`fit_attack`; the
 paper's split encoder + transposed-conv decoder or the Balle et al. MLP from :mod:`recon_jax.models.dimred`),
-then apply it to the released embedding (:func:`reconstruct`).
+then apply it to the released embedding (:func:`recon_jax.attacks.reconn.reconstruct`).
 
 Shared machinery: the shadow embeddings are rows of a resumable shadow store
 (:func:`recon_jax.shadow.fill_store`: atomic chunks, SHA-256 checks, keyed by a hash of everything that
@@ -24,7 +24,9 @@ Defence (Sec. 6): Gaussian noise ``N(0, sigma^2 I)`` added to the data before em
 (:func:`noise_defence_mse`). Scale: the paper's sigma in {2, 4, 8, 16, 32} is in 8-bit pixel units (the
 reference code embeds raw 0-255 MNIST pixels), i.e. ``data_scale=255`` for images in [0, 1].
 
-Methods: :func:`embed` (PCA and SRP in ``jnp``; MDS, Isomap, t-SNE from scikit-learn; UMAP from umap-learn).
+Methods: :func:`recon_jax.attacks.dimred_embed.embed` (PCA and SRP in ``jnp``; MDS, Isomap, t-SNE from scikit-learn;
+UMAP from umap-learn), with the method names and seed policies (``METHODS``, ``SEED_POLICIES``) and
+:func:`~recon_jax.attacks.dimred_embed.run_key`.
 """
 
 from __future__ import annotations
@@ -38,37 +40,24 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from recon_jax.attacks._dimred_embed import (
-    DETERMINISTIC_METHODS,
+from recon_jax.attacks.dimred_embed import (
     JNP_METHODS,
     METHODS,
     SEED_POLICIES,
-    embed,
     pca_embed,
     run_key,
-    seed_from_key,
     sklearn_embed,
-    srp_embed,
     srp_matrix,
 )
-from recon_jax.attacks.reconn import ReconstructorFit, reconstruct, train_reconstructor
+from recon_jax.attacks.reconn import ReconstructorFit, ReconstructorSpec, reconstruct, train_reconstructor
+from recon_jax.io import seed_from_key
 from recon_jax.models.dimred import make_reconstructor
 from recon_jax.shadow import array_digest, fill_store, key_fingerprint
 
 __all__ = [
-    "METHODS",
-    "DETERMINISTIC_METHODS",
-    "SEED_POLICIES",
-    "embed",
-    "pca_embed",
-    "srp_matrix",
-    "srp_embed",
-    "run_key",
-    "seed_from_key",
     "insert_row",
     "shadow_embeddings",
     "fit_attack",
-    "reconstruct",
     "per_example_mse",
     "noise_defence_mse",
 ]
@@ -147,7 +136,7 @@ def shadow_embeddings(
     ``run_key(key, seed_policy, index_offset + j)`` and, when ``noise_sigma > 0``, input noise
     ``N(0, noise_sigma^2)`` added to every row of the scaled dataset (Sec. 6 defence) drawn from
     ``fold_in(noise_key, index_offset + j)``; the scikit-learn / umap methods get these keys as integer seeds
-    (:func:`seed_from_key`). PCA and SRP run as one ``jax.jit(jax.vmap(...))`` per chunk; MDS / Isomap / t-SNE /
+    (:func:`recon_jax.io.seed_from_key`). PCA and SRP run as one ``jax.jit(jax.vmap(...))`` per chunk; MDS / Isomap / t-SNE /
     UMAP in joblib worker processes. Results do not depend on ``chunk_size``, ``n_jobs`` or resume point. Give
     the train / validation / test candidate sets disjoint ``index_offset`` ranges so that under the ``"fresh"``
     policy every run has its own randomness.
@@ -162,14 +151,14 @@ def shadow_embeddings(
       known: the known members D- ``[n-1, d]`` (images are flattened).
       candidates: ``[m, d]`` public points x'_j (or the victim's targets).
       key: typed key of the method's randomness (shadows: the adversary's; victim: the curator's).
-      seed_policy: ``"known"`` or ``"fresh"`` (see :func:`run_key`).
+      seed_policy: ``"known"`` or ``"fresh"`` (see :func:`~recon_jax.attacks.dimred_embed.run_key`).
       index_offset: global index of the first run.
       target_row: row of the candidate in each embedded dataset (0 in the paper's code).
       data_scale: the data are multiplied by this before noise and embedding (255 reproduces the
         reference implementation, which embedded raw 8-bit MNIST pixels).
       noise_sigma: standard deviation of the additive Gaussian input noise, in units of the scaled data.
       noise_key: typed key of the noise (required when ``noise_sigma > 0``).
-      method_opts: options passed to the method (see :func:`embed`).
+      method_opts: options passed to the method (see :func:`~recon_jax.attacks.dimred_embed.embed`).
       store_dir: directory of the resumable store (None: in memory only).
       chunk_size: runs per chunk (and per worker task).
       n_jobs: joblib worker processes for the scikit-learn / umap methods.
@@ -341,12 +330,12 @@ def fit_attack(
     if not (learning_rate > 0 and l1_weight >= 0):
         raise ValueError(f"learning_rate > 0 and l1_weight >= 0 required, got {learning_rate}, {l1_weight}")
     net = make_reconstructor(kind, image_shape=train_images.shape[1:], width=width, target_row=target_row)
+    spec = ReconstructorSpec(
+        model=net, epochs=max_epochs, batch_size=batch_size, optimizer=_adam(float(learning_rate)),
+        mae_weight=float(l1_weight), mse_weight=1.0, scaling="minmax", patience=patience, monitor="loss",
+        train_flag=True, step_loop="host")  # one jitted step per minibatch: no loop around the conv decoder (slow on XLA:CPU)
     return train_reconstructor(
-        net, train_theta, train_images, key, epochs=max_epochs, batch_size=batch_size,
-        optimizer=_adam(float(learning_rate)), mae_weight=float(l1_weight), mse_weight=1.0, scaling="minmax",
-        eval_set=(val_theta, val_images), patience=patience, monitor="loss", train_flag=True,
-        step_loop="host",  # one jitted step per minibatch: no loop around the conv decoder (slow on XLA:CPU)
-        checkpoint_dir=checkpoint_dir,
+        train_theta, train_images, spec, key, eval_set=(val_theta, val_images), checkpoint_dir=checkpoint_dir,
         checkpoint_key=None if checkpoint_dir is None else {"optimizer": "adam", "learning_rate": learning_rate},
         progress=progress)
 

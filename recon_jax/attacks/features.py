@@ -8,7 +8,7 @@ Every coordinate is standardised to zero mean and unit variance with statistics 
 shadow models only (:func:`fit_standardizer`); the same transform is then applied to held-out shadows and
 released models. ``scaling="minmax"`` maps each coordinate's training range to [0, 1] instead
 (:func:`fit_minmax`; the dimensionality-reduction attack of Lumbut & Ponnoprat, :mod:`recon_jax.attacks.dimred`).
-The names are re-exported by :mod:`recon_jax.attacks.reconn`.
+The reconstructor trainer that uses them is :mod:`recon_jax.attacks.reconn`.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ pytree like ``params``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Callable, NamedTuple
 
@@ -42,7 +43,9 @@ __all__ = [
     "infer_labels_idlg",
     "model_gradient",
     "GradientAttackResult",
+    "InvertingGradientsOptions",
     "inverting_gradients",
+    "DLGOptions",
     "dlg",
 ]
 
@@ -181,6 +184,53 @@ class GradientAttackResult(NamedTuple):
     all_losses: jax.Array
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InvertingGradientsOptions:
+    """How :func:`inverting_gradients` searches (Geiping et al. 2020; hashable, so usable as a static argument).
+
+    Attributes:
+      num_restarts: random initialisations, run in one ``vmap`` (>= 1).
+      num_steps: iterations per restart (>= 1).
+      lr: initial Adam learning rate (> 0).
+      tv_weight: total-variation weight (>= 0; inputs must be images ``[H, W]`` / ``[H, W, C]`` when > 0).
+      data_range: box ``(low, high)`` for the inputs, or ``None`` for no constraint.
+      lr_decay: use Geiping's step decay (x0.1 at 3/8, 5/8, 7/8 of ``num_steps``).
+      signed: Adam on the signed gradient (Geiping et al.); ``False`` uses the raw gradient.
+      init: ``"uniform"`` in the box or ``"normal"``.
+    """
+
+    num_restarts: int = 8
+    num_steps: int = 2000
+    lr: float = 0.1
+    tv_weight: float = 1e-4
+    data_range: tuple[float, float] | None = (0.0, 1.0)
+    lr_decay: bool = True
+    signed: bool = True
+    init: str = "uniform"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DLGOptions:
+    """How :func:`dlg` searches (Zhu et al. 2019, with Adam instead of L-BFGS; hashable).
+
+    Attributes:
+      num_restarts: random initialisations, run in one ``vmap`` (>= 1).
+      num_steps: iterations per restart (>= 1).
+      lr: Adam learning rate (> 0).
+      data_range: box ``(low, high)`` the inputs are projected onto, or ``None`` for no constraint.
+      init: ``"uniform"`` in the box or ``"normal"``.
+      optimize_labels: optimise soft dummy labels ``softmax(z)`` jointly with the inputs (original DLG) instead of
+        using the given or iDLG-inferred labels.
+    """
+
+    num_restarts: int = 4
+    num_steps: int = 1000
+    lr: float = 0.01
+    data_range: tuple[float, float] | None = (0.0, 1.0)
+    init: str = "uniform"
+    optimize_labels: bool = False
+
+
 def _prepare(apply_fn, params, observed_grad, input_shape, labels, batch_size, num_classes, last_layer_fn):
     g_obs = _flat(observed_grad, params)
     if num_classes is None:
@@ -237,28 +287,22 @@ def inverting_gradients(
     params,
     observed_grad,
     input_shape: tuple[int, ...],
+    options: InvertingGradientsOptions = InvertingGradientsOptions(),
     *,
     labels: jax.Array | None = None,
     batch_size: int = 1,
     loss: LossFn = softmax_cross_entropy,
     num_classes: int | None = None,
-    num_restarts: int = 8,
-    num_steps: int = 2000,
-    lr: float = 0.1,
-    tv_weight: float = 1e-4,
-    data_range: tuple[float, float] | None = (0.0, 1.0),
-    lr_decay: bool = True,
-    signed: bool = True,
     clip_norm: float | None = None,
-    init: str = "uniform",
     last_layer_fn: Callable[[Any], jax.Array] | None = None,
 ) -> GradientAttackResult:
     """Inverting Gradients (Geiping et al. 2020): cosine gradient matching + TV, restarts in parallel.
 
     Minimises ``1 - <g(x), g_obs> / (||g(x)|| ||g_obs||) + tv_weight * TV(x)`` where ``g(x)`` is the flat gradient of
     the batch loss over *all* layers (:func:`model_gradient`), by Adam on ``sign(grad)`` with learning rate ``lr``
-    decayed x0.1 at 3/8, 5/8, 7/8 of ``num_steps``, projecting onto the box ``data_range`` after every step. The
-    ``num_restarts`` random initialisations run in one ``vmap``; the restart with the lowest final loss is returned.
+    decayed x0.1 at 3/8, 5/8, 7/8 of ``num_steps``, projecting onto the box ``data_range`` after every step (the
+    search settings are ``options``, an :class:`InvertingGradientsOptions`). The ``num_restarts`` random
+    initialisations run in one ``vmap``; the restart with the lowest final loss is returned.
     The cosine objective is scale-invariant, so it applies unchanged to clipped updates and to the unit-norm
     releases of the VMF mechanism.
 
@@ -268,19 +312,13 @@ def inverting_gradients(
       params: the model parameters at the attacked step (pytree).
       observed_grad: released update, flat (``ravel_pytree(params)`` order) or a pytree like ``params``.
       input_shape: shape of one input.
+      options: the search (:class:`InvertingGradientsOptions`: restarts, steps, learning rate and its decay, TV
+        weight, input box, signed steps, initialisation).
       labels: ``[B]`` integer labels, or ``None`` to infer them with iDLG (:func:`infer_labels_idlg`).
       batch_size: B.
       loss: ``loss(logits, targets[B, K]) -> [B]``; softmax cross-entropy by default.
       num_classes: K (inferred from ``apply_fn`` when ``None``).
-      num_restarts: K restarts (vmapped).
-      num_steps: iterations per restart.
-      lr: initial Adam learning rate.
-      tv_weight: total-variation weight (inputs must be images ``[H, W]`` / ``[H, W, C]`` when > 0).
-      data_range: box ``(low, high)`` for the inputs, or ``None`` for no constraint.
-      lr_decay: use Geiping's step decay.
-      signed: Adam on the signed gradient (Geiping et al.); ``False`` uses the raw gradient.
       clip_norm: simulate per-example clipping of the attacked step (see :func:`model_gradient`).
-      init: ``"uniform"`` in the box or ``"normal"``.
       last_layer_fn: maps the observed gradient pytree to the last weight gradient ``[fan_in, K]`` for iDLG
         (default: the last 2-D leaf with K columns).
 
@@ -295,11 +333,15 @@ def inverting_gradients(
     >>> params = {"w1": jax.random.normal(jax.random.key(1), (4, 6)), "w2": jax.random.normal(jax.random.key(2), (6, 3))}
     >>> x = jnp.array([[0.1, 0.9, 0.4, 0.7]])
     >>> g = model_gradient(apply, params, x, jnp.eye(3)[1:2])
-    >>> res = inverting_gradients(jax.random.key(0), apply, params, g, (4,), num_restarts=2, num_steps=300,
-    ...                           tv_weight=0.0)
+    >>> res = inverting_gradients(jax.random.key(0), apply, params, g, (4,),
+    ...                           InvertingGradientsOptions(num_restarts=2, num_steps=300, tv_weight=0.0))
     >>> int(res.labels[0]), bool(jnp.abs(res.reconstruction - x).max() < 0.05)
     (1, True)
     """
+    if not isinstance(options, InvertingGradientsOptions):
+        raise TypeError(f"options must be an InvertingGradientsOptions, got {type(options).__name__}")
+    num_restarts, num_steps, lr, tv_weight = options.num_restarts, options.num_steps, options.lr, options.tv_weight
+    data_range, lr_decay, signed, init = options.data_range, options.lr_decay, options.signed, options.init
     _validate_common(input_shape, batch_size, num_restarts, num_steps, lr, data_range)
     if tv_weight < 0:
         raise ValueError(f"tv_weight must be >= 0, got {tv_weight}")
@@ -378,23 +420,18 @@ def dlg(
     params,
     observed_grad,
     input_shape: tuple[int, ...],
+    options: DLGOptions = DLGOptions(),
     *,
     labels: jax.Array | None = None,
-    optimize_labels: bool = False,
     batch_size: int = 1,
     loss: LossFn = softmax_cross_entropy,
     num_classes: int | None = None,
-    num_restarts: int = 4,
-    num_steps: int = 1000,
-    lr: float = 0.01,
-    data_range: tuple[float, float] | None = (0.0, 1.0),
     clip_norm: float | None = None,
-    init: str = "uniform",
     last_layer_fn: Callable[[Any], jax.Array] | None = None,
 ) -> GradientAttackResult:
     """Deep Leakage from Gradients (Zhu et al. 2019): L2 gradient matching ``||g(x, y) - g_obs||^2``.
 
-    With ``optimize_labels=True`` the labels are soft dummy labels ``softmax(z)`` optimised jointly with the inputs
+    With ``options.optimize_labels`` the labels are soft dummy labels ``softmax(z)`` optimised jointly with the inputs
     (original DLG); otherwise they are the given ``labels`` or the iDLG inference. Optimiser: Adam (Zhu et al. used
     L-BFGS) with a box projection when ``data_range`` is set; restarts are vmapped, the lowest loss kept. Unlike the
     cosine objective of :func:`inverting_gradients`, the L2 objective is not scale-invariant, so it fails on
@@ -402,23 +439,28 @@ def dlg(
 
     Args:
       key: typed PRNG key.
-      apply_fn, params, observed_grad, input_shape, labels, batch_size, loss, num_classes, num_restarts, num_steps,
-        data_range, clip_norm, init, last_layer_fn: as in :func:`inverting_gradients`.
-      optimize_labels: optimise soft labels jointly (original DLG).
-      lr: Adam learning rate.
+      apply_fn, params, observed_grad, input_shape, labels, batch_size, loss, num_classes, clip_norm,
+        last_layer_fn: as in :func:`inverting_gradients`.
+      options: the search (:class:`DLGOptions`: restarts, steps, learning rate, input box, initialisation, and
+        whether soft labels are optimised jointly).
 
     Returns:
-      A :class:`GradientAttackResult` (labels = argmax of the optimised soft labels when ``optimize_labels``).
+      A :class:`GradientAttackResult` (labels = argmax of the optimised soft labels with
+      ``options.optimize_labels``).
 
     >>> import jax, jax.numpy as jnp
     >>> apply = lambda p, x: jax.nn.sigmoid(x.reshape(x.shape[0], -1) @ p["w1"]) @ p["w2"]
     >>> params = {"w1": jax.random.normal(jax.random.key(1), (4, 6)), "w2": jax.random.normal(jax.random.key(2), (6, 3))}
     >>> x = jnp.array([[0.1, 0.9, 0.4, 0.7]])
     >>> g = model_gradient(apply, params, x, jnp.eye(3)[1:2])
-    >>> res = dlg(jax.random.key(0), apply, params, g, (4,), num_restarts=2, num_steps=1500, lr=0.02)
+    >>> res = dlg(jax.random.key(0), apply, params, g, (4,), DLGOptions(num_restarts=2, num_steps=1500, lr=0.02))
     >>> int(res.labels[0]), bool(jnp.abs(res.reconstruction - x).max() < 0.05)
     (1, True)
     """
+    if not isinstance(options, DLGOptions):
+        raise TypeError(f"options must be a DLGOptions, got {type(options).__name__}")
+    num_restarts, num_steps, lr, data_range = options.num_restarts, options.num_steps, options.lr, options.data_range
+    init, optimize_labels = options.init, options.optimize_labels
     _validate_common(input_shape, batch_size, num_restarts, num_steps, lr, data_range)
     if optimize_labels:
         g_obs = _flat(observed_grad, params)

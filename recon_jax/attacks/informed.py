@@ -6,8 +6,10 @@ splits -> shadow and released models -> features -> reconstructor -> NN oracle -
   all on ``D- u {z}`` (:func:`recon_jax.shadow.generate_shadow_models`, optionally stored and resumable).
 - :func:`attack_features`: white-box (all parameters, or a subset of layers) or black-box (probe logits).
 - :func:`fit_reconstructor`: the reconstructor network on the shadow features, with held-out shadows for the
-  validation MSE (early stopping), streaming from a memory-mapped store, per-epoch checkpoints;
-  :func:`reconstructor_network` picks the network (MLP or transposed-convolution decoder) for a target shape.
+  validation MSE (early stopping), streaming from a memory-mapped store, per-epoch checkpoints. What it trains
+  is a :class:`~recon_jax.attacks.reconn.ReconstructorSpec`, whose ``model`` or
+  :func:`~recon_jax.attacks.reconn.reconstructor_network` is the network (both in
+  :mod:`recon_jax.attacks.reconn`; the spec is importable from here too).
 - :func:`oracle_for`: the nearest-neighbour oracle over the adversary's pool (``splits.pool_images``).
 - :func:`evaluate_reconstructions`: per-target MSE, PSNR, SSIM, NCC, optional classifier KL and success.
 - :func:`informed_attack`: features + reconstructor + evaluation for one setting on given model sets, so
@@ -27,24 +29,23 @@ import dataclasses
 import json
 import os
 import time
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import jax
 import numpy as np
 
 from recon_jax.attacks import oracle as _oracle
 from recon_jax.attacks import reconn
+from recon_jax.attacks.features import blackbox_features, whitebox_features
+from recon_jax.attacks.reconn import ReconstructorSpec
 from recon_jax.data.splits import InformedSplits
 from recon_jax.io import atomic_save_npz
 from recon_jax.models.adapters import ModelFns
-from recon_jax.models.reconstructors import reconstructor_mlp, transposed_conv_decoder
 from recon_jax.shadow import ShadowSet, generate_shadow_models
 from recon_jax.training import Algorithm
 
 __all__ = [
-    "RECONSTRUCTOR_KINDS",
-    "ReconstructorSpec",
-    "reconstructor_network",
+    "ReconstructorSpec",  # defined in recon_jax.attacks.reconn; the spec the pipeline's functions take
     "ModelSets",
     "AttackResult",
     "train_model_sets",
@@ -57,41 +58,6 @@ __all__ = [
     "save_attack_result",
     "load_attack_result",
 ]
-
-
-RECONSTRUCTOR_KINDS = ("mlp", "conv", "auto")
-
-
-@dataclasses.dataclass(frozen=True)
-class ReconstructorSpec:
-    """How the adversary trains its reconstructor network (Balle et al. Table V / VII).
-
-    Attributes:
-      hidden: hidden widths of the default MLP reconstructor (Table V: two layers of 1,000).
-      epochs: maximum training epochs (Table V: 100).
-      batch_size: minibatch size (Table V: 128).
-      learning_rate: RMSProp learning rate (Table V: 1e-3).
-      validation_size: shadow models held out (the last ones) for the validation MSE; 0 trains on all.
-      patience: early stopping on the validation MSE after this many epochs without improvement (None: off).
-      kind: the network when ``model`` is None (:func:`reconstructor_network`): ``"mlp"`` (Table V),
-        ``"conv"`` (the Table VII transposed-convolution decoder) or ``"auto"`` (chosen from the target shape).
-      model: a flax module that replaces the network ``kind`` names.
-      discriminator: optional PatchGAN discriminator (Table VIII) for a least-squares adversarial loss.
-      adversarial_weight: weight of the adversarial loss.
-      discriminator_learning_rate: Adam learning rate of the discriminator.
-    """
-
-    hidden: tuple[int, ...] = (1000, 1000)
-    epochs: int = 100
-    batch_size: int = 128
-    learning_rate: float = 1e-3
-    validation_size: int = 0
-    patience: int | None = None
-    kind: str = "mlp"
-    model: Any = None
-    discriminator: Any = None
-    adversarial_weight: float = 0.01
-    discriminator_learning_rate: float = 1e-5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,33 +184,6 @@ def load_attack_result(path: str) -> AttackResult:
         return AttackResult(**json.loads(bytes(z["fields_json"]).decode()), **arrays)
 
 
-def reconstructor_network(target_shape: Sequence[int], kind: str = "mlp", hidden: Sequence[int] = (1000, 1000)):
-    """The reconstructor network for targets of ``target_shape`` (one example, e.g. ``(28, 28, 1)``).
-
-    ``"mlp"``: Balle et al.'s MLP (Table V, hidden widths ``hidden``), any shape. ``"conv"``: their
-    transposed-convolution decoder (Table VII), for square images ``(s, s, c)`` with ``s`` a multiple of 4 and
-    ``c`` in {1, 3}. ``"auto"``: the decoder for square RGB images it fits, the MLP otherwise.
-
-    Raises:
-      ValueError: ``kind`` is not one of :data:`RECONSTRUCTOR_KINDS`, or ``"conv"`` on a shape it cannot emit.
-
-    >>> [type(reconstructor_network(shape, "auto")).__name__ for shape in ((32, 32, 3), (28, 28, 1))]
-    ['TransposedConvDecoder', 'ReconstructorMLP']
-    """
-    shape = tuple(int(d) for d in target_shape)
-    if kind not in RECONSTRUCTOR_KINDS:
-        raise ValueError(f"kind must be one of {list(RECONSTRUCTOR_KINDS)}, got {kind!r}")
-    conv_fits = len(shape) == 3 and shape[0] == shape[1] and shape[0] % 4 == 0 and shape[2] in (1, 3)
-    if kind == "auto":
-        kind = "conv" if conv_fits and shape[2] == 3 else "mlp"
-    if kind == "conv":
-        if not conv_fits:
-            raise ValueError(f"kind 'conv' needs square images with a side divisible by 4 and 1 or 3 channels, "
-                             f"got target shape {shape}")
-        return transposed_conv_decoder(shape[0], shape[2])
-    return reconstructor_mlp(shape, tuple(hidden))
-
-
 def _check_count(name: str, value, available: int, lo: int = 1) -> int:
     if value is None:
         return available
@@ -337,11 +276,11 @@ def attack_features(models: ShadowSet, features: str | Sequence[str] = "params")
     if isinstance(features, str) and features == "logits":
         if "probe_logits" not in models:
             raise ValueError("features='logits' needs models trained with probe_size > 0")
-        return reconn.blackbox_features(models["probe_logits"])
+        return blackbox_features(models["probe_logits"])
     if isinstance(features, str) or not len(features):
         raise ValueError(f"features must be 'params', 'logits' or a non-empty sequence of layer paths, got "
                          f"{features!r}")
-    return np.asarray(reconn.whitebox_features(models.params, models.layout, tuple(features)))
+    return np.asarray(whitebox_features(models.params, models.layout, tuple(features)))
 
 
 def fit_reconstructor(shadow_features, shadow_targets, key: jax.Array, spec: ReconstructorSpec = ReconstructorSpec(),
@@ -366,16 +305,11 @@ def fit_reconstructor(shadow_features, shadow_targets, key: jax.Array, spec: Rec
     if not (isinstance(spec.validation_size, int) and 0 <= spec.validation_size <= n - 2):
         raise ValueError(f"validation_size must be an integer in [0, {n - 2}], got {spec.validation_size!r}")
     n_tr = n - spec.validation_size
-    model = spec.model if spec.model is not None else reconstructor_network(shadow_targets.shape[1:], spec.kind,
-                                                                            spec.hidden)
     eval_set = None
     if spec.validation_size:
         eval_set = (np.asarray(shadow_features[n_tr:]), np.asarray(shadow_targets[n_tr:]))
-    return reconn.train_reconstructor(
-        model, shadow_features[:n_tr], shadow_targets[:n_tr], key, epochs=spec.epochs, batch_size=spec.batch_size,
-        learning_rate=spec.learning_rate, discriminator=spec.discriminator,
-        adversarial_weight=spec.adversarial_weight, discriminator_learning_rate=spec.discriminator_learning_rate,
-        eval_set=eval_set, patience=spec.patience, checkpoint_dir=checkpoint_dir, progress=progress, desc=desc)
+    return reconn.train_reconstructor(shadow_features[:n_tr], shadow_targets[:n_tr], spec, key, eval_set=eval_set,
+                                      checkpoint_dir=checkpoint_dir, progress=progress, desc=desc)
 
 
 def oracle_for(splits: InformedSplits, num_targets: int | None = None, *,

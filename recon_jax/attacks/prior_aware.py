@@ -43,7 +43,7 @@ measured separations live in :mod:`recon_jax.attacks.game_optimum` (re-exported 
 from __future__ import annotations
 
 import functools
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -51,11 +51,10 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from recon_jax.attacks.canaries import canary_game, check_game_mechanism, dense_canaries
+from recon_jax.attacks.canaries import GameTraining, canary_game, check_game_mechanism, dense_canaries
 from recon_jax.attacks.game_optimum import (crafted_success_probability, orthogonal_success_probability,
                                            predicted_success)
 from recon_jax.models.adapters import ModelFns
-from recon_jax.models.losses import softmax_cross_entropy
 from recon_jax.training.dp import clip_gradients, per_example_gradients, weighted_row_sum
 from recon_jax.training.ghost import dense_call_gradients, ghost_clipped_sum, ghost_squared_norms, ghost_supported
 
@@ -247,13 +246,12 @@ def _compiled_game(model_fns, optimizer, clip_norm, steps, use_ghost, loss_fn, p
     return jax.jit(over_sigmas)
 
 
-def prior_aware_game(model_fns: ModelFns, init_params, fixed_set, candidates, target_index, *, noise_multipliers,
-                     clip_norm: float, steps: int, optimizer: optax.GradientTransformation, key: jax.Array,
-                     sample_rate: float = 1.0, include_target=None, loss_fn: Callable = softmax_cross_entropy,
-                     chunk_size: int = 64) -> GameResult:
+def prior_aware_game(model_fns: ModelFns, init_params, fixed_set, candidates, target_index, training: GameTraining,
+                     key: jax.Array, *, include_target=None, chunk_size: int = 64) -> GameResult:
     """Simulates the prior-aware reconstruction game on DP-GD / Poisson DP-SGD and scores every candidate.
 
-    For each noise multiplier ``s`` and trial ``i``: trains from ``init_params`` on D- plus the target
+    For each noise multiplier ``s`` and trial ``i`` (``training``, a :class:`~recon_jax.attacks.canaries.GameTraining`:
+    noise multipliers, C, T, q, optimiser and loss): trains from ``init_params`` on D- plus the target
     ``candidates[i, target_index[i]]`` for ``steps`` steps (per-example clipping to ``clip_norm``, Gaussian noise
     ``N(0, (s C)^2 I)`` on the clipped sum, the noisy sum divided by the public normaliser ``n + 1`` (full batch)
     or ``q (n + 1)`` (Poisson), ``optimizer`` applied to it), and the adversary accumulates
@@ -279,13 +277,10 @@ def prior_aware_game(model_fns: ModelFns, init_params, fixed_set, candidates, ta
         :func:`~recon_jax.attacks.canaries.canary_game` with the target alone included, and ``separation`` is
         ``T ||c_z - c_j||^2 / (sigma C)^2``).
       target_index: ``[N]`` ints, which candidate is the target in each trial.
-      noise_multipliers: ``[S]`` noise multipliers sigma > 0.
-      clip_norm: C > 0; steps: number of noisy steps T >= 1; optimizer: the update rule (e.g.
-        ``optax.sgd(0.2, momentum=0.9)``); key: a typed key.
-      sample_rate: Poisson rate q in (0, 1]; 1 means full-batch DP-GD.
+      training: the released training run (:class:`~recon_jax.attacks.canaries.GameTraining`).
+      key: a typed key.
       include_target: optional ``[N]`` 0/1, whether the target is trained on (default all 1); with 0 the run is
         on D- alone (the "without canary" world of :func:`recon_jax.attacks.audit.empirical_epsilon`).
-      loss_fn: per-example loss ``(logits, labels) -> [B]``.
       chunk_size: trials per compiled call (bounds memory at ``S x chunk_size`` trajectories); calls with the
         same shapes, ``min(chunk_size, N)``, ``optimizer`` and ``loss_fn`` objects reuse one compilation.
 
@@ -300,18 +295,20 @@ def prior_aware_game(model_fns: ModelFns, init_params, fixed_set, candidates, ta
     >>> fns = ModelFns(init=lambda k, x: {"w": jnp.zeros((2,))}, apply=lambda p, x: x @ p["w"][:, None])
     >>> loss = lambda logits, y: logits[:, 0]          # gradient of each record = the record itself
     >>> cands = (jnp.broadcast_to(jnp.eye(2), (4, 2, 2)), jnp.zeros((4, 2), jnp.int32))
+    >>> run = GameTraining(noise_multipliers=[0.01], clip_norm=1.0, steps=2, optimizer=optax.sgd(0.1), loss_fn=loss)
     >>> r = prior_aware_game(fns, {"w": jnp.zeros((2,))}, (jnp.zeros((3, 2)), jnp.zeros(3, jnp.int32)), cands,
-    ...                      jnp.zeros(4, jnp.int32), noise_multipliers=[0.01], clip_norm=1.0, steps=2,
-    ...                      optimizer=optax.sgd(0.1), key=jax.random.key(0), loss_fn=loss)
+    ...                      jnp.zeros(4, jnp.int32), run, jax.random.key(0))
     >>> r.success.tolist()
     [[True, True, True, True]]
     """
     if hasattr(candidates, "indices") and hasattr(candidates, "values"):  # GradientCanaries (duck-typed: a module
         # re-imported by a doctest runner has a second class of that name)
         return _gradient_canary_game(model_fns, init_params, fixed_set, candidates, target_index, include_target,
-                                     noise_multipliers=noise_multipliers, clip_norm=clip_norm, steps=steps,
-                                     optimizer=optimizer, key=key, sample_rate=sample_rate, loss_fn=loss_fn,
-                                     chunk_size=chunk_size)
+                                     training, key, chunk_size)
+    if not isinstance(training, GameTraining):
+        raise TypeError(f"training must be a GameTraining, got {type(training).__name__}")
+    noise_multipliers, clip_norm, steps = training.noise_multipliers, training.clip_norm, training.steps
+    optimizer, sample_rate, loss_fn = training.optimizer, training.sample_rate, training.loss_fn
     fx, fy = (jnp.asarray(a) for a in fixed_set)
     cx, cy = (jnp.asarray(a) for a in candidates)
     target_index = jnp.asarray(target_index, jnp.int32)
@@ -351,8 +348,8 @@ def prior_aware_game(model_fns: ModelFns, init_params, fixed_set, candidates, ta
     return GameResult(scores, guess, guess == target_index[None, :], separation)
 
 
-def _gradient_canary_game(model_fns, init_params, fixed_set, canaries, target_index, include_target, *,
-                          noise_multipliers, clip_norm, steps, optimizer, key, sample_rate, loss_fn, chunk_size):
+def _gradient_canary_game(model_fns, init_params, fixed_set, canaries, target_index, include_target, training, key,
+                          chunk_size):
     """prior_aware_game for a prior of gradient canaries: canary_game with the target alone included."""
     k = int(np.asarray(canaries.indices).shape[0])
     target = np.asarray(target_index)
@@ -363,9 +360,8 @@ def _gradient_canary_game(model_fns, init_params, fixed_set, canaries, target_in
     if include.shape != target.shape:
         raise ValueError(f"include_target must have shape [{target.size}], got {include.shape}")
     included = np.eye(k, dtype=np.float32)[target] * include[:, None]
-    res = canary_game(model_fns, init_params, fixed_set, canaries, included, noise_multipliers=noise_multipliers,
-                      clip_norm=clip_norm, steps=steps, optimizer=optimizer, key=key, sample_rate=sample_rate,
-                      loss_fn=loss_fn, chunk_size=chunk_size)
+    res = canary_game(model_fns, init_params, fixed_set, canaries, included, training, key, chunk_size=chunk_size)
+    noise_multipliers, clip_norm, steps = training.noise_multipliers, training.clip_norm, training.steps
     scores = res.log_likelihood
     # Clipped canary vectors (as the game clips them) and the constant separations T ||c_z - c_j||^2 / (sigma C)^2.
     g = dense_canaries(canaries, int(ravel_pytree(init_params)[0].shape[0]))

@@ -6,12 +6,15 @@ model into a feature vector, and trains a network ``phi`` mapping features to ta
 the released model's unknown target is ``phi(features(theta))``.
 
 Features (Sec. V-A c, VI-C, App. F): white-box (flattened parameters) or black-box (logits on a probe set),
-standardised with statistics of the *training* shadows only; they live in :mod:`recon_jax.attacks.features`
-and are re-exported here, as is the objective :func:`reconstruction_loss` (:mod:`recon_jax.models.losses`). The
-trainer's compiled kernels and its per-epoch checkpoints are the private modules ``_reconn_steps`` and
-``_reconn_checkpoint``.
+standardised with statistics of the *training* shadows only, live in :mod:`recon_jax.attacks.features`; the
+objective is :func:`recon_jax.models.losses.reconstruction_loss`. The trainer's compiled kernels and its per-epoch
+checkpoints are the private modules ``_reconn_steps`` and ``_reconn_checkpoint``.
 
-Training (:func:`train_reconstructor`): loss ``mae_weight * MAE + mse_weight * MSE`` (Table V), optionally plus
+What the adversary trains is one :class:`ReconstructorSpec`: the network (``model``, or the one
+:func:`reconstructor_network` builds from ``kind`` and ``hidden``; ``RECONSTRUCTOR_KINDS`` lists the kinds) and
+every hyper-parameter of its training.
+
+Training (:func:`train_reconstructor`, ``train_reconstructor(features, targets, spec, key)``): loss ``mae_weight * MAE + mse_weight * MSE`` (Table V), optionally plus
 a perceptual loss from a caller-supplied feature network (the paper uses LPIPS on CIFAR-10; no pretrained LPIPS
 network ships with recon_jax) and a least-squares PatchGAN adversarial loss (Table VIII, discriminator trained
 with Adam at 1e-5). RMSProp (lr 1e-3) by default; each epoch is one jitted ``lax.scan`` over minibatches of a
@@ -36,15 +39,7 @@ from tqdm.auto import tqdm
 
 from recon_jax._validation import check_integer
 from recon_jax.attacks._reconn_checkpoint import EpochCheckpoint, tree_digest
-from recon_jax.attacks.features import (
-    Standardizer,
-    as_feature_matrix,
-    blackbox_features,
-    fit_minmax,
-    fit_standardizer,
-    standardize,
-    whitebox_features,
-)
+from recon_jax.attacks.features import Standardizer, as_feature_matrix, fit_minmax, fit_standardizer
 from recon_jax.attacks._reconn_steps import (
     DROPOUT_STREAM,
     batch_mse,
@@ -59,22 +54,119 @@ from recon_jax.attacks._reconn_steps import (
     trainable_part,
 )
 from recon_jax.io import array_digest
-from recon_jax.models.losses import reconstruction_loss
+from recon_jax.models.reconstructors import reconstructor_mlp, transposed_conv_decoder
 
 __all__ = [
-    "Standardizer",
-    "fit_standardizer",
-    "fit_minmax",
-    "standardize",
-    "whitebox_features",
-    "blackbox_features",
-    "reconstruction_loss",
+    "RECONSTRUCTOR_KINDS",
+    "ReconstructorSpec",
+    "reconstructor_network",
     "early_stopping",
     "ReconstructorFit",
     "train_reconstructor",
     "fine_tune_reconstructor",
     "reconstruct",
 ]
+
+
+RECONSTRUCTOR_KINDS = ("mlp", "conv", "auto")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReconstructorSpec:
+    """The reconstructor network and how it is trained (Balle et al. Table V / VII / VIII): what
+    :func:`train_reconstructor` trains, and the informed pipeline's held-out share (``validation_size``).
+
+    The defaults are Table V's: an MLP of two hidden layers of 1,000, RMSProp at 1e-3, batches of 128, 100 epochs,
+    loss MAE + MSE.
+
+    Attributes:
+      hidden: hidden widths of the default MLP reconstructor (Table V: two layers of 1,000).
+      epochs: maximum passes over the shadow set (>= 1; Table V: 100).
+      batch_size: minibatch size (>= 1, capped at the number of shadows; the last partial batch of an epoch is
+        dropped; Table V: 128).
+      learning_rate: RMSProp learning rate when ``optimizer`` is None (> 0; Table V: 1e-3).
+      validation_size: shadow models the informed pipeline holds out (the last ones) for the validation values
+        (:func:`recon_jax.attacks.informed.fit_reconstructor`); 0 trains on all. :func:`train_reconstructor`
+        takes its held-out set as ``eval_set`` instead.
+      patience: early stopping (:func:`early_stopping`): stop once the monitored validation value has not
+        improved by more than ``min_delta`` for ``patience`` epochs, and return the parameters of the best epoch
+        (needs an evaluation set; None: run all ``epochs`` and return the last parameters).
+      kind: the network when ``model`` is None (:func:`reconstructor_network`): ``"mlp"`` (Table V),
+        ``"conv"`` (the Table VII transposed-convolution decoder) or ``"auto"`` (chosen from the target shape).
+      model: a flax module ``phi`` mapping ``[B, F]`` features to ``[B, *target_shape]`` that replaces the
+        network ``kind`` names (e.g. :func:`recon_jax.models.reconstructors.reconstructor_mlp`).
+      discriminator: optional flax module (PatchGAN, Table VIII) for a least-squares adversarial loss; targets
+        must then be images ``[K, H, W, C]``.
+      adversarial_weight: weight of the generator's adversarial loss (>= 0).
+      discriminator_learning_rate: Adam learning rate of the discriminator (paper: 1e-5).
+      optimizer: any optax transformation (overrides ``learning_rate``). Repeated fits that pass the same
+        optimizer object (and model) reuse one compiled step.
+      mae_weight, mse_weight: weights of the MAE and MSE terms (>= 0).
+      scaling: ``"standard"`` (:func:`~recon_jax.attacks.features.fit_standardizer`, zero mean and unit
+        variance) or ``"minmax"`` (:func:`~recon_jax.attacks.features.fit_minmax`, each coordinate's training
+        range to [0, 1]): how the features are scaled when no fitted standardizer is given.
+      perceptual_fn: optional ``(targets, outputs) -> [B]`` perceptual distance (e.g. LPIPS from a feature
+        network the caller provides), weighted by ``perceptual_weight``.
+      perceptual_weight: weight of the perceptual term (>= 0).
+      min_delta: smallest decrease of the monitored value that counts as an improvement (>= 0).
+      monitor: the validation value that picks the best epoch: ``"mse"`` or ``"loss"`` (the objective
+        ``mae_weight * MAE + mse_weight * MSE``, as in the DR attack's reference code).
+      train_flag: the network takes a ``train`` argument: ``train=True`` while training (BatchNorm batch
+        statistics, dropout with the ``"dropout"`` rng; the optimiser updates ``"params"``, the forward pass the
+        other collections) and ``train=False`` for evaluation and :func:`reconstruct`.
+      step_loop: ``"scan"`` runs each block's minibatches in one jitted ``lax.scan``; ``"host"`` loops over them
+        on the host, one jitted step per minibatch (no loop in the compiled program: XLA:CPU runs the DR attack's
+        transposed-convolution + BatchNorm steps ~25x slower inside a loop). Same result up to float rounding.
+    """
+
+    hidden: tuple[int, ...] = (1000, 1000)
+    epochs: int = 100
+    batch_size: int = 128
+    learning_rate: float = 1e-3
+    validation_size: int = 0
+    patience: int | None = None
+    kind: str = "mlp"
+    model: Any = None
+    discriminator: Any = None
+    adversarial_weight: float = 0.01
+    discriminator_learning_rate: float = 1e-5
+    optimizer: optax.GradientTransformation | None = None
+    mae_weight: float = 1.0
+    mse_weight: float = 1.0
+    scaling: str = "standard"
+    perceptual_fn: Callable[[jax.Array, jax.Array], jax.Array] | None = None
+    perceptual_weight: float = 1.0
+    min_delta: float = 0.0
+    monitor: str = "mse"
+    train_flag: bool = False
+    step_loop: str = "scan"
+
+
+def reconstructor_network(target_shape: Sequence[int], kind: str = "mlp", hidden: Sequence[int] = (1000, 1000)):
+    """The reconstructor network for targets of ``target_shape`` (one example, e.g. ``(28, 28, 1)``).
+
+    ``"mlp"``: Balle et al.'s MLP (Table V, hidden widths ``hidden``), any shape. ``"conv"``: their
+    transposed-convolution decoder (Table VII), for square images ``(s, s, c)`` with ``s`` a multiple of 4 and
+    ``c`` in {1, 3}. ``"auto"``: the decoder for square RGB images it fits, the MLP otherwise.
+
+    Raises:
+      ValueError: ``kind`` is not one of :data:`RECONSTRUCTOR_KINDS`, or ``"conv"`` on a shape it cannot emit.
+
+    >>> [type(reconstructor_network(shape, "auto")).__name__ for shape in ((32, 32, 3), (28, 28, 1))]
+    ['TransposedConvDecoder', 'ReconstructorMLP']
+    """
+    shape = tuple(int(d) for d in target_shape)
+    if kind not in RECONSTRUCTOR_KINDS:
+        raise ValueError(f"kind must be one of {list(RECONSTRUCTOR_KINDS)}, got {kind!r}")
+    conv_fits = len(shape) == 3 and shape[0] == shape[1] and shape[0] % 4 == 0 and shape[2] in (1, 3)
+    if kind == "auto":
+        kind = "conv" if conv_fits and shape[2] == 3 else "mlp"
+    if kind == "conv":
+        if not conv_fits:
+            raise ValueError(f"kind 'conv' needs square images with a side divisible by 4 and 1 or 3 channels, "
+                             f"got target shape {shape}")
+        return transposed_conv_decoder(shape[0], shape[2])
+    return reconstructor_mlp(shape, tuple(hidden))
 
 
 def early_stopping(history: Sequence[float], patience: int | None = None,
@@ -116,7 +208,7 @@ class ReconstructorFit:
       eval_mse: ``[epochs]`` mean MSE on the evaluation set after each epoch (empty without one).
       disc_params: the PatchGAN discriminator's variables (None without one).
       epochs_run: epochs trained (fewer than asked for after early stopping), counting resumed ones.
-      best_epoch: the epoch (1-based) with the lowest monitored validation value (``monitor``; None without an
+      best_epoch: the epoch (1-based) with the lowest monitored validation value (``spec.monitor``; None without an
         evaluation set, 0 if no epoch had a finite one).
       stopped_early: whether early stopping ended the run before ``epochs``.
       resumed_from: epochs restored from a checkpoint (0 for a fresh run).
@@ -148,17 +240,11 @@ class ReconstructorFit:
 CHECKPOINT_SECONDS = 30.0
 
 
-def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int = 100, batch_size: int = 128,
-                        learning_rate: float = 1e-3, optimizer: optax.GradientTransformation | None = None,
-                        mae_weight: float = 1.0, mse_weight: float = 1.0, standardizer: Standardizer | None = None,
-                        scaling: str = "standard", init_params=None, discriminator=None,
-                        adversarial_weight: float = 0.01, discriminator_learning_rate: float = 1e-5,
-                        perceptual_fn: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
-                        perceptual_weight: float = 1.0, eval_set: tuple | None = None,
-                        patience: int | None = None, min_delta: float = 0.0, monitor: str = "mse",
-                        train_flag: bool = False, step_loop: str = "scan", checkpoint_dir: str | None = None,
-                        checkpoint_key: dict | None = None, stream_rows: int | None = None,
-                        progress: bool = True, desc: str = "reconstructor") -> ReconstructorFit:
+def train_reconstructor(features, targets, spec: ReconstructorSpec, key: jax.Array, *,
+                        standardizer: Standardizer | None = None, init_params=None, eval_set: tuple | None = None,
+                        checkpoint_dir: str | None = None, checkpoint_key: dict | None = None,
+                        stream_rows: int | None = None, progress: bool = True,
+                        desc: str = "reconstructor") -> ReconstructorFit:
     """Trains a reconstructor network on shadow-model features and their targets (Balle et al. Sec. IV-B).
 
     Features are streamed: each epoch draws a permutation, then gathers ``stream_rows`` rows at a time from
@@ -169,51 +255,27 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
     depend on ``stream_rows`` or on where the features live.
 
     Args:
-      model: flax module ``phi`` mapping ``[B, F]`` features to ``[B, *target_shape]`` (e.g.
-        :func:`recon_jax.models.reconstructors.reconstructor_mlp`).
       features: ``[K, F]`` raw (unstandardised) features of the training shadow models.
       targets: ``[K, ...]`` their shadow targets.
+      spec: the network and every training hyper-parameter (:class:`ReconstructorSpec`; ``spec.model``, or
+        :func:`reconstructor_network` of the targets' shape, ``spec.kind`` and ``spec.hidden``).
+        ``spec.validation_size`` is not used here: the held-out shadows are ``eval_set``.
       key: typed key; ``fold_in(key, 0)`` initialises ``phi`` (and ``fold_in(key, 1)`` the discriminator),
-        epoch ``e`` shuffles with ``fold_in(key, e + 2)``; with ``train_flag``, minibatch ``i`` of epoch ``e``
-        draws dropout from ``fold_in(fold_in(fold_in(key, 2**32 - 1), e), i)``.
-      epochs: maximum passes over the shadow set (>= 1).
-      batch_size: minibatch size (>= 1; capped at ``K``; the last partial batch of an epoch is dropped).
-      learning_rate: RMSProp learning rate when ``optimizer`` is None (Table V: 1e-3).
-      optimizer: any optax transformation (overrides ``learning_rate``). Repeated fits that pass the same
-        optimizer object (and model) reuse one compiled step.
-      mae_weight, mse_weight: weights of the MAE and MSE terms (>= 0).
-      standardizer: a fitted :class:`Standardizer`; default: fitted on ``features`` (the training shadows) as
-        ``scaling`` says.
-      scaling: ``"standard"`` (:func:`fit_standardizer`, zero mean and unit variance) or ``"minmax"``
-        (:func:`fit_minmax`, each coordinate's training range to [0, 1]); used when ``standardizer`` is None.
+        epoch ``e`` shuffles with ``fold_in(key, e + 2)``; with ``spec.train_flag``, minibatch ``i`` of epoch
+        ``e`` draws dropout from ``fold_in(fold_in(fold_in(key, 2**32 - 1), e), i)``.
+      standardizer: a fitted :class:`~recon_jax.attacks.features.Standardizer`; default: fitted on ``features``
+        (the training shadows) as ``spec.scaling`` says.
       init_params: start from these ``phi`` variables (fine-tuning) instead of a fresh initialisation.
-      discriminator: optional flax module (PatchGAN, Table VIII) for a least-squares adversarial loss; targets
-        must then be images ``[K, H, W, C]``.
-      adversarial_weight: weight of the generator's adversarial loss (>= 0).
-      discriminator_learning_rate: Adam learning rate of the discriminator (paper: 1e-5).
-      perceptual_fn: optional ``(targets, outputs) -> [B]`` perceptual distance (e.g. LPIPS from a feature
-        network the caller provides), weighted by ``perceptual_weight``.
       eval_set: optional ``(features [E, F], targets [E, ...])`` of held-out shadows; their MSE and objective
-        (the validation values) are recorded after every epoch (not used for training or for standardisation).
-      patience: early stopping (:func:`early_stopping`): stop once the monitored validation value has not
-        improved by more than ``min_delta`` for ``patience`` epochs, and return the parameters of the best epoch
-        (needs ``eval_set``; None: run all ``epochs`` and return the last parameters).
-      min_delta: smallest decrease of the monitored value that counts as an improvement (>= 0).
-      monitor: the validation value that picks the best epoch: ``"mse"`` or ``"loss"`` (the objective
-        ``mae_weight * MAE + mse_weight * MSE``, as in the DR attack's reference code).
-      train_flag: ``model`` takes a ``train`` argument: ``train=True`` while training (BatchNorm batch
-        statistics, dropout with the ``"dropout"`` rng; the optimiser updates ``"params"``, the forward pass the
-        other collections) and ``train=False`` for evaluation and :func:`reconstruct`.
+        (the validation values) are recorded after every epoch (not used for training or for standardisation);
+        ``spec.patience`` needs one.
       checkpoint_dir: save the training state atomically in this directory (after the last epoch, and every
         ``CHECKPOINT_SECONDS`` of training before it), under a name
         hashed from everything that determines it; a later call with the same arguments resumes after the last
-        saved epoch (``epochs`` may be larger) and gives the same result as an uninterrupted run.
+        saved epoch (``spec.epochs`` may be larger) and gives the same result as an uninterrupted run.
       checkpoint_key: JSON-able description of what the hash cannot see; required with ``checkpoint_dir`` when
-        ``optimizer`` or ``perceptual_fn`` is given (functions have no stable hash).
+        ``spec.optimizer`` or ``spec.perceptual_fn`` is given (functions have no stable hash).
       stream_rows: rows gathered per block (rounded down to a multiple of the batch size; default 2,048).
-      step_loop: ``"scan"`` runs each block's minibatches in one jitted ``lax.scan``; ``"host"`` loops over them
-        on the host, one jitted step per minibatch (no loop in the compiled program: XLA:CPU runs the DR attack's
-        transposed-convolution + BatchNorm steps ~25x slower inside a loop). Same result up to float rounding.
       progress: show a tqdm bar over epochs.
       desc: the bar's label.
 
@@ -221,20 +283,29 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
       A :class:`ReconstructorFit` (``epochs_run``, ``best_epoch`` and ``stopped_early`` record early stopping).
 
     Raises:
+      TypeError: if ``spec`` is not a :class:`ReconstructorSpec`.
       ValueError: on mismatched shapes or out-of-range hyper-parameters.
 
     >>> import jax, jax.numpy as jnp
-    >>> from recon_jax.models.reconstructors import reconstructor_mlp
     >>> f = jax.random.normal(jax.random.key(1), (64, 5)); t = jax.nn.sigmoid(f[:, :2] @ jnp.ones((2, 4)))
-    >>> fit = train_reconstructor(reconstructor_mlp((4,), (32,)), f, t, jax.random.key(0), epochs=40,
-    ...                           batch_size=16, progress=False)
+    >>> spec = ReconstructorSpec(hidden=(32,), epochs=40, batch_size=16)  # the MLP 5 -> 32 -> 4
+    >>> fit = train_reconstructor(f, t, spec, jax.random.key(0), progress=False)
     >>> bool(fit.losses[-1] < fit.losses[0]), reconstruct(fit, f[:3]).shape, fit.epochs_run
     (True, (3, 4), 40)
     """
+    if not isinstance(spec, ReconstructorSpec):
+        raise TypeError(f"spec must be a ReconstructorSpec, got {type(spec).__name__} (the network is spec.model)")
     f = as_feature_matrix(features)
     t = targets if isinstance(targets, (np.ndarray, jax.Array)) else np.asarray(targets)
     if t.shape[0] != f.shape[0]:
         raise ValueError(f"features and targets must have the same length, got {f.shape[0]} and {t.shape[0]}")
+    model = spec.model if spec.model is not None else reconstructor_network(t.shape[1:], spec.kind, spec.hidden)
+    epochs, batch_size, learning_rate, optimizer = spec.epochs, spec.batch_size, spec.learning_rate, spec.optimizer
+    mae_weight, mse_weight, scaling, patience = spec.mae_weight, spec.mse_weight, spec.scaling, spec.patience
+    discriminator, adversarial_weight = spec.discriminator, spec.adversarial_weight
+    discriminator_learning_rate = spec.discriminator_learning_rate
+    perceptual_fn, perceptual_weight = spec.perceptual_fn, spec.perceptual_weight
+    min_delta, monitor, train_flag, step_loop = spec.min_delta, spec.monitor, spec.train_flag, spec.step_loop
     check_integer("epochs", epochs, 1)
     check_integer("batch_size", batch_size, 1)
     for name, v in (("mae_weight", mae_weight), ("mse_weight", mse_weight),
@@ -378,38 +449,35 @@ def train_reconstructor(model, features, targets, key: jax.Array, *, epochs: int
                             eval_loss=np.asarray(eval_loss), final_params=state[0], train_flag=train_flag)
 
 
-def fine_tune_reconstructor(fit: ReconstructorFit, features, targets, key: jax.Array, *, epochs: int = 20,
+def fine_tune_reconstructor(fit: ReconstructorFit, features, targets, spec: ReconstructorSpec, key: jax.Array, *,
                             refit_standardizer: bool = True, **kwargs) -> ReconstructorFit:
     """Fine-tunes a trained reconstructor on shadow models of a *new* fixed set D'- (Balle et al. App. B).
 
-    Starts from ``fit.params``; by default the feature standardisation is re-fitted on the new training
-    shadows (the parameter statistics change with the fixed set); ``refit_standardizer=False`` keeps the old one.
-    Other keyword arguments go to :func:`train_reconstructor` (``discriminator`` is not carried over;
-    ``train_flag`` is, unless given).
+    Starts from ``fit.params`` and trains ``fit.model`` (with ``fit.train_flag``) under the other settings of
+    ``spec`` (``spec.model``, ``kind`` and ``hidden`` are ignored; the discriminator is ``spec.discriminator``, not
+    carried over). By default the feature standardisation is re-fitted on the new training shadows (the parameter
+    statistics change with the fixed set); ``refit_standardizer=False`` keeps the old one. Other keyword arguments
+    go to :func:`train_reconstructor`.
 
     >>> import jax, jax.numpy as jnp
-    >>> from recon_jax.models.reconstructors import reconstructor_mlp
     >>> f = jax.random.normal(jax.random.key(1), (32, 5)); t = jax.nn.sigmoid(f[:, :3])
-    >>> fit = train_reconstructor(reconstructor_mlp((3,), (16,)), f, t, jax.random.key(0), epochs=2,
-    ...                           batch_size=8, progress=False)
-    >>> fine_tune_reconstructor(fit, f + 1.0, t, jax.random.key(2), epochs=2, batch_size=8,
-    ...                         progress=False).losses.shape
+    >>> spec = ReconstructorSpec(hidden=(16,), epochs=2, batch_size=8)
+    >>> fit = train_reconstructor(f, t, spec, jax.random.key(0), progress=False)
+    >>> fine_tune_reconstructor(fit, f + 1.0, t, spec, jax.random.key(2), progress=False).losses.shape
     (2,)
     """
     scaler = None if refit_standardizer else fit.standardizer
-    kwargs.setdefault("train_flag", fit.train_flag)
-    return train_reconstructor(fit.model, features, targets, key, epochs=epochs, standardizer=scaler,
-                               init_params=fit.params, **kwargs)
+    spec = dataclasses.replace(spec, model=fit.model, train_flag=fit.train_flag)
+    return train_reconstructor(features, targets, spec, key, standardizer=scaler, init_params=fit.params, **kwargs)
 
 
 def reconstruct(fit: ReconstructorFit, features, batch_size: int = 256) -> jax.Array:
     """Reconstructions ``phi(standardise(features))`` for released (or held-out shadow) models, ``[K, ...]``.
 
     >>> import jax, jax.numpy as jnp
-    >>> from recon_jax.models.reconstructors import reconstructor_mlp
     >>> f = jax.random.normal(jax.random.key(1), (16, 5))
-    >>> fit = train_reconstructor(reconstructor_mlp((2,), (8,)), f, jnp.zeros((16, 2)), jax.random.key(0),
-    ...                           epochs=1, batch_size=8, progress=False)
+    >>> fit = train_reconstructor(f, jnp.zeros((16, 2)), ReconstructorSpec(hidden=(8,), epochs=1, batch_size=8),
+    ...                           jax.random.key(0), progress=False)
     >>> reconstruct(fit, f).shape
     (16, 2)
     """

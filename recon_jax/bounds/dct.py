@@ -151,7 +151,7 @@ def idctn_ortho(x: jax.Array, axes: int | Sequence[int] | None = None) -> jax.Ar
 
 
 def default_dct_axes(shape: Sequence[int]) -> tuple[int, ...]:
-    """The axes :func:`~recon_jax.bounds.hcr.hcr_bounds` transforms by default: the two spatial axes of an
+    """The axes :func:`~recon_jax.bounds.hcr_search.hcr_bounds` transforms by default: the two spatial axes of an
     ``[H, W, C]`` image, otherwise every axis.
 
     >>> default_dct_axes((28, 28, 1)), default_dct_axes((784,))

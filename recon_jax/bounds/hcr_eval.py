@@ -9,8 +9,7 @@ Why in the bounds package: :func:`rademacher_perturbation` works in the bounds' 
 (:mod:`recon_jax.bounds.dct`), so it cannot live in :mod:`recon_jax.mechanisms` (a lower layer);
 :func:`dithered_accuracy` evaluates a classifier under the dithering mechanism
 (:mod:`recon_jax.mechanisms.dithering`), which :mod:`recon_jax.metrics` (bottom layer) may not import. Neither
-is a bound, so both are kept out of :mod:`recon_jax.bounds.hcr`, which re-exports them (as does
-:mod:`recon_jax.bounds`).
+is a bound, so both are kept out of :mod:`recon_jax.bounds.hcr`; :mod:`recon_jax.bounds` exports them.
 """
 
 from __future__ import annotations
@@ -88,7 +87,8 @@ def rademacher_perturbation(
     Args:
       key: typed PRNG key.
       x: one input (normalised), any shape.
-      std_bound: bounds shaped like ``x``, from :func:`~recon_jax.bounds.hcr.hcr_bounds` with the same coordinates.
+      std_bound: bounds shaped like ``x``, from :func:`~recon_jax.bounds.hcr_search.hcr_bounds` with the same
+        coordinates.
       coordinates: as in :func:`~recon_jax.bounds.dct.to_coordinates`.
       dct_axes: DCT axes.
 

@@ -30,7 +30,9 @@ __all__ = [
     "synthetic_blobs",
 ]
 
+#: The TFDS datasets :func:`load_dataset` reads (as ``"tfds:<name>"``, from a prepared ``data_dir``).
 TFDS_DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100")
+#: Every dataset name :func:`load_dataset` takes.
 DATASETS = ("mnist", "synthetic", "folder") + tuple(f"tfds:{n}" for n in TFDS_DATASETS)
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 

@@ -37,6 +37,7 @@ __all__ = [
     "count_params",
 ]
 
+#: The activation names the zoo's models take, and their flax functions.
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "elu": nn.elu,
     "relu": nn.relu,

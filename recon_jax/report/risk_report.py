@@ -43,7 +43,7 @@ from recon_jax import accounting
 from recon_jax import data as rdata
 from recon_jax import models, shadow, training
 from recon_jax.accounting import privacy_bounds, tightest_rero
-from recon_jax.attacks import audit, informed
+from recon_jax.attacks import audit, informed, reconn
 from recon_jax.attacks import oracle as roracle
 from recon_jax.report import risk_cli
 from recon_jax.report.evidence import config_to_dict, finish_run, keyed_dir, require_finite, start_run
@@ -193,7 +193,7 @@ def run(config, workdir: str) -> dict:
         eta = float(np.median(oracle_mse))  # success threshold for the ReRo comparison: the median oracle MSE
         kappa_eta = float(roracle.estimate_kappa(s.pool_images, eta, s.pool_labels, max_pool=None))
     # The reconstructor trains on 90% of the shadow models; the last 10% give its validation MSE.
-    spec = informed.ReconstructorSpec(
+    spec = reconn.ReconstructorSpec(
         epochs=config.reconstructor_epochs, batch_size=config.reconstructor_batch_size,
         learning_rate=config.reconstructor_learning_rate,
         validation_size=config.num_shadow - int(round(0.9 * config.num_shadow)), model=recon_net)

@@ -23,7 +23,7 @@ import numpy as np
 
 from recon_jax import data as rdata
 from recon_jax import models, shadow, training
-from recon_jax.attacks import informed
+from recon_jax.attacks import reconn
 from recon_jax.models.reconstructors import TransposedConvDecoder
 from recon_jax.report.risk_config import DESCRIPTIONS
 
@@ -184,10 +184,10 @@ def _empty_intermediate(fn, *args) -> str | None:
 
 
 def reconstructor_for(config, image_shape):
-    """The adversary's reconstructor network (:func:`recon_jax.attacks.informed.reconstructor_network`, from
+    """The adversary's reconstructor network (:func:`recon_jax.attacks.reconn.reconstructor_network`, from
     ``config.reconstructor``) and its description for the report."""
     try:
-        net = informed.reconstructor_network(image_shape, config.reconstructor)
+        net = reconn.reconstructor_network(image_shape, config.reconstructor)
     except ValueError as err:
         _fail("reconstructor", str(err))
     if isinstance(net, TransposedConvDecoder):
@@ -324,8 +324,8 @@ def validate_config(config, num_train: int | None = None, num_test: int | None =
         _fail("sizes", f"must be 'auto' (sizes follow the data) or 'fixed' (as given), got {config.sizes!r}")
     if not isinstance(config.keep_intermediates, bool):
         _fail("keep_intermediates", f"must be True or False, got {config.keep_intermediates!r}")
-    if config.reconstructor not in informed.RECONSTRUCTOR_KINDS:
-        _fail("reconstructor", f"must be one of {list(informed.RECONSTRUCTOR_KINDS)}, got {config.reconstructor!r}")
+    if config.reconstructor not in reconn.RECONSTRUCTOR_KINDS:
+        _fail("reconstructor", f"must be one of {list(reconn.RECONSTRUCTOR_KINDS)}, got {config.reconstructor!r}")
     for field, lo in (("seed", 0), ("fixed_size", 1), ("num_shadow", 10), ("num_targets", 1), ("eval_size", 1),
                       ("hidden", 1), ("epochs", 1), ("reconstructor_epochs", 1), ("reconstructor_batch_size", 1),
                       ("chunk_size", 1), ("prior_aware_trials", 2), ("audit_runs", 4), ("calibration_models", 1)):

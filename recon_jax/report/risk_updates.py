@@ -93,9 +93,10 @@ def _records_game(config, fns, p0, fixed, test_x, test_y, sigmas, q, steps, key,
     idx = np.stack([rng.choice(pool, kmax, replace=False) for _ in range(config.prior_aware_trials)])
     n = config.prior_aware_trials
     chunk = math.ceil(n / math.ceil(n / config.chunk_size))
+    run = canaries.GameTraining(noise_multipliers=sigmas, clip_norm=config.clip_norm, steps=steps,
+                                optimizer=optimizer, sample_rate=q)
     res = prior_aware.prior_aware_game(
-        fns, p0, fixed, (test_x[idx], test_y[idx]), np.zeros(len(idx), np.int32), noise_multipliers=sigmas,
-        clip_norm=config.clip_norm, steps=steps, optimizer=optimizer, key=key, sample_rate=q,
+        fns, p0, fixed, (test_x[idx], test_y[idx]), np.zeros(len(idx), np.int32), run, key,
         include_target=np.ones(len(idx), np.float32), chunk_size=chunk)
     scores = np.asarray(res.scores)
     require_finite(scores, "prior-aware attack scores", "noise multiplier too small for float32 likelihoods?")
@@ -136,9 +137,9 @@ def _crafted_and_audit(config, fns, p0, fixed, si, sigma, n_runs, q, steps, key,
         included[np.arange(n_runs), o + targets[k]] = 1.0
     with_canary = np.arange(n_runs) % 2 == 0
     included[:, audit_col] = with_canary
-    res = canaries.canary_game(fns, p0, fixed, cans, included, noise_multipliers=[sigma],
-                               clip_norm=config.clip_norm, steps=steps, optimizer=optimizer,
-                               key=jax.random.fold_in(key, si), sample_rate=q,
+    run = canaries.GameTraining(noise_multipliers=[sigma], clip_norm=config.clip_norm, steps=steps,
+                                optimizer=optimizer, sample_rate=q)
+    res = canaries.canary_game(fns, p0, fixed, cans, included, run, jax.random.fold_in(key, si),
                                chunk_size=min(config.chunk_size, n_runs))
     ll = np.asarray(res.log_likelihood[0], np.float64)
     require_finite(ll, "crafted-canary log-likelihoods", "noise multiplier too small for float32 likelihoods?")
@@ -246,9 +247,10 @@ def every_update_released(config, fns, p0, fixed, test_x, test_y, dp_rows, q, st
     with step(f"one-run audit: {m} canaries in one run x {len(sigmas)} noise level(s), {steps} steps"):
         one = canaries.canary_game(fns, p0, fixed, canaries.crafted_canaries("orthogonal", m, coords[:m],
                                                                              config.clip_norm),
-                                   inc[None].astype(np.float32), noise_multipliers=sigmas,
-                                   clip_norm=config.clip_norm, steps=steps, optimizer=optimizer, key=k_one_run,
-                                   sample_rate=q)
+                                   inc[None].astype(np.float32),
+                                   canaries.GameTraining(noise_multipliers=sigmas, clip_norm=config.clip_norm,
+                                                         steps=steps, optimizer=optimizer, sample_rate=q),
+                                   k_one_run)
     one_ll = np.asarray(one.log_likelihood[:, 0], np.float64)
     require_finite(one_ll, "one-run audit canary scores")
     timings["one_run_audit"] = time.time() - t0

@@ -8,27 +8,30 @@
 - :func:`preflight`: one tiny engine job of a configuration, to check it before long work (the risk report).
 - :func:`load_shadow_models`, :class:`ShadowSet`, :class:`ShadowStore`, :class:`ShadowStoreMismatchError`,
   :class:`ShadowStoreLostError`, :class:`ShadowStoreCorruptError`.
-- :func:`fill_store`: the store's resume / write / consolidate protocol for any generator of fixed-shape rows (the
-  DR attack's shadow embeddings); :func:`config_hash`, :func:`array_digest`, :func:`key_fingerprint`: how a store
+- :func:`fill_store` (:mod:`recon_jax.shadow.fill`): the store's resume / write / consolidate protocol for any
+  generator of fixed-shape rows (the DR attack's shadow embeddings); :func:`config_hash`, :func:`key_fingerprint`
+  (:mod:`recon_jax.shadow.store`) and :func:`~recon_jax.io.array_digest` (:mod:`recon_jax.io`): how a store
   configuration is described and hashed.
 - :func:`default_mesh`, :func:`cpu_xla_flags`: device set-up (see :mod:`recon_jax.shadow.devices`).
 """
 
+from recon_jax.io import array_digest
+from recon_jax.shadow.arguments import OUTPUTS
 from recon_jax.shadow.devices import MODEL_AXIS, cpu_xla_flags, default_mesh
-from recon_jax.shadow.engine import FIRST_LAYER_MODES, OUTPUTS, generate_shadow_models, preflight, shadow_model_fn
+from recon_jax.shadow.engine import generate_shadow_models, preflight, shadow_model_fn
+from recon_jax.shadow.fill import fill_store
 from recon_jax.shadow.store import (
     ShadowSet,
     ShadowStore,
     ShadowStoreCorruptError,
     ShadowStoreLostError,
     ShadowStoreMismatchError,
-    array_digest,
     config_hash,
-    fill_store,
     key_fingerprint,
     load_shadow_models,
 )
 from recon_jax.shadow.support import UnsupportedConfiguration
+from recon_jax.training.gram import FIRST_LAYER_MODES
 
 __all__ = [
     "FIRST_LAYER_MODES",

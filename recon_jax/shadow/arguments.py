@@ -20,6 +20,7 @@ from recon_jax.training.gram import FIRST_LAYER_MODES
 
 __all__ = ["OUTPUTS", "ShadowOutputs", "ShadowArgs", "check_shadow_args"]
 
+#: What :func:`~recon_jax.shadow.generate_shadow_models` can output per model.
 OUTPUTS = ("params", "probe_logits", "eval_accuracy", "target_loss", "final_loss")
 
 

@@ -38,6 +38,7 @@ from jax.sharding import Mesh
 
 __all__ = ["MODEL_AXIS", "default_mesh", "cpu_xla_flags"]
 
+#: The mesh axis the shadow engine shards its model axis over.
 MODEL_AXIS = "models"
 
 

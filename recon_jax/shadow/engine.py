@@ -34,20 +34,21 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from tqdm.auto import tqdm
 
+from recon_jax.io import array_digest
 from recon_jax.mechanisms.base import GaussianMechanism
 from recon_jax.models.adapters import ModelFns, model_identity
 from recon_jax.models.flatten import layout_of
-from recon_jax.shadow.arguments import OUTPUTS, ShadowOutputs, check_shadow_args
+from recon_jax.shadow.arguments import ShadowOutputs, check_shadow_args
 from recon_jax.shadow.conv_batching import without_conv_out_sharding
 from recon_jax.shadow.devices import MODEL_AXIS, default_mesh
-from recon_jax.shadow.store import ShadowSet, ShadowStore, array_digest, host_key_data, key_fingerprint
+from recon_jax.shadow.store import ShadowSet, ShadowStore, host_key_data, key_fingerprint
 from recon_jax.shadow.support import explain_failures
 from recon_jax.training.algorithms import Algorithm
 from recon_jax.training.ghost import ghost_supported
-from recon_jax.training.gram import FIRST_LAYER_MODES, choose_first_layer, fixed_set_gram, train_gram
+from recon_jax.training.gram import choose_first_layer, fixed_set_gram, train_gram
 from recon_jax.training.train import train
 
-__all__ = ["FIRST_LAYER_MODES", "OUTPUTS", "generate_shadow_models", "preflight", "shadow_model_fn"]
+__all__ = ["generate_shadow_models", "preflight", "shadow_model_fn"]
 
 
 def shadow_model_fn(model_fns: ModelFns, algorithm: Algorithm, outputs: Sequence[str] = ("params",),

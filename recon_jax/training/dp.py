@@ -85,6 +85,7 @@ __all__ = [
     "privatized_gradient",
 ]
 
+#: Per-example clipping: the whole gradient to C (``"flat"``) or each of L layers to C / sqrt(L) (``"per_layer"``).
 CLIPPING_MODES = ("flat", "per_layer")
 PER_EXAMPLE_MODES = ("auto", "ghost", "vmap")
 

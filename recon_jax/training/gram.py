@@ -39,6 +39,8 @@ from recon_jax.training.train import TrainResult, starting_params
 __all__ = ["FIRST_LAYER_MODES", "choose_first_layer", "first_dense_layer", "gram_algorithm", "gram_supported",
            "gram_saves_work", "fixed_set_gram", "train_gram"]
 
+#: How the shadow engine trains a first dense layer: through the fixed set's Gram matrix (``"gram"``), model by
+#: model (``"direct"``), or the Gram path where it saves work (``"auto"``; :func:`choose_first_layer`).
 FIRST_LAYER_MODES = ("auto", "gram", "direct")
 
 

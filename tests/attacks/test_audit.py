@@ -7,6 +7,7 @@ from scipy import optimize, stats
 
 from recon_jax import accounting
 from recon_jax.attacks import audit, audit_gdp, prior_aware
+from recon_jax.attacks.canaries import GameTraining
 from recon_jax.models import ModelFns
 
 
@@ -64,9 +65,10 @@ def test_white_box_game_never_above_accountant():
     include = jnp.asarray(np.arange(n) % 2, jnp.float32)
     res = prior_aware.prior_aware_game(
         fns, {"w": jnp.zeros(3)}, (jnp.ones((4, 3)), jnp.zeros(4, jnp.int32)), (canary, jnp.zeros((n, 1), jnp.int32)),
-        jnp.zeros(n, jnp.int32), noise_multipliers=[1.0, 2.0, 4.0], clip_norm=1.0, steps=steps,
-        optimizer=optax.sgd(0.1), key=jax.random.key(0), include_target=include, loss_fn=lambda lg, y: lg[:, 0],
-        chunk_size=1000)
+        jnp.zeros(n, jnp.int32),
+        GameTraining(noise_multipliers=[1.0, 2.0, 4.0], clip_norm=1.0, steps=steps, optimizer=optax.sgd(0.1),
+                     loss_fn=lambda lg, y: lg[:, 0]),
+        jax.random.key(0), include_target=include, chunk_size=1000)
     scores = np.asarray(res.scores[..., 0])
     for i, sigma in enumerate((1.0, 2.0, 4.0)):
         a = audit.empirical_epsilon(scores[i][include == 1], scores[i][include == 0], delta)

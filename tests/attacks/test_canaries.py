@@ -86,11 +86,10 @@ def test_blocks_on_disjoint_coordinates_do_not_see_each_other():
     b = canaries.crafted_canaries("orthogonal", 4, [40, 41, 42, 43], 1.0)
     inc_a = np.eye(3, dtype=np.float32)[[0, 2, 1, 1]]
     inc_b = np.eye(4, dtype=np.float32)[[3, 0, 1, 2]]
-    kw = dict(noise_multipliers=[0.7], clip_norm=1.0, steps=3, optimizer=optax.sgd(0.3, momentum=0.9),
-              key=jax.random.key(2))
-    alone = canaries.canary_game(fns, p0, (fx, fy), a, inc_a, **kw).log_likelihood
+    run = canaries.GameTraining(noise_multipliers=[0.7], clip_norm=1.0, steps=3, optimizer=optax.sgd(0.3, momentum=0.9))
+    alone = canaries.canary_game(fns, p0, (fx, fy), a, inc_a, run, jax.random.key(2)).log_likelihood
     both = canaries.canary_game(fns, p0, (fx, fy), canaries.concat_canaries(a, b),
-                                np.concatenate([inc_a, inc_b], axis=1), **kw).log_likelihood
+                                np.concatenate([inc_a, inc_b], axis=1), run, jax.random.key(2)).log_likelihood
     # float32: (D- sum + canaries + noise) - D- sum at different parameters; scores are O(10).
     np.testing.assert_allclose(np.asarray(both[..., :3]), np.asarray(alone), rtol=1e-4, atol=1e-4)
 
@@ -103,13 +102,14 @@ def test_gradient_canaries_score_like_records_with_those_gradients():
     cx = np.zeros((3, k, d), np.float32)
     cx[:, np.arange(k), coords] = 1.0
     target = np.array([0, 3, 2])
-    kw = dict(noise_multipliers=[1.5], clip_norm=1.0, steps=3, optimizer=optax.sgd(0.1), key=jax.random.key(4),
-              loss_fn=_identity_loss)
+    run = canaries.GameTraining(noise_multipliers=[1.5], clip_norm=1.0, steps=3, optimizer=optax.sgd(0.1),
+                                loss_fn=_identity_loss)
     fixed = _linear_fixed(d)
     rec = prior_aware.prior_aware_game(LINEAR, {"w": jnp.zeros((d,))}, fixed, (cx, np.zeros((3, k), np.int32)),
-                                       target, **kw)
+                                       target, run, jax.random.key(4))
     can = prior_aware.prior_aware_game(LINEAR, {"w": jnp.zeros((d,))}, fixed,
-                                       canaries.crafted_canaries("orthogonal", k, coords, 1.0), target, **kw)
+                                       canaries.crafted_canaries("orthogonal", k, coords, 1.0), target, run,
+                                       jax.random.key(4))
     np.testing.assert_allclose(np.asarray(can.scores), np.asarray(rec.scores), rtol=1e-5, atol=1e-5)  # float32
     np.testing.assert_allclose(np.asarray(can.separation), np.asarray(rec.separation), rtol=1e-5, atol=1e-5)
 
@@ -164,8 +164,9 @@ def test_simplex_game_pipeline_reaches_the_exact_optimum():
     target = rng.integers(0, k, n)
     res = prior_aware.prior_aware_game(
         LINEAR, {"w": jnp.zeros((d,))}, _linear_fixed(d), canaries.crafted_canaries("simplex", k, np.arange(3, 13), 1.0),
-        target, noise_multipliers=[2.0], clip_norm=1.0, steps=4, optimizer=optax.sgd(0.1), key=jax.random.key(6),
-        loss_fn=_identity_loss, chunk_size=3000)
+        target, canaries.GameTraining(noise_multipliers=[2.0], clip_norm=1.0, steps=4, optimizer=optax.sgd(0.1),
+                                      loss_fn=_identity_loss),
+        jax.random.key(6), chunk_size=3000)
     exact = prior_aware.crafted_success_probability("simplex", k, 1.0)  # mu = sqrt(4) / 2
     rate = float(res.success.mean())
     assert abs(rate - exact) < 4 * np.sqrt(exact * (1 - exact) / n), (rate, exact)
@@ -181,8 +182,9 @@ def test_audit_canary_scores_have_the_accounted_distribution():
     inc = (np.arange(m) % 2).astype(np.float32)
     res = canaries.canary_game(LINEAR, {"w": jnp.zeros((d,))}, _linear_fixed(d, n=3),
                                canaries.crafted_canaries("orthogonal", m, np.arange(m), 1.0), inc[None],
-                               noise_multipliers=[2.0], clip_norm=1.0, steps=4, optimizer=optax.sgd(0.1),
-                               key=jax.random.key(8), loss_fn=_identity_loss)
+                               canaries.GameTraining(noise_multipliers=[2.0], clip_norm=1.0, steps=4,
+                                                     optimizer=optax.sgd(0.1), loss_fn=_identity_loss),
+                               jax.random.key(8))
     s = np.asarray(res.log_likelihood[0, 0], np.float64)
     for world, mean in ((s[inc == 1], 0.5), (s[inc == 0], -0.5)):
         # 1,000 draws: the mean within 4 standard errors (0.032), the variance within 4 of its (0.045).
@@ -192,8 +194,8 @@ def test_audit_canary_scores_have_the_accounted_distribution():
 
 def test_canary_game_invalid_arguments():
     c = canaries.crafted_canaries("orthogonal", 2, [0, 1], 1.0)
-    kw = dict(noise_multipliers=[1.0], clip_norm=1.0, steps=2, optimizer=optax.sgd(0.1), key=jax.random.key(0),
-              loss_fn=_identity_loss)
+    kw = dict(training=canaries.GameTraining(noise_multipliers=[1.0], clip_norm=1.0, steps=2, optimizer=optax.sgd(0.1),
+                                             loss_fn=_identity_loss), key=jax.random.key(0))
     fixed, p = _linear_fixed(4), {"w": jnp.zeros((4,))}
     with pytest.raises(ValueError, match="included"):
         canaries.canary_game(LINEAR, p, fixed, c, [[1, 0, 0]], **kw)

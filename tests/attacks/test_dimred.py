@@ -1,4 +1,4 @@
-"""Tests for recon_jax.attacks.dimred (Lumbut & Ponnoprat): embeddings, shadow store, training, experiment."""
+"""Tests for recon_jax.attacks.dimred and .dimred_embed (Lumbut & Ponnoprat): embeddings, shadow store, training, experiment."""
 
 import dataclasses
 import glob
@@ -13,7 +13,9 @@ import pytest
 
 from recon_jax import shadow
 from recon_jax.attacks import dimred as D
+from recon_jax.attacks import dimred_embed as E
 from recon_jax.attacks import reconn as R
+from recon_jax.models.losses import reconstruction_loss
 
 
 def _data(n=12, d=16, seed=0):
@@ -28,7 +30,7 @@ def test_pca_matches_sklearn_including_sign(x64, solver, shape):
     from sklearn.decomposition import PCA
 
     x = _data(*shape)
-    ours = np.asarray(D.pca_embed(jnp.asarray(x), solver=solver))
+    ours = np.asarray(E.pca_embed(jnp.asarray(x), solver=solver))
     ref = PCA(n_components=2, svd_solver="full").fit_transform(x)
     # float64 exact SVD on both sides: agreement to ~1e-10; signs follow the same max-|loading| convention.
     np.testing.assert_allclose(ours, ref, rtol=1e-8, atol=1e-10)
@@ -39,8 +41,8 @@ def test_pca_matches_sklearn_including_sign(x64, solver, shape):
 def test_pca_sign_convention_is_row_order_equivariant(x64):
     x = _data(20, 8, seed=3)
     perm = np.random.default_rng(1).permutation(20)
-    a = np.asarray(D.pca_embed(jnp.asarray(x)))[perm]
-    b = np.asarray(D.pca_embed(jnp.asarray(x[perm])))
+    a = np.asarray(E.pca_embed(jnp.asarray(x)))[perm]
+    b = np.asarray(E.pca_embed(jnp.asarray(x[perm])))
     np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)  # float64; deterministic signs, no flips
 
 
@@ -48,7 +50,7 @@ def test_srp_distribution_matches_sklearn():
     from sklearn.random_projection import SparseRandomProjection
 
     d, r, density, reps = 400, 2, 0.1, 40
-    ours = np.stack([np.asarray(D.srp_matrix(jax.random.key(i), d, r, density)) for i in range(reps)])
+    ours = np.stack([np.asarray(E.srp_matrix(jax.random.key(i), d, r, density)) for i in range(reps)])
     x = np.zeros((1, d))
     theirs = np.stack([
         SparseRandomProjection(n_components=r, density=density, random_state=i).fit(x).components_.toarray().T
@@ -71,36 +73,36 @@ def test_srp_distribution_matches_sklearn():
 
 def test_srp_paper_density_and_embed():
     d = 784
-    r = np.asarray(D.srp_matrix(jax.random.key(0), d, 2, "paper"))
+    r = np.asarray(E.srp_matrix(jax.random.key(0), d, 2, "paper"))
     nz = r[r != 0]
     np.testing.assert_allclose(np.abs(nz), np.sqrt(d / 2), rtol=1e-6)  # eq. 2: +-sqrt(d/r)
     assert np.count_nonzero(r) < 15  # density 1/d: ~2 nonzeros in 1568 entries
     x = _data(5, 10)
     key = jax.random.key(3)
     np.testing.assert_allclose(
-        np.asarray(D.srp_embed(jnp.asarray(x, jnp.float32), key, density=0.5)),
-        x.astype(np.float32) @ np.asarray(D.srp_matrix(key, 10, 2, 0.5)), rtol=1e-5, atol=1e-5)
+        np.asarray(E.srp_embed(jnp.asarray(x, jnp.float32), key, density=0.5)),
+        x.astype(np.float32) @ np.asarray(E.srp_matrix(key, 10, 2, 0.5)), rtol=1e-5, atol=1e-5)
 
 
 def test_embed_sklearn_methods_seeded_and_deterministic():
     x = _data(12, 6)
-    a = np.asarray(D.embed("tsne", x, 5, init="random"))
-    b = np.asarray(D.embed("tsne", x, 5, init="random"))
-    c = np.asarray(D.embed("tsne", x, 6, init="random"))
+    a = np.asarray(E.embed("tsne", x, 5, init="random"))
+    b = np.asarray(E.embed("tsne", x, 5, init="random"))
+    c = np.asarray(E.embed("tsne", x, 6, init="random"))
     assert a.shape == (12, 2)
     np.testing.assert_array_equal(a, b)
     assert not np.allclose(a, c)
-    i1 = np.asarray(D.embed("isomap", x, 1))
-    i2 = np.asarray(D.embed("isomap", x, 2))
+    i1 = np.asarray(E.embed("isomap", x, 1))
+    i2 = np.asarray(E.embed("isomap", x, 2))
     np.testing.assert_array_equal(i1, i2)  # deterministic method: the seed is irrelevant
 
 
 @pytest.mark.parametrize("method", ["mds", "umap"])
 def test_embed_mds_umap_seeded_and_match_the_libraries(method):
     x = _data(12, 6)
-    a = np.asarray(D.embed(method, x, 5))
-    np.testing.assert_array_equal(a, np.asarray(D.embed(method, x, 5)))
-    assert a.shape == (12, 2) and not np.allclose(a, np.asarray(D.embed(method, x, 6)))
+    a = np.asarray(E.embed(method, x, 5))
+    np.testing.assert_array_equal(a, np.asarray(E.embed(method, x, 5)))
+    assert a.shape == (12, 2) and not np.allclose(a, np.asarray(E.embed(method, x, 6)))
     # Reference: the library itself with the documented defaults and the same integer seed.
     import warnings
 
@@ -125,7 +127,7 @@ def test_mds_umap_shadows_equal_naive_loop(method):
     got = D.shadow_embeddings(method, known, cands, key, index_offset=3, target_row=0, progress=False, n_jobs=1)
     for j in range(3):
         z = np.insert(known, 0, cands[j], axis=0).astype(np.float32)
-        ref = np.asarray(D.embed(method, z, D.run_key(key, "fresh", 3 + j))).reshape(-1)
+        ref = np.asarray(E.embed(method, z, E.run_key(key, "fresh", 3 + j))).reshape(-1)
         np.testing.assert_allclose(got[j], ref, rtol=1e-4, atol=1e-4)
 
 
@@ -134,23 +136,23 @@ def test_tsne_fresh_seeds_are_random_only_with_random_init():
     # leaves (almost) no randomness, which is why the experiment uses init="random" for its fresh-seed runs.
     z = _data(10, 784)
     key = jax.random.key(0)
-    rnd = [np.asarray(D.embed("tsne", z, D.run_key(key, "fresh", i), init="random")) for i in range(2)]
-    pca = [np.asarray(D.embed("tsne", z, D.run_key(key, "fresh", i), init="pca")) for i in range(2)]
+    rnd = [np.asarray(E.embed("tsne", z, E.run_key(key, "fresh", i), init="random")) for i in range(2)]
+    pca = [np.asarray(E.embed("tsne", z, E.run_key(key, "fresh", i), init="pca")) for i in range(2)]
     assert not np.allclose(rnd[0], rnd[1], atol=1e-3)
     np.testing.assert_allclose(pca[0], pca[1], atol=1e-3)
 
 
 def test_embed_invalid():
     with pytest.raises(ValueError, match="method"):
-        D.embed("lda", _data(), 0)
+        E.embed("lda", _data(), 0)
     with pytest.raises(ValueError, match="data"):
-        D.embed("pca", np.zeros((2, 5)), 0)
+        E.embed("pca", np.zeros((2, 5)), 0)
     with pytest.raises(ValueError, match="key_or_seed"):
-        D.embed("srp", _data(), -1)
+        E.embed("srp", _data(), -1)
     with pytest.raises(ValueError, match="density"):
-        D.srp_matrix(jax.random.key(0), 10, 2, 1.5)
+        E.srp_matrix(jax.random.key(0), 10, 2, 1.5)
     with pytest.raises(ValueError, match="seed_policy"):
-        D.run_key(jax.random.key(0), "sometimes", 0)
+        E.run_key(jax.random.key(0), "sometimes", 0)
 
 
 # ------------------------------------------------------------------------------------------ shadow embeddings
@@ -165,7 +167,7 @@ def test_vmapped_shadows_equal_naive_loop(method):
     for j in range(4):
         z = np.insert(known, 2, cands[j], axis=0).astype(np.float32)
         opts = {"density": 0.5} if method == "srp" else {}
-        ref = np.asarray(D.embed(method, z, D.run_key(key, "fresh", 10 + j), **opts)).reshape(-1)
+        ref = np.asarray(E.embed(method, z, E.run_key(key, "fresh", 10 + j), **opts)).reshape(-1)
         np.testing.assert_allclose(got[j], ref, rtol=1e-4, atol=1e-4)  # float32 SVD, vmapped vs unbatched
 
 
@@ -260,14 +262,15 @@ def test_training_keeps_best_validation_model():
     y_val = np.full((16, 2, 2, 1), 0.4, np.float32)  # val loss falls while outputs rise to 0.4, then grows
     net = BalleMLP(image_shape=(2, 2, 1), hidden=(16,))
     # The DR attack's training settings (fit_attack) on the shared trainer.
-    fit = R.train_reconstructor(net, x, y_train, jax.random.key(0), eval_set=(x[:16], y_val),
-                                optimizer=optax.adam(3e-3), scaling="minmax", monitor="loss", train_flag=True,
-                                batch_size=16, epochs=60, patience=4, stream_rows=16, progress=False)
+    spec = R.ReconstructorSpec(model=net, optimizer=optax.adam(3e-3), scaling="minmax", monitor="loss",
+                               train_flag=True, batch_size=16, epochs=60, patience=4)
+    fit = R.train_reconstructor(x, y_train, spec, jax.random.key(0), eval_set=(x[:16], y_val), stream_rows=16,
+                                progress=False)
     hist = fit.eval_loss
     assert fit.best_epoch == int(np.argmin(hist)) + 1  # 1-based
     assert fit.best_epoch < len(hist)  # training went past the best epoch, so the choice matters
-    best = float(R.reconstruction_loss(y_val, R.reconstruct(fit, x[:16])))
-    final = float(R.reconstruction_loss(y_val, R.reconstruct(dataclasses.replace(fit, params=fit.final_params),
+    best = float(reconstruction_loss(y_val, R.reconstruct(fit, x[:16])))
+    final = float(reconstruction_loss(y_val, R.reconstruct(dataclasses.replace(fit, params=fit.final_params),
                                                              x[:16])))
     np.testing.assert_allclose(best, hist.min(), rtol=1e-5)  # float32 recomputation of the same quantity
     assert final > best + 1e-4
@@ -284,7 +287,7 @@ def test_fit_attack_learns_pca_signal_and_noise_defence():
     th = D.shadow_embeddings("pca", known, flat, key, progress=False)
     atk = D.fit_attack("mlp", th[:64], imgs[:64], th[64:80], imgs[64:80], key, learning_rate=1e-3,
                        batch_size=16, max_epochs=40, patience=5)
-    rec = D.reconstruct(atk, th[80:])
+    rec = R.reconstruct(atk, th[80:])
     mse = float(jnp.mean(D.per_example_mse(rec, imgs[80:])))
     baseline = float(np.mean((imgs[80:] - imgs[:64].mean(0)) ** 2))
     assert mse < 0.7 * baseline
@@ -313,7 +316,7 @@ def test_fit_attack_trains_the_split_network():
                        learning_rate=3e-3, batch_size=32, max_epochs=40, patience=40, progress=False)
     assert atk.model.__class__.__name__ == "SplitReconstructor"
     assert atk.eval_loss[-1] < 0.5 * atk.eval_loss[0]
-    mse = float(jnp.mean(D.per_example_mse(D.reconstruct(atk, th[288:]), imgs[288:])))
+    mse = float(jnp.mean(D.per_example_mse(R.reconstruct(atk, th[288:]), imgs[288:])))
     baseline = float(np.mean((imgs[288:] - imgs[:256].mean(0)) ** 2))
     assert mse < 0.8 * baseline, (mse, baseline)
 

@@ -150,8 +150,8 @@ def test_inverting_gradients_mnist_mlp_psnr_fast():
     params = _mlp_init(jax.random.key(0), (256, 50, 15, 10))
     x, y = _mnist_digits(1)
     g = ga.model_gradient(_mlp_apply, params, jnp.asarray(x), jax.nn.one_hot(y, 10))
-    res = ga.inverting_gradients(jax.random.key(1), _mlp_apply, params, g, (16, 16, 1), num_restarts=2,
-                                 num_steps=200, tv_weight=0.0)
+    res = ga.inverting_gradients(jax.random.key(1), _mlp_apply, params, g, (16, 16, 1),
+                                 ga.InvertingGradientsOptions(num_restarts=2, num_steps=200, tv_weight=0.0))
     assert int(res.labels[0]) == int(y[0])
     mse = float(jnp.mean((res.reconstruction - x) ** 2))
     assert 10 * np.log10(1.0 / mse) > 30.0
@@ -176,14 +176,16 @@ def test_inverting_gradients_restarts_vmapped_equal_single_runs():
     params = _mlp_init(jax.random.key(0), (16, 8, 4))
     x = jax.random.uniform(jax.random.key(1), (1, 4, 4))
     g = ga.model_gradient(_mlp_apply, params, x, jax.nn.one_hot(jnp.array([2]), 4))
-    kw = dict(labels=jnp.array([2]), num_steps=50, tv_weight=1e-3)
+    opts = dict(num_steps=50, tv_weight=1e-3)
     # Full-precision products, as on a CPU: the vmapped restarts run batched products and the single run
     # matrix-vector ones, which a GPU rounds differently at default precision (TF32 GEMMs, float32 GEMVs); 50 Adam
     # steps on a cosine loss amplify that to 2e-3 (TF32) and 6e-2 (bfloat16) under emulation, as large as the
     # difference between two restarts (3e-2 to 7e-2). What is tested is the vectorisation, so both run in float32.
     with jax.default_matmul_precision("highest"):
-        many = ga.inverting_gradients(jax.random.key(5), _mlp_apply, params, g, (4, 4), num_restarts=3, **kw)
-        one = ga.inverting_gradients(jax.random.key(5), _mlp_apply, params, g, (4, 4), num_restarts=1, **kw)
+        many = ga.inverting_gradients(jax.random.key(5), _mlp_apply, params, g, (4, 4),
+                                      ga.InvertingGradientsOptions(num_restarts=3, **opts), labels=jnp.array([2]))
+        one = ga.inverting_gradients(jax.random.key(5), _mlp_apply, params, g, (4, 4),
+                                     ga.InvertingGradientsOptions(num_restarts=1, **opts), labels=jnp.array([2]))
     np.testing.assert_allclose(np.asarray(many.all_reconstructions[0]), np.asarray(one.reconstruction), atol=1e-5)
     assert len(set(np.round(np.asarray(many.all_losses), 7))) > 1  # restarts differ
 
@@ -194,9 +196,10 @@ def test_inverting_gradients_strong_noise_degrades():
     t = jax.nn.one_hot(y, 10)
     clean = ga.model_gradient(_mlp_apply, params, jnp.asarray(x), t, clip_norm=1.0)
     noisy = GaussianMechanism(noise_multiplier=10.0).privatize(jax.random.key(2), clean, 1.0, 1)
-    kw = dict(labels=jnp.asarray(y), num_restarts=1, num_steps=150, tv_weight=0.0, clip_norm=1.0)
-    r_clean = ga.inverting_gradients(jax.random.key(1), _mlp_apply, params, clean, (16, 16, 1), **kw)
-    r_noisy = ga.inverting_gradients(jax.random.key(1), _mlp_apply, params, noisy, (16, 16, 1), **kw)
+    opts = ga.InvertingGradientsOptions(num_restarts=1, num_steps=150, tv_weight=0.0)
+    kw = dict(labels=jnp.asarray(y), clip_norm=1.0)
+    r_clean = ga.inverting_gradients(jax.random.key(1), _mlp_apply, params, clean, (16, 16, 1), opts, **kw)
+    r_noisy = ga.inverting_gradients(jax.random.key(1), _mlp_apply, params, noisy, (16, 16, 1), opts, **kw)
     mse_clean = float(jnp.mean((r_clean.reconstruction - x) ** 2))
     mse_noisy = float(jnp.mean((r_noisy.reconstruction - x) ** 2))
     assert mse_clean < 1e-3 and mse_noisy > 10 * mse_clean
@@ -206,11 +209,11 @@ def test_dlg_recovers_small_mlp_input_and_label():
     params = _mlp_init(jax.random.key(1), (8, 12, 3))
     x = jax.random.uniform(jax.random.key(2), (1, 8))
     g = ga.model_gradient(_mlp_apply, params, x, jax.nn.one_hot(jnp.array([1]), 3))
-    res = ga.dlg(jax.random.key(0), _mlp_apply, params, g, (8,), num_restarts=2, num_steps=1500, lr=0.02)
+    res = ga.dlg(jax.random.key(0), _mlp_apply, params, g, (8,), ga.DLGOptions(num_restarts=2, num_steps=1500, lr=0.02))
     assert int(res.labels[0]) == 1
     assert float(jnp.max(jnp.abs(res.reconstruction - x))) < 0.02
-    soft = ga.dlg(jax.random.key(0), _mlp_apply, params, g, (8,), optimize_labels=True, num_restarts=2,
-                  num_steps=300, lr=0.02)
+    soft = ga.dlg(jax.random.key(0), _mlp_apply, params, g, (8,),
+                  ga.DLGOptions(optimize_labels=True, num_restarts=2, num_steps=300, lr=0.02))
     assert soft.reconstruction.shape == (1, 8) and bool(jnp.isfinite(soft.loss))
     assert float(soft.loss) < float(jnp.sum(g**2))  # it made progress from the zero-gradient baseline
 
@@ -219,18 +222,22 @@ def test_gradient_matching_validation():
     params = _mlp_init(jax.random.key(0), (4, 3))
     g = jnp.zeros(12)
     with pytest.raises(ValueError, match="observed_grad"):
-        ga.inverting_gradients(jax.random.key(0), _mlp_apply, params, jnp.zeros(11), (4,), labels=jnp.array([0]),
-                               tv_weight=0.0)
+        ga.inverting_gradients(jax.random.key(0), _mlp_apply, params, jnp.zeros(11), (4,),
+                               ga.InvertingGradientsOptions(tv_weight=0.0), labels=jnp.array([0]))
     with pytest.raises(ValueError, match="num_restarts"):
-        ga.inverting_gradients(jax.random.key(0), _mlp_apply, params, g, (4,), num_restarts=0, tv_weight=0.0)
+        ga.inverting_gradients(jax.random.key(0), _mlp_apply, params, g, (4,),
+                               ga.InvertingGradientsOptions(num_restarts=0, tv_weight=0.0))
     with pytest.raises(ValueError, match="tv_weight"):
         ga.inverting_gradients(jax.random.key(0), _mlp_apply, params, g, (4,), labels=jnp.array([0]))
     with pytest.raises(ValueError, match="data_range"):
-        ga.dlg(jax.random.key(0), _mlp_apply, params, g, (4,), labels=jnp.array([0]), data_range=(1.0, 0.0))
+        ga.dlg(jax.random.key(0), _mlp_apply, params, g, (4,), ga.DLGOptions(data_range=(1.0, 0.0)),
+               labels=jnp.array([0]))
     with pytest.raises(ValueError, match="labels"):
         ga.dlg(jax.random.key(0), _mlp_apply, params, g, (4,), labels=jnp.array([0, 1]))
     with pytest.raises(ValueError, match="x"):
         ga.total_variation(jnp.ones((2, 3)))
+    with pytest.raises(TypeError, match="DLGOptions"):
+        ga.dlg(jax.random.key(0), _mlp_apply, params, g, (4,), ga.InvertingGradientsOptions())
 
 
 # ---------------------------------------------------------------------------------------------------------------

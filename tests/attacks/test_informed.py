@@ -29,14 +29,14 @@ def test_validation_shadows_are_the_last_ones_and_held_out():
     rng = np.random.default_rng(1)
     f = rng.normal(size=(60, 6)).astype(np.float32)
     t = (1 / (1 + np.exp(-f[:, :4]))).astype(np.float32)
-    spec = informed.ReconstructorSpec(hidden=(8,), epochs=2, batch_size=10, validation_size=12)
+    spec = reconn.ReconstructorSpec(hidden=(8,), epochs=2, batch_size=10, validation_size=12)
     fit = informed.fit_reconstructor(f, t, jax.random.key(0), spec, progress=False)
     # Standardised with the 48 training rows only, and the recorded validation MSE is that of rows 48..59.
     np.testing.assert_allclose(fit.standardizer.mean, f[:48].mean(0), rtol=1e-5, atol=1e-6)
     rec = np.asarray(reconn.reconstruct(fit, f[48:]))
     np.testing.assert_allclose(fit.eval_mse[-1], np.mean((rec - t[48:]) ** 2), rtol=1e-5)
     with pytest.raises(ValueError, match="validation_size"):
-        informed.fit_reconstructor(f, t, jax.random.key(0), informed.ReconstructorSpec(validation_size=59))
+        informed.fit_reconstructor(f, t, jax.random.key(0), reconn.ReconstructorSpec(validation_size=59))
 
 
 def test_shared_model_sets_and_argument_checks():
@@ -48,7 +48,7 @@ def test_shared_model_sets_and_argument_checks():
                                    num_shadow=20, progress=False)
     assert ms.shadow.count == 20 and ms.released.count == 3 and "eval_accuracy" not in ms.released
     orc = informed.oracle_for(sp)
-    spec = informed.ReconstructorSpec(hidden=(4,), epochs=1, batch_size=5)
+    spec = reconn.ReconstructorSpec(hidden=(4,), epochs=1, batch_size=5)
     fewer = informed.informed_attack(sp, ms, jax.random.key(2), oracle=orc, reconstructor=spec, num_shadow=10,
                                      progress=False)
     assert fewer.num_shadow == 10 and fewer.feature_dim == 9 * 3 + 3 + 3 * 10 + 10
@@ -71,7 +71,7 @@ def test_shared_model_sets_and_argument_checks():
     ((16, 16, 1), "conv", "TransposedConvDecoder"),
 ])
 def test_reconstructor_network_choice(shape, kind, expected):
-    net = informed.reconstructor_network(shape, kind)
+    net = reconn.reconstructor_network(shape, kind)
     assert type(net).__name__ == expected
     variables = jax.eval_shape(net.init, jax.random.key(0), np.zeros((1, 7), np.float32))
     assert jax.eval_shape(net.apply, variables, np.zeros((2, 7), np.float32)).shape == (2,) + shape
@@ -79,14 +79,14 @@ def test_reconstructor_network_choice(shape, kind, expected):
 
 def test_reconstructor_network_refuses_what_it_cannot_build():
     with pytest.raises(ValueError, match="kind 'conv'"):
-        informed.reconstructor_network((18, 18, 1), "conv")
+        reconn.reconstructor_network((18, 18, 1), "conv")
     with pytest.raises(ValueError, match="kind must be one of"):
-        informed.reconstructor_network((28, 28, 1), "gan")
+        reconn.reconstructor_network((28, 28, 1), "gan")
 
 
 def test_spec_kind_selects_the_network_when_no_model_is_given():
     f = np.random.default_rng(2).normal(size=(20, 5)).astype(np.float32)
     t = np.random.default_rng(3).uniform(size=(20, 8, 8, 3)).astype(np.float32)
-    spec = informed.ReconstructorSpec(epochs=1, batch_size=10, kind="conv")
+    spec = reconn.ReconstructorSpec(epochs=1, batch_size=10, kind="conv")
     fit = informed.fit_reconstructor(f, t, jax.random.key(0), spec, progress=False)
     assert type(fit.model).__name__ == "TransposedConvDecoder"

@@ -9,6 +9,7 @@ from scipy import integrate, stats
 
 from recon_jax import bounds
 from recon_jax.attacks import prior_aware
+from recon_jax.attacks.canaries import GameTraining
 from recon_jax.models import MLP, ModelFns, from_flax
 
 # A linear "model" whose per-example gradient is the record itself: the geometry of the candidate gradients is
@@ -34,9 +35,10 @@ def _orthogonal_game(k, sigmas, steps, n_trials, key, sample_rate=1.0, norm=3.0)
     fixed = (jnp.asarray(rng.normal(size=(5, k)), jnp.float32), jnp.zeros(5, jnp.int32))
     target = jnp.asarray(rng.integers(0, k, n_trials), jnp.int32)
     return prior_aware.prior_aware_game(
-        LINEAR, {"w": jnp.zeros((k,))}, fixed, (cx, cy), target, noise_multipliers=sigmas, clip_norm=1.0,
-        steps=steps, optimizer=optax.sgd(0.1), key=key, sample_rate=sample_rate, loss_fn=_identity_loss,
-        chunk_size=4096)
+        LINEAR, {"w": jnp.zeros((k,))}, fixed, (cx, cy), target,
+        GameTraining(noise_multipliers=sigmas, clip_norm=1.0, steps=steps, optimizer=optax.sgd(0.1),
+                     sample_rate=sample_rate, loss_fn=_identity_loss),
+        key, chunk_size=4096)
 
 
 def test_orthogonal_success_matches_quadrature():
@@ -118,8 +120,8 @@ def test_ghost_and_per_example_paths_agree():
     cx = jnp.asarray(rng.uniform(size=(3, 4, 16)), jnp.float32)
     cy = jnp.asarray(rng.integers(0, 3, (3, 4)), jnp.int32)
     p0 = fns.init(jax.random.key(0), fx[:1])
-    kw = dict(noise_multipliers=[0.5, 2.0], clip_norm=1.0, steps=3, optimizer=optax.sgd(0.2, momentum=0.9),
-              key=jax.random.key(5))
+    kw = dict(training=GameTraining(noise_multipliers=[0.5, 2.0], clip_norm=1.0, steps=3,
+                                    optimizer=optax.sgd(0.2, momentum=0.9)), key=jax.random.key(5))
     a = prior_aware.prior_aware_game(fns, p0, (fx, fy), (cx, cy), jnp.zeros(3, jnp.int32), **kw)
     b = prior_aware.prior_aware_game(dataclasses.replace(fns, tap=None), p0, (fx, fy), (cx, cy),
                                      jnp.zeros(3, jnp.int32), **kw)
@@ -148,8 +150,9 @@ def test_separation_equals_naive_distance_of_clipped_records():
     target = np.array([0, 2, 4, 1])
     res = prior_aware.prior_aware_game(
         LINEAR, {"w": jnp.zeros((d,))}, fixed, (jnp.asarray(cx, jnp.float32), jnp.zeros((4, k), jnp.int32)),
-        target, noise_multipliers=[sigma], clip_norm=clip, steps=steps, optimizer=optax.sgd(0.1),
-        key=jax.random.key(7), loss_fn=_identity_loss)
+        target, GameTraining(noise_multipliers=[sigma], clip_norm=clip, steps=steps, optimizer=optax.sgd(0.1),
+                             loss_fn=_identity_loss),
+        jax.random.key(7))
     norms = np.linalg.norm(cx, axis=-1, keepdims=True)
     clipped = cx * np.minimum(1.0, clip / norms)
     ref = steps * np.sum((clipped[np.arange(4), target][:, None] - clipped) ** 2, -1) / (sigma * clip) ** 2
@@ -171,16 +174,17 @@ def test_separation_equals_naive_distance_of_clipped_records():
     (dict(sample_rate=1.5), "sample_rate"),
 ])
 def test_invalid_arguments(kwargs, match):
-    args = dict(noise_multipliers=[1.0], clip_norm=1.0, steps=1, optimizer=optax.sgd(0.1), key=jax.random.key(0))
+    args = dict(noise_multipliers=[1.0], clip_norm=1.0, steps=1, optimizer=optax.sgd(0.1), loss_fn=_identity_loss)
     args.update(kwargs)
     cx, cy = jnp.zeros((2, 3, 4)), jnp.zeros((2, 3), jnp.int32)
     with pytest.raises(ValueError, match=match):
         prior_aware.prior_aware_game(LINEAR, {"w": jnp.zeros(4)}, (jnp.zeros((2, 4)), jnp.zeros(2, jnp.int32)),
-                                     (cx, cy), jnp.zeros(2, jnp.int32), loss_fn=_identity_loss, **args)
+                                     (cx, cy), jnp.zeros(2, jnp.int32), GameTraining(**args), jax.random.key(0))
     with pytest.raises(ValueError, match="target_index"):
         prior_aware.prior_aware_game(LINEAR, {"w": jnp.zeros(4)}, (jnp.zeros((2, 4)), jnp.zeros(2, jnp.int32)),
-                                     (cx, cy), jnp.full(2, 3, jnp.int32), noise_multipliers=[1.0], clip_norm=1.0,
-                                     steps=1, optimizer=optax.sgd(0.1), key=jax.random.key(0))
+                                     (cx, cy), jnp.full(2, 3, jnp.int32),
+                                     GameTraining(noise_multipliers=[1.0], clip_norm=1.0, steps=1,
+                                                  optimizer=optax.sgd(0.1)), jax.random.key(0))
 
 
 def test_float32_params_under_global_x64(x64):
@@ -188,6 +192,8 @@ def test_float32_params_under_global_x64(x64):
     cx = jnp.broadcast_to(jnp.eye(3, dtype=jnp.float32), (4, 3, 3))
     res = prior_aware.prior_aware_game(
         LINEAR, {"w": jnp.zeros((3,), jnp.float32)}, (jnp.ones((2, 3), jnp.float32), jnp.zeros(2, jnp.int32)),
-        (cx, jnp.zeros((4, 3), jnp.int32)), jnp.zeros(4, jnp.int32), noise_multipliers=[0.01, 1.0], clip_norm=1.0,
-        steps=2, optimizer=optax.sgd(0.1, momentum=0.9), key=jax.random.key(0), loss_fn=_identity_loss)
+        (cx, jnp.zeros((4, 3), jnp.int32)), jnp.zeros(4, jnp.int32),
+        GameTraining(noise_multipliers=[0.01, 1.0], clip_norm=1.0, steps=2, optimizer=optax.sgd(0.1, momentum=0.9),
+                     loss_fn=_identity_loss),
+        jax.random.key(0))
     assert res.scores.dtype == jnp.float32 and bool(jnp.all(res.success[0]))

@@ -1,4 +1,6 @@
-"""Tests for recon_jax.attacks.reconn and recon_jax.models.reconstructors."""
+"""Tests for recon_jax.attacks.reconn, recon_jax.attacks.features and recon_jax.models.reconstructors."""
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +9,18 @@ import optax
 import pytest
 
 from recon_jax.attacks import _reconn_steps, reconn
+from recon_jax.attacks import features as F
 from recon_jax.models import reconstructors
+from recon_jax.models.losses import reconstruction_loss
+
+_SPEC_FIELDS = {f.name for f in dataclasses.fields(reconn.ReconstructorSpec)}
+
+
+def _train(model, features, targets, key, **kw):
+    """``train_reconstructor`` with ``spec = ReconstructorSpec(model=model, <its fields among kw>)``."""
+    spec = reconn.ReconstructorSpec(model=model, **{k: v for k, v in kw.items() if k in _SPEC_FIELDS})
+    return reconn.train_reconstructor(features, targets, spec, key,
+                                      **{k: v for k, v in kw.items() if k not in _SPEC_FIELDS})
 
 
 # ---------------------------------------------------------------- architectures
@@ -55,13 +68,13 @@ def test_standardizer_matches_numpy_and_uses_training_rows_only():
     train = rng.normal(3.0, 2.0, size=(5000, 7)).astype(np.float32)
     train[:, 4] = 1.5  # a constant coordinate: scale 1
     test = rng.normal(-50.0, 9.0, size=(40, 7)).astype(np.float32)
-    s = reconn.fit_standardizer(train)
+    s = F.fit_standardizer(train)
     # Host float64 accumulation over 1024-row blocks vs one-shot NumPy float64: agree to float32 rounding.
     np.testing.assert_allclose(s.mean, train.astype(np.float64).mean(0), rtol=1e-6)
     ref_std = train.astype(np.float64).std(0)
     ref_std[4] = 1.0
     np.testing.assert_allclose(s.scale, ref_std, rtol=1e-5)
-    z = reconn.standardize(s, test)
+    z = F.standardize(s, test)
     np.testing.assert_allclose(z, (test - s.mean) / s.scale, rtol=1e-6)
     # The held-out rows are far from standardised: they did not enter the statistics.
     assert float(jnp.abs(z.mean())) > 5
@@ -72,9 +85,9 @@ def test_train_reconstructor_standardises_with_training_shadows_only():
     f = rng.normal(size=(64, 6)).astype(np.float32)
     t = (1 / (1 + np.exp(-f[:, :3]))).astype(np.float32)
     ef = (f[:16] * 100 + 1000).astype(np.float32)  # wildly different held-out shadows
-    fit = reconn.train_reconstructor(reconstructors.reconstructor_mlp((3,), (8,)), f, t, jax.random.key(0),
-                                     epochs=2, batch_size=16, eval_set=(ef, t[:16]), progress=False)
-    ref = reconn.fit_standardizer(f)
+    fit = _train(reconstructors.reconstructor_mlp((3,), (8,)), f, t, jax.random.key(0),
+                 epochs=2, batch_size=16, eval_set=(ef, t[:16]), progress=False)
+    ref = F.fit_standardizer(f)
     np.testing.assert_array_equal(fit.standardizer.mean, ref.mean)
     np.testing.assert_array_equal(fit.standardizer.scale, ref.scale)
     assert fit.eval_mse.shape == (2,)
@@ -85,15 +98,15 @@ def test_whitebox_layer_subset_and_blackbox_features():
 
     params = balle_mnist_mlp().init(jax.random.key(0), jnp.zeros((1, 784)))["params"]
     flat, layout = ravel(params)
-    feats = reconn.whitebox_features(np.stack([np.asarray(flat)] * 3), layout, "Dense_1")
+    feats = F.whitebox_features(np.stack([np.asarray(flat)] * 3), layout, "Dense_1")
     assert feats.shape == (3, 110)
     expected = np.concatenate([np.asarray(params["Dense_1"]["bias"]), np.asarray(params["Dense_1"]["kernel"]).ravel()])
     np.testing.assert_array_equal(feats[0], expected)
-    assert reconn.whitebox_features(flat[None]).shape == (1, 7960)
+    assert F.whitebox_features(flat[None]).shape == (1, 7960)
     with pytest.raises(ValueError, match="layout"):
-        reconn.whitebox_features(flat[None], None, "Dense_1")
+        F.whitebox_features(flat[None], None, "Dense_1")
     logits = np.arange(2 * 5 * 10, dtype=np.float32).reshape(2, 5, 10)
-    bb = reconn.blackbox_features(logits)
+    bb = F.blackbox_features(logits)
     assert bb.shape == (2, 50) and bb[1, 0] == logits[1, 0, 0] and bb[1, 49] == logits[1, 4, 9]
 
 
@@ -110,16 +123,16 @@ def test_training_learns_and_is_seeded():
     f, t = _toy_task()
     model = reconstructors.reconstructor_mlp((6,), (64,))
     kw = dict(epochs=30, batch_size=32, eval_set=(f[200:], t[200:]), progress=False)
-    fit = reconn.train_reconstructor(model, f[:200], t[:200], jax.random.key(0), **kw)
+    fit = _train(model, f[:200], t[:200], jax.random.key(0), **kw)
     baseline = float(np.mean((t[200:] - t[:200].mean(0)) ** 2))  # predicting the mean shadow target
     assert fit.eval_mse[-1] < 0.3 * baseline
     assert fit.losses[-1] < fit.losses[0]
-    again = reconn.train_reconstructor(model, f[:200], t[:200], jax.random.key(0), **kw)
+    again = _train(model, f[:200], t[:200], jax.random.key(0), **kw)
     np.testing.assert_array_equal(fit.losses, again.losses)  # same key: identical run
-    other = reconn.train_reconstructor(model, f[:200], t[:200], jax.random.key(1), **kw)
+    other = _train(model, f[:200], t[:200], jax.random.key(1), **kw)
     assert not np.array_equal(fit.losses, other.losses)
     rec = reconn.reconstruct(fit, f[200:], batch_size=7)
-    np.testing.assert_allclose(rec, model.apply(fit.params, reconn.standardize(fit.standardizer, f[200:])),
+    np.testing.assert_allclose(rec, model.apply(fit.params, F.standardize(fit.standardizer, f[200:])),
                                rtol=1e-5, atol=1e-6)
 
 
@@ -127,21 +140,21 @@ def test_loss_is_mae_plus_mse():
     t = jnp.array([[0.0, 1.0, 0.5]])
     o = jnp.array([[0.2, 0.5, 0.5]])
     ref = np.mean(np.abs(o - t)) + np.mean((o - t) ** 2)
-    np.testing.assert_allclose(reconn.reconstruction_loss(t, o), ref, rtol=1e-6)
-    np.testing.assert_allclose(reconn.reconstruction_loss(t, o, 2.0, 0.0), 2 * np.mean(np.abs(o - t)), rtol=1e-6)
+    np.testing.assert_allclose(reconstruction_loss(t, o), ref, rtol=1e-6)
+    np.testing.assert_allclose(reconstruction_loss(t, o, 2.0, 0.0), 2 * np.mean(np.abs(o - t)), rtol=1e-6)
 
 
 def test_fine_tuning_starts_from_trained_params():
     f, t = _toy_task()
-    fit = reconn.train_reconstructor(reconstructors.reconstructor_mlp((6,), (16,)), f, t, jax.random.key(0),
-                                     epochs=3, batch_size=32, progress=False)
+    fit = _train(reconstructors.reconstructor_mlp((6,), (16,)), f, t, jax.random.key(0),
+                 epochs=3, batch_size=32, progress=False)
     # A zero-learning-rate fine-tune must return the trained parameters unchanged (it does not re-initialise).
-    ft = reconn.fine_tune_reconstructor(fit, f + 1.0, t, jax.random.key(5), epochs=1, batch_size=32,
-                                        optimizer=optax.sgd(0.0), progress=False)
+    spec = reconn.ReconstructorSpec(epochs=1, batch_size=32, optimizer=optax.sgd(0.0))
+    ft = reconn.fine_tune_reconstructor(fit, f + 1.0, t, spec, jax.random.key(5), progress=False)
     jax.tree_util.tree_map(np.testing.assert_array_equal, ft.params, fit.params)
     np.testing.assert_allclose(ft.standardizer.mean, fit.standardizer.mean + 1.0, rtol=1e-5)  # re-fitted
-    kept = reconn.fine_tune_reconstructor(fit, f + 1.0, t, jax.random.key(5), epochs=1, batch_size=32,
-                                          refit_standardizer=False, progress=False)
+    kept = reconn.fine_tune_reconstructor(fit, f + 1.0, t, reconn.ReconstructorSpec(epochs=1, batch_size=32),
+                                          jax.random.key(5), refit_standardizer=False, progress=False)
     np.testing.assert_array_equal(kept.standardizer.mean, fit.standardizer.mean)
 
 
@@ -151,27 +164,40 @@ def test_patchgan_adversarial_training_runs():
     f = rng.normal(size=(32, 12)).astype(np.float32)
     t = rng.uniform(size=(32, 8, 8, 3)).astype(np.float32)
     disc = reconstructors.PatchGANDiscriminator(features=(4, 1), strides=(2, 1))
-    fit = reconn.train_reconstructor(reconstructors.reconstructor_mlp((8, 8, 3), (16,)), f, t, jax.random.key(0),
-                                     epochs=2, batch_size=8, discriminator=disc, adversarial_weight=0.1,
-                                     discriminator_learning_rate=1e-2, progress=False)
+    fit = _train(reconstructors.reconstructor_mlp((8, 8, 3), (16,)), f, t, jax.random.key(0),
+                 epochs=2, batch_size=8, discriminator=disc, adversarial_weight=0.1,
+                 discriminator_learning_rate=1e-2, progress=False)
     init = disc.init(jax.random.fold_in(jax.random.key(0), 1), jnp.asarray(t[:1]))
     changed = jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda a, b: bool(jnp.any(a != b)), fit.disc_params,
                                                                init))
     assert all(changed) and np.all(np.isfinite(fit.losses))
     with pytest.raises(ValueError, match="image targets"):
-        reconn.train_reconstructor(reconstructors.reconstructor_mlp((6,), (8,)), *_toy_task(32), jax.random.key(0),
-                                   epochs=1, discriminator=disc, progress=False)
+        _train(reconstructors.reconstructor_mlp((6,), (8,)), *_toy_task(32), jax.random.key(0),
+               epochs=1, discriminator=disc, progress=False)
 
 
 def test_validation():
     f, t = _toy_task(16)
     m = reconstructors.reconstructor_mlp((6,), (8,))
     with pytest.raises(ValueError, match="epochs"):
-        reconn.train_reconstructor(m, f, t, jax.random.key(0), epochs=0)
+        _train(m, f, t, jax.random.key(0), epochs=0)
     with pytest.raises(ValueError, match="same length"):
-        reconn.train_reconstructor(m, f, t[:3], jax.random.key(0))
+        _train(m, f, t[:3], jax.random.key(0))
     with pytest.raises(ValueError, match="features"):
-        reconn.fit_standardizer(np.zeros(5))
+        F.fit_standardizer(np.zeros(5))
+    with pytest.raises(TypeError, match="ReconstructorSpec"):
+        reconn.train_reconstructor(f, t, m, jax.random.key(0))  # the network goes in the spec
+
+
+def test_the_spec_builds_the_network_it_names():
+    """Without ``spec.model`` the network is ``reconstructor_network(target shape, kind, hidden)``."""
+    f, t = _toy_task(64)
+    spec = reconn.ReconstructorSpec(hidden=(8,), epochs=2, batch_size=16)
+    by_kind = reconn.train_reconstructor(f, t, spec, jax.random.key(0), progress=False)
+    explicit = reconn.train_reconstructor(
+        f, t, dataclasses.replace(spec, model=reconn.reconstructor_network((6,), "mlp", (8,))), jax.random.key(0),
+        progress=False)
+    _same_fit(by_kind, explicit)
 
 
 # ---------------------------------------------------------------- streaming, checkpoints, early stopping
@@ -179,8 +205,8 @@ def test_validation():
 def _fit(f, t, **kw):
     base = dict(epochs=4, batch_size=16, progress=False, eval_set=(f[160:], t[160:]))
     base.update(kw)
-    return reconn.train_reconstructor(reconstructors.reconstructor_mlp((6,), (16,)), f[:160], t[:160],
-                                      jax.random.key(3), **base)
+    return _train(reconstructors.reconstructor_mlp((6,), (16,)), f[:160], t[:160],
+                  jax.random.key(3), **base)
 
 
 def _same_fit(a, b):
@@ -195,9 +221,9 @@ def test_streaming_from_a_memory_map_equals_one_block(tmp_path):
     np.save(path, f[:160])
     mm = np.load(path, mmap_mode="r")
     whole = _fit(f, t, stream_rows=160)
-    streamed = reconn.train_reconstructor(reconstructors.reconstructor_mlp((6,), (16,)), mm, t[:160],
-                                          jax.random.key(3), epochs=4, batch_size=16, progress=False,
-                                          eval_set=(f[160:], t[160:]), stream_rows=48)  # 3 batches a block
+    streamed = _train(reconstructors.reconstructor_mlp((6,), (16,)), mm, t[:160],
+                      jax.random.key(3), epochs=4, batch_size=16, progress=False,
+                      eval_set=(f[160:], t[160:]), stream_rows=48)  # 3 batches a block
     _same_fit(whole, streamed)
 
 
@@ -238,9 +264,9 @@ def test_training_with_resident_features_equals_streaming(monkeypatch, tmp_path)
     placed = []
     monkeypatch.setattr(reconn, "resident_on_accelerator",
                         lambda a, dtype: placed.append(_reconn_steps.resident_on_accelerator(a, dtype)) or placed[-1])
-    resident = reconn.train_reconstructor(reconstructors.reconstructor_mlp((6,), (16,)),
-                                          np.load(path, mmap_mode="r"), t[:160], jax.random.key(3), epochs=4,
-                                          batch_size=16, progress=False, eval_set=(f[160:], t[160:]))
+    resident = _train(reconstructors.reconstructor_mlp((6,), (16,)),
+                      np.load(path, mmap_mode="r"), t[:160], jax.random.key(3), epochs=4,
+                      batch_size=16, progress=False, eval_set=(f[160:], t[160:]))
     assert len(placed) == 2 and all(isinstance(a, jax.Array) for a in placed)  # features and targets moved
     _same_fit(streamed, resident)
 
@@ -289,11 +315,11 @@ def test_early_stopping_returns_best_epoch():
     at_best = _fit(f, t_noise, epochs=fit.best_epoch, optimizer=optax.adam(3e-2))
     jax.tree_util.tree_map(np.testing.assert_array_equal, fit.params, at_best.params)
     with pytest.raises(ValueError, match="eval_set"):
-        reconn.train_reconstructor(reconstructors.reconstructor_mlp((6,), (8,)), f, t, jax.random.key(0),
-                                   patience=3, progress=False)
+        _train(reconstructors.reconstructor_mlp((6,), (8,)), f, t, jax.random.key(0),
+               patience=3, progress=False)
     with pytest.raises(ValueError, match="checkpoint_key"):
-        reconn.train_reconstructor(reconstructors.reconstructor_mlp((6,), (8,)), f, t, jax.random.key(0),
-                                   optimizer=optax.sgd(0.1), checkpoint_dir="unused", progress=False)
+        _train(reconstructors.reconstructor_mlp((6,), (8,)), f, t, jax.random.key(0),
+               optimizer=optax.sgd(0.1), checkpoint_dir="unused", progress=False)
 
 
 # ---------------------------------------------------------------- options of the DR attack (Lumbut & Ponnoprat)
@@ -302,21 +328,21 @@ def test_fit_minmax_and_the_scaling_option():
     rng = np.random.default_rng(4)
     f = rng.normal(size=(3000, 5)).astype(np.float32)
     f[:, 2] = 7.0  # constant: span 1
-    s = reconn.fit_minmax(f)
+    s = F.fit_minmax(f)
     np.testing.assert_array_equal(s.mean, f.min(0))  # min and max are exact in any block order
     np.testing.assert_array_equal(s.scale, np.where(np.ptp(f, 0) > 0, np.ptp(f, 0), 1))
-    z = np.asarray(reconn.standardize(s, f))
+    z = np.asarray(F.standardize(s, f))
     # (f - min) / span: 0 exactly, and span / span = 1 exactly in IEEE division. XLA on a GPU divides float32 with
     # PTX div.full (up to 1 ulp: span / span = 0.99999994 for about 16% of values, openxla/xla#37181), so 1 ulp there.
     one_ulp = 0.0 if jax.default_backend() == "cpu" else 2.0**-23
     assert z.min() == 0.0 and abs(z.max() - 1.0) <= one_ulp
     t = f[:, :2]
-    fit = reconn.train_reconstructor(reconstructors.reconstructor_mlp((2,), (8,)), f[:64], t[:64], jax.random.key(0),
-                                     epochs=1, batch_size=16, scaling="minmax", progress=False)
+    fit = _train(reconstructors.reconstructor_mlp((2,), (8,)), f[:64], t[:64], jax.random.key(0),
+                 epochs=1, batch_size=16, scaling="minmax", progress=False)
     np.testing.assert_array_equal(fit.standardizer.mean, f[:64].min(0))
     with pytest.raises(ValueError, match="scaling"):
-        reconn.train_reconstructor(reconstructors.reconstructor_mlp((2,), (8,)), f, t, jax.random.key(0),
-                                   scaling="robust", progress=False)
+        _train(reconstructors.reconstructor_mlp((2,), (8,)), f, t, jax.random.key(0),
+               scaling="robust", progress=False)
 
 
 def test_early_stopping_rule():
@@ -333,7 +359,7 @@ def test_monitor_loss_keeps_the_best_objective_and_the_final_params():
     fit = _fit(f, t_noise, epochs=60, patience=2, **kw)
     assert fit.stopped_early and fit.best_epoch == int(np.argmin(fit.eval_loss)) + 1
     out = reconn.reconstruct(fit, f[160:])
-    np.testing.assert_allclose(reconn.reconstruction_loss(t_noise[160:], out, 0.5, 1.0), fit.eval_loss.min(),
+    np.testing.assert_allclose(reconstruction_loss(t_noise[160:], out, 0.5, 1.0), fit.eval_loss.min(),
                                rtol=1e-5)  # float32 recomputation of the same quantity
     np.testing.assert_allclose(np.mean((np.asarray(out) - t_noise[160:]) ** 2), fit.eval_mse[fit.best_epoch - 1],
                                rtol=1e-5)
@@ -362,7 +388,7 @@ def test_train_flag_trains_batchnorm_and_dropout_models():
     f, t = _toy_task(200)
     model = _bn_dropout_model()
     kw = dict(epochs=3, batch_size=16, progress=False, eval_set=(f[160:], t[160:]), train_flag=True)
-    fit = reconn.train_reconstructor(model, f[:160], t[:160], jax.random.key(3), **kw)
+    fit = _train(model, f[:160], t[:160], jax.random.key(3), **kw)
     init = model.init(jax.random.fold_in(jax.random.key(3), 0), jnp.zeros((1, 10)), train=False)
     assert set(fit.params) == {"params", "batch_stats"}
     assert not np.allclose(fit.params["batch_stats"]["BatchNorm_0"]["mean"], init["batch_stats"]["BatchNorm_0"]["mean"])
@@ -372,24 +398,24 @@ def test_train_flag_trains_batchnorm_and_dropout_models():
     np.testing.assert_allclose(np.mean((np.asarray(out) - t[160:]) ** 2), fit.eval_mse[-1], rtol=1e-5)
     # Dropout keys come from the step index: the result does not depend on the streaming block size, and the host
     # loop of jitted steps agrees with the scan up to float rounding.
-    streamed = reconn.train_reconstructor(model, f[:160], t[:160], jax.random.key(3), stream_rows=48, **kw)
+    streamed = _train(model, f[:160], t[:160], jax.random.key(3), stream_rows=48, **kw)
     np.testing.assert_array_equal(streamed.losses, fit.losses)
-    host = reconn.train_reconstructor(model, f[:160], t[:160], jax.random.key(3), step_loop="host", **kw)
+    host = _train(model, f[:160], t[:160], jax.random.key(3), step_loop="host", **kw)
     np.testing.assert_allclose(host.losses, fit.losses, rtol=1e-4)
     np.testing.assert_allclose(host.eval_mse, fit.eval_mse, rtol=1e-4)
     with pytest.raises(ValueError, match="step_loop"):
-        reconn.train_reconstructor(model, f, t, jax.random.key(3), step_loop="python", progress=False)
+        _train(model, f, t, jax.random.key(3), step_loop="python", progress=False)
 
 
 def test_train_flag_resumes_from_a_checkpoint(tmp_path):
     f, t = _toy_task(200)
     model = _bn_dropout_model()
     kw = dict(batch_size=16, progress=False, eval_set=(f[160:], t[160:]), train_flag=True, monitor="loss")
-    full = reconn.train_reconstructor(model, f[:160], t[:160], jax.random.key(3), epochs=4, **kw)
-    reconn.train_reconstructor(model, f[:160], t[:160], jax.random.key(3), epochs=2, checkpoint_dir=str(tmp_path),
-                               **kw)
-    resumed = reconn.train_reconstructor(model, f[:160], t[:160], jax.random.key(3), epochs=4,
-                                         checkpoint_dir=str(tmp_path), **kw)
+    full = _train(model, f[:160], t[:160], jax.random.key(3), epochs=4, **kw)
+    _train(model, f[:160], t[:160], jax.random.key(3), epochs=2, checkpoint_dir=str(tmp_path),
+           **kw)
+    resumed = _train(model, f[:160], t[:160], jax.random.key(3), epochs=4,
+                     checkpoint_dir=str(tmp_path), **kw)
     assert resumed.resumed_from == 2
     _same_fit(full, resumed)
     np.testing.assert_array_equal(full.eval_loss, resumed.eval_loss)
@@ -399,8 +425,8 @@ def test_repeated_fits_with_one_optimizer_compile_once():
     f, t = _toy_task(64)
     model = reconstructors.reconstructor_mlp((6,), (8,))
     opt = optax.adam(1e-2)
-    reconn.train_reconstructor(model, f, t, jax.random.key(0), epochs=1, batch_size=16, optimizer=opt, progress=False)
+    _train(model, f, t, jax.random.key(0), epochs=1, batch_size=16, optimizer=opt, progress=False)
     before = _reconn_steps.make_steps.cache_info()
-    reconn.train_reconstructor(model, f, t, jax.random.key(1), epochs=1, batch_size=16, optimizer=opt, progress=False)
+    _train(model, f, t, jax.random.key(1), epochs=1, batch_size=16, optimizer=opt, progress=False)
     after = _reconn_steps.make_steps.cache_info()
     assert after.hits == before.hits + 1 and after.misses == before.misses

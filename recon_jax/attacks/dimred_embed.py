@@ -1,8 +1,12 @@
 """Dimensionality-reduction methods M: R^{n x d} -> R^{n x 2} for the Lumbut & Ponnoprat attack.
 
 PCA and sparse random projection are pure ``jnp`` (jittable, vmappable); MDS (SMACOF), Isomap and t-SNE come
-from scikit-learn and UMAP from umap-learn (host-side NumPy; imported lazily). The public names are re-exported
-by :mod:`recon_jax.attacks.dimred`; import them from there.
+from scikit-learn and UMAP from umap-learn (host-side NumPy; imported lazily). The attack that uses them is
+:mod:`recon_jax.attacks.dimred`.
+
+Constants: ``METHODS`` (every method name :func:`embed` takes), ``DETERMINISTIC_METHODS`` (those whose embedding
+ignores the key), ``JNP_METHODS`` / ``SKLEARN_METHODS`` (where each runs) and ``SEED_POLICIES`` (how
+:func:`run_key` derives a run's key: ``"known"`` shares the victim's key, ``"fresh"`` draws one per run).
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ __all__ = [
     "srp_embed",
     "embed",
     "sklearn_embed",
-    "seed_from_key",
     "run_key",
 ]
 
