@@ -481,6 +481,12 @@ def test_familywise_audit_bounds_are_bonferroni_bounds():
     assert out["audit_gdp_mu_lower_familywise"] == pytest.approx(float(mu_fw))
     assert out["audit_gdp_eps_familywise"] == pytest.approx(float(audit_gdp.gdp_epsilon(mu_fw, config.delta)))
     assert out["audit_gdp_mu_lower_familywise"] < out["audit_gdp_mu_lower"] < mu + 0.1
-    assert out["audit_one_run_eps_familywise"] <= out["audit_one_run_eps"]
-    assert out["empirical_eps_familywise"] <= out["empirical_eps"]
-    assert out["audit_rigorous_ceiling_familywise"] <= out["audit_rigorous_ceiling"]
+    # The rigorous and one-run bounds at that confidence, recomputed directly (the rigorous audit picks its
+    # threshold at its own confidence, so its family-wise bound need not sit below its 95% one).
+    from recon_jax.attacks import audit, audit_one_run
+
+    assert out["empirical_eps_familywise"] == audit.empirical_epsilon(s_with, s_without, config.delta,
+                                                                      confidence=fw).eps_lower
+    assert out["audit_one_run_eps_familywise"] == audit_one_run.one_run_audit(one_run, included, config.delta,
+                                                                              confidence=fw).eps_lower
+    assert out["audit_rigorous_ceiling_familywise"] < out["audit_rigorous_ceiling"]
