@@ -32,7 +32,6 @@ LEGACY_CLAIMS = {
     "balle_mnist/table2": "55 min on the 2-core CPU",
     "balle_mnist/gpu": "made on an H200; needs an accelerator",
     "device/h200": "the device check of an H200 session; needs an accelerator",
-    "lumbut_dimred/default": "rerun under way (about an hour)",
 }
 
 
