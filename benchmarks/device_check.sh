@@ -64,7 +64,7 @@ else
   bench_timeout=${BENCH_TIMEOUT:-220}
   targets=${PYTEST_TARGETS:-tests recon_jax}
   bench_cmds=(
-    "benchmarks.run shadow -- --targets 8192 --rounds 2 --configs 2x1"
+    "benchmarks.run shadow -- --targets 32768 --rounds 2 --configs 2x1 --chunk-sweep 1024,4096,16384"
     "benchmarks.run dp_shadow --no-peak -- --ghost-models 4096 --vmap-models 64 --minibatch-models 2048 --chunk 1024 --repeats 2"
     "benchmarks.run reconn --no-peak -- --rows 16384 --epochs 2 --stream-rows 0"
   )

@@ -108,13 +108,14 @@ def _problem(targets: int, fixed: int):
 
 
 def worker(config: str, targets: int, fixed: int, epochs: int, chunk: int, baselines: bool,
-           loop_models: int, notebook_chunk: int, rounds: int) -> dict:
+           loop_models: int, notebook_chunk: int, rounds: int, chunk_sweep: tuple[int, ...] = ()) -> dict:
     """Measures one CPU configuration in this process (XLA_FLAGS must already be set).
 
     The machine may be shared, so the work is split into ``rounds``; each round times ours on
     ``targets / rounds`` models, then (with ``baselines``) the loop, the notebook pattern and the matmul peak.
     Ratios are formed within a round (same load) and the median over rounds is reported, both for wall-clock
-    time and for process CPU time (all threads), which is insensitive to other users' load.
+    time and for process CPU time (all threads), which is insensitive to other users' load. Each size in
+    ``chunk_sweep`` is timed in every round too (ours at that ``chunk_size``), against ours at ``chunk``.
     """
     import jax
     import jax.numpy as jnp
@@ -135,13 +136,15 @@ def worker(config: str, targets: int, fixed: int, epochs: int, chunk: int, basel
         jax.block_until_ready(fn())
         return time.perf_counter() - w, time.process_time() - c
 
-    def ours(k, offset=0, first_layer="auto"):
+    def ours(k, offset=0, first_layer="auto", chunk_size=chunk):
         return shadow.generate_shadow_models(fns, alg, (fx, fy), (tx[offset:offset + k], ty[offset:offset + k]),
-                                             key, init_params=p0, chunk_size=chunk or None, progress=False,
+                                             key, init_params=p0, chunk_size=chunk_size or None, progress=False,
                                              first_layer=first_layer).arrays["params"]
 
     ours(2, first_layer="gram")  # compile (cached for the timed calls: the chunk shape is the same)
     ours(2, first_layer="direct")
+    for c in chunk_sweep:
+        ours(min(c, per_round), chunk_size=c)
     if baselines:
         fxj, fyj = jnp.asarray(fx), jnp.asarray(fy)
 
@@ -217,6 +220,9 @@ def worker(config: str, targets: int, fixed: int, epochs: int, chunk: int, basel
         row["ours"] = (per_round / w, per_round / c)
         w, c = timed(lambda: ours(per_round, r * per_round, "direct"))
         row["direct"] = (per_round / w, per_round / c)
+        for size in chunk_sweep:
+            w, c = timed(lambda: ours(per_round, r * per_round, chunk_size=size))
+            row[f"chunk{size}"] = (per_round / w, per_round / c)
         row["peak"] = _peak_gflops_all_devices()
         if baselines:
             w, c = timed(loop)
@@ -239,6 +245,9 @@ def worker(config: str, targets: int, fixed: int, epochs: int, chunk: int, basel
     res["direct_models_per_s"] = med([r["direct"][0] for r in rows])
     res["direct_fraction_of_peak"] = med([r["direct"][0] * flops / 1e9 / r["peak"][0] for r in rows])
     res["ratio_direct"] = med([r["ours"][0] / r["direct"][0] for r in rows])
+    res["chunk_sweep"] = {size: {"models_per_s": med([r[f"chunk{size}"][0] for r in rows]),
+                                 "ratio": med([r[f"chunk{size}"][0] / r["ours"][0] for r in rows])}
+                          for size in chunk_sweep}
     if baselines:
         for name in ("loop", "notebook", "notebook_separate"):
             res[f"{name}_models_per_s"] = med([r[name][0] for r in rows])
@@ -257,12 +266,19 @@ def _spawn(config: str, args, baselines: bool) -> dict:
     cmd = [sys.executable, "-m", "benchmarks.shadow", "--worker", config, "--targets", str(args.targets),
            "--fixed", str(args.fixed), "--epochs", str(args.epochs), "--chunk", str(args.chunk),
            "--loop-models", str(args.loop_models), "--notebook-chunk", str(args.notebook_chunk),
-           "--rounds", str(args.rounds)]
+           "--rounds", str(args.rounds), "--chunk-sweep", args.chunk_sweep]
     if baselines:
         cmd.append("--baselines")
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    sizes = tuple(int(x) for x in text.split(",") if x.strip())
+    if any(x < 1 for x in sizes):
+        raise SystemExit(f"--chunk-sweep sizes must be positive integers, got {text!r}")
+    return sizes
 
 
 def _parser():
@@ -274,6 +290,9 @@ def _parser():
     p.add_argument("--loop-models", type=int, default=16)
     p.add_argument("--notebook-chunk", type=int, default=50)
     p.add_argument("--rounds", type=int, default=4, help="interleaved measurement rounds (median reported)")
+    p.add_argument("--chunk-sweep", default="",
+                   help="comma list of further chunk sizes, each timed beside --chunk in every round "
+                        "(BENCH shadow_chunk<N>_vs_chunk: ours at N against ours at --chunk)")
     p.add_argument("--configs", default="2x1,1x2", help="CPU configurations to compare; the first prints BENCH")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--baselines", action="store_true", help=argparse.SUPPRESS)
@@ -289,6 +308,7 @@ def main(argv: list[str] | None = None) -> dict:
     bad = [c for c in configs if c not in CONFIG_FLAGS]
     if bad or not configs:
         raise SystemExit(f"--configs must be a comma list of {sorted(CONFIG_FLAGS)}, got {args.configs}")
+    _sizes(args.chunk_sweep)
     results = {}
     for i, c in enumerate(configs):
         results[c] = _spawn(c, args, baselines=(i == 0))
@@ -319,6 +339,9 @@ def main(argv: list[str] | None = None) -> dict:
                ratio=m["ratio_direct_vs_loop"])
     bench_line("shadow_direct_fraction_of_peak", m["direct_fraction_of_peak"], 0.75, "fraction",
                ratio=m["direct_fraction_of_peak"] / 0.75)
+    for size, got in m["chunk_sweep"].items():
+        bench_line(f"shadow_chunk{size}_vs_chunk", got["models_per_s"], m["ours_models_per_s"], "models/s",
+                   ratio=got["ratio"])
     if len(configs) > 1:
         other = results[configs[1]]
         bench_line("shadow_cpu_devices", m["ours_models_per_s"], other["ours_models_per_s"], "models/s")
@@ -329,7 +352,7 @@ if __name__ == "__main__":
     ns = _parser().parse_args()
     if ns.worker:
         out = worker(ns.worker, ns.targets, ns.fixed, ns.epochs, ns.chunk, ns.baselines, ns.loop_models,
-                     ns.notebook_chunk, ns.rounds)
+                     ns.notebook_chunk, ns.rounds, _sizes(ns.chunk_sweep))
         print(json.dumps(out), flush=True)
     else:
         main(sys.argv[1:])
