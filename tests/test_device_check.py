@@ -75,7 +75,7 @@ def test_dry_run_writes_summary_and_bench_lines(tmp_path):
     names = {r["name"] for r in _device.parse_bench((out / "bench.txt").read_text())}
     assert {"matmul_peak", "reconn_fraction_of_peak", "reconn_streamed_vs_device"} <= names
     summary = (out / "summary.md").read_text()
-    assert f"{suite['counts']['PASSED']} passed, 0 failed" in summary and "the run finished" in summary
+    assert f"{suite['counts']['PASSED']} passed, 0 failed" in summary and "every collected test ran" in summary
     assert "reconn_fraction_of_peak" in summary
     phases = dict(line.split() for line in (out / "phases.txt").read_text().splitlines())
     assert set(phases) == {"install", "info", "suite", "bench"}
@@ -93,12 +93,40 @@ def test_publish_turns_goals_into_claims(tmp_path):
                                      "BENCH name=dpgd_ghost_vs_nonprivate ours=7 baseline=10 unit=models/s ratio=0.7\n")
     (check / "phases.txt").write_text("install 0\ninfo 5\nbench 100\nsuite 300\n")
     metrics = _device.publish(str(check), str(tmp_path / "res"))
-    holds = {c["name"].split(" at least")[0]: c["holds"] for c in metrics["claims"]}
-    assert holds == {"the test suite passes on the accelerator": False, "Balle MLP shadow models": True,
-                     "DP-GD shadow models": False, "minibatch DP-SGD shadow models": False,
-                     "reconstructor training": False}
+    verdicts = {c["name"].split(" at least")[0]: c["verdict"] for c in metrics["claims"]}
+    assert verdicts == {"the test suite passes on the accelerator": "fails", "Balle MLP shadow models": "holds",
+                        "DP-GD shadow models": "fails", "minibatch DP-SGD shadow models": "undecided",
+                        "reconstructor training": "undecided"}
+    assert all(c["holds"] == (c["verdict"] == "holds") for c in metrics["claims"])
     assert "not measured" in metrics["claims"][3]["detail"]
     config = json.loads((tmp_path / "res" / "config.json").read_text())
     assert config["wall_time_s"] == 400 and config["config"]["bench_commands"] == ["python -m benchmarks.run shadow"]
     report = (tmp_path / "res" / "report.md").read_text()
     assert "## Claims" in report and "1 of 5" in report
+
+
+def test_follow_up_run_completes_a_cut_off_suite_and_keeps_its_failures(tmp_path):
+    first = _device.parse_pytest_log(_LOG)  # cut off: a passed, b failed, one skipped, two not run
+    # The follow-up reran whole files: b's failure passes there, c's test fails, a's passes again.
+    later = _device.parse_pytest_log("[gw0] PASSED tests/a.py::test_one\n[gw1] PASSED tests/b.py::test_two[0.5]\n"
+                                     "[gw1] PASSED tests/b.py::test_four\n[gw0] ERROR tests/c.py::test_five\n")
+    merged = _device.merge_suites(first, later)
+    assert merged["collected"] == 5 and merged["not_run"] == 0 and merged["finished"]
+    assert merged["counts"] == {"PASSED": 2, "FAILED": 1, "SKIPPED": 1, "ERROR": 1}
+    assert [t for t, _ in merged["failed"]] == ["tests/b.py::test_two[0.5]", "tests/c.py::test_five"]
+    partial = _device.merge_suites(first, _device.parse_pytest_log("[gw0] PASSED tests/b.py::test_four\n"))
+    assert partial["not_run"] == 1 and not partial["finished"]
+
+    check = tmp_path / "check"
+    check.mkdir()
+    (check / "device.json").write_text(json.dumps({"device_kind": "NVIDIA H100", "machine": {}}))
+    (check / "pytest.log").write_text(_LOG)
+    log = tmp_path / "rest.log"
+    log.write_text("[gw0] PASSED tests/b.py::test_four\n[gw0] PASSED tests/c.py::test_five\n")
+    metrics = _device.publish(str(check), str(tmp_path / "res"), (str(log),))
+    suite_claim = metrics["claims"][0]
+    assert suite_claim["verdict"] == "fails" and "1 failed" in suite_claim["detail"]  # b's failure stays
+    assert metrics["suite"]["not_run"] == 0 and "outcomes" not in metrics["suite"]
+    assert (tmp_path / "res" / "pytest_follow_up1.log").read_text() == log.read_text()
+    report = (tmp_path / "res" / "report.md").read_text()
+    assert "3 passed, 1 failed, 0 errors, 1 skipped" in report and "every collected test ran" in report

@@ -104,9 +104,12 @@ def test_own_model_and_images(tmp_path, monkeypatch):
         "--config.data_path", "--config.dataset", "--config.model", "--config.noise_multipliers", "--workdir"]
     # The console script's entry point in a fresh process: JAX's default CPU set-up (this suite's XLA flags turn
     # LLVM optimisation off, which makes 100 epochs of conv training ~2.5x slower) and the current directory as a
-    # user's (the model file resolves from it). PYTHONPATH: this checkout's recon_jax.
+    # user's (the model file resolves from it). PYTHONPATH: this checkout's recon_jax, ahead of what was there (an
+    # accelerator's device check carries the packages its image lacks on PYTHONPATH; replacing it is the likely
+    # cause of this test's failure on an H100, whose traceback the cut-off run did not print).
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env.update(PYTHONPATH=ROOT, TQDM_DISABLE="1")
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+               TQDM_DISABLE="1")
     entry = "from recon_jax.report.risk_report import console_main; console_main()"
     done = subprocess.run([sys.executable, "-c", entry, *argv[1:]], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=600)

@@ -415,8 +415,8 @@ def preflight(model_fns: ModelFns, algorithm: Algorithm, fixed_set, *, init_para
     >>> try:
     ...     preflight(fns, dp_gd(1.0, noise_multiplier=1.0, per_example="ghost"), (x, y), init_params=p0)
     ... except ValueError as err:
-    ...     print(str(err).split(": ")[0])
-    model 'cnn' cannot be trained with DP-GD (clip_norm=1.0, clipping='flat', per_example='ghost') on 2 cpu devices
+    ...     print(str(err).split(" on ")[0])  # then the devices, e.g. "on 2 cpu devices: ..."
+    model 'cnn' cannot be trained with DP-GD (clip_norm=1.0, clipping='flat', per_example='ghost')
     """
     if not (isinstance(fixed_set, (tuple, list)) and len(fixed_set) == 2):
         raise ValueError("fixed_set must be a pair (x [n, ...], y [n])")

@@ -361,9 +361,12 @@ def privatized_loss_and_gradient(model_fns: ModelFns, params, x: jax.Array, y: j
     >>> fns = from_flax(biswas_mlp())
     >>> params = fns.init(jax.random.key(0), jnp.zeros((1, 256)))
     >>> x, y = jnp.ones((4, 256)), jnp.arange(4)
-    >>> loss, g = privatized_loss_and_gradient(fns, params, x[:3], y[:3], jax.random.key(1), clip_norm=1.0,
-    ...                                        mechanism=NoNoise(), target=(x[3], y[3]))
-    >>> g4 = privatized_gradient(fns, params, x, y, jax.random.key(1), clip_norm=1.0, mechanism=NoNoise())
+    >>> # the target as a separate term equals it as a fourth row (at full-precision products: a GPU's default
+    >>> # TF32 rounds the batched rows' operands but not the lone target's)
+    >>> with jax.default_matmul_precision("highest"):
+    ...     loss, g = privatized_loss_and_gradient(fns, params, x[:3], y[:3], jax.random.key(1), clip_norm=1.0,
+    ...                                            mechanism=NoNoise(), target=(x[3], y[3]))
+    ...     g4 = privatized_gradient(fns, params, x, y, jax.random.key(1), clip_norm=1.0, mechanism=NoNoise())
     >>> bool(jnp.allclose(g, g4, atol=1e-6))
     True
     """

@@ -162,12 +162,16 @@ def test_embed_invalid():
 def test_vmapped_shadows_equal_naive_loop(method):
     known, cands = _data(7, 10), _data(4, 10, seed=1)
     key = jax.random.key(2)
-    got = D.shadow_embeddings(method, known, cands, key, index_offset=10, target_row=2, progress=False,
-                              method_opts={"density": 0.5} if method == "srp" else None)
+    # Full-precision products on both sides: at a GPU's default precision the vmapped Gram products round to TF32
+    # and the unbatched ones may not (failed on an H100 at this tolerance).
+    with jax.default_matmul_precision("highest"):
+        got = D.shadow_embeddings(method, known, cands, key, index_offset=10, target_row=2, progress=False,
+                                  method_opts={"density": 0.5} if method == "srp" else None)
     for j in range(4):
         z = np.insert(known, 2, cands[j], axis=0).astype(np.float32)
         opts = {"density": 0.5} if method == "srp" else {}
-        ref = np.asarray(E.embed(method, z, E.run_key(key, "fresh", 10 + j), **opts)).reshape(-1)
+        with jax.default_matmul_precision("highest"):
+            ref = np.asarray(E.embed(method, z, E.run_key(key, "fresh", 10 + j), **opts)).reshape(-1)
         np.testing.assert_allclose(got[j], ref, rtol=1e-4, atol=1e-4)  # float32 SVD, vmapped vs unbatched
 
 

@@ -119,10 +119,14 @@ def test_vmap_equals_loop_each_stops_on_its_own(x64):
     for i in range(4):
         single = single_fn(jnp.asarray(mats[i]), jnp.asarray(bs[i]))
         scale = np.max(np.abs(np.asarray(single.x)))
-        # Same stopping rule, so the same iteration up to one: the batched and single matvecs sum in different
-        # orders on some backends (a GPU; on a CPU, summing the products in two halves moved one lane from 18 to
-        # 17), which can move the step at which a stopping test is crossed (and then which test fires first).
-        assert abs(int(batched.itn[i]) - int(single.itn)) <= 1
+        # Same stopping rule, so the same iteration up to one where the problem is well conditioned: the batched
+        # and single matvecs sum in different orders on some backends (a GPU; on a CPU, summing the products in
+        # two halves moved one lane from 18 to 17), which can move the step at which a stopping test is crossed
+        # (and then which test fires first). At cond 1e6 rounding perturbs the Lanczos recurrence itself: on an
+        # H100 that lane stopped at 44 iterations batched against 40 alone, both by a convergence test.
+        if conds[i] <= 1e4:
+            assert abs(int(batched.itn[i]) - int(single.itn)) <= 1
+        assert int(batched.istop[i]) in (1, 2) and int(single.istop) in (1, 2)  # converged, not the iteration limit
         if int(batched.itn[i]) == int(single.itn):
             assert int(batched.istop[i]) == int(single.istop)
             # Batched and single matvecs round differently; amplified by up to cond (see above).

@@ -31,6 +31,13 @@ class HostPreprocessed(nn.Module):
         return nn.Dense(self.num_classes)(x)
 
 
+def _devices_phrase(devices) -> str:
+    """How an error names the devices it ran on: "2 cpu devices" with this suite's host devices, "1 gpu device" on
+    one GPU."""
+    n = len(devices)
+    return f"{n} {devices[0].platform} device{'s' if n > 1 else ''}"
+
+
 def _data(n=64, shape=(4, 4, 1)):
     rng = np.random.default_rng(0)
     x = rng.uniform(size=(n + 4,) + shape).astype(np.float32)
@@ -55,7 +62,7 @@ def test_unvmappable_model_fails_in_seconds_before_any_chunk(tmp_path):
         assert isinstance(err, shadow.UnsupportedConfiguration)
         assert isinstance(err.__cause__, NotImplementedError)  # chained, not replaced
         msg = str(err)
-        assert "model 'host_preprocessed'" in msg and name in msg and "2 cpu devices" in msg
+        assert "model 'host_preprocessed'" in msg and name in msg and _devices_phrase(jax.devices()) in msg
         assert "What to change:" in msg and "vmappable" in msg
         chunks = os.path.join(store, "chunks")
         assert not os.path.isdir(chunks) or not os.listdir(chunks)  # stopped before training any model
@@ -97,7 +104,8 @@ def test_preflight_runs_a_tiny_job_once_per_configuration(monkeypatch):
     assert len(calls) == 1
     tiny, fixed_shape, target_shape, chunk = calls[0]
     assert tiny.epochs == 1 and tiny.batch_size == 4  # one epoch of the requested algorithm
-    assert fixed_shape == (4, 4, 4, 1) and target_shape == (2, 4, 4, 1) and chunk == 2  # one model per device
+    n_dev = len(jax.devices())  # one model per device
+    assert fixed_shape == (4, 4, 4, 1) and target_shape == (n_dev, 4, 4, 1) and chunk == n_dev
     # Another noise multiplier or epoch count compiles the same program: no second job.
     shadow.preflight(fns, training.dp_sgd(4, 1.0, noise_multiplier=0.5, epochs=3), fixed, init_params=p0)
     assert len(calls) == 1
@@ -115,7 +123,7 @@ def test_preflight_reports_an_unsupported_model():
         shadow.preflight(fns, training.dp_gd(1.0, noise_multiplier=1.0, epochs=10**6), fixed, init_params=p0,
                          mesh=shadow.default_mesh(jax.devices()[:1]))
     assert time.perf_counter() - start < SECONDS
-    assert "on 1 cpu device:" in str(info.value)
+    assert f"on {_devices_phrase(jax.devices()[:1])}:" in str(info.value)
     assert isinstance(info.value.__cause__, NotImplementedError)
 
 

@@ -30,8 +30,11 @@ def _free_port() -> int:
 
 def _run_job(store: str, out_prefix: str, num_processes: int = 2) -> list[np.ndarray]:
     port = _free_port()
+    # The job is the CPU one (gloo collectives) on any machine: on a one-GPU machine two processes would otherwise
+    # both claim the same GPU.
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
     procs = [subprocess.Popen([sys.executable, WORKER, str(i), str(num_processes), str(port), store,
-                               f"{out_prefix}{i}.npy"], env=dict(os.environ), stdout=subprocess.PIPE,
+                               f"{out_prefix}{i}.npy"], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in range(num_processes)]
     logs = []
     for p in procs:
@@ -44,7 +47,7 @@ def _run_job(store: str, out_prefix: str, num_processes: int = 2) -> list[np.nda
         logs.append(out + err[-3000:])
     for p, log in zip(procs, logs):
         assert p.returncode == 0, log
-    n_local = len(jax.local_devices())  # the workers inherit this process's XLA_FLAGS
+    n_local = len(jax.local_devices(backend="cpu"))  # the workers inherit this process's XLA_FLAGS
     assert all(f"{n_local} local / {n_local * num_processes} global devices" in log for log in logs), logs
     return [np.load(f"{out_prefix}{i}.npy") for i in range(num_processes)]
 
@@ -59,15 +62,19 @@ def _store_files(store: str) -> dict:
     return out
 
 
-def test_two_processes_equal_naive_loop_and_resume(tmp_path):
-    store = str(tmp_path / "store")
-    got = _run_job(store, str(tmp_path / "run1_p"))
-    fns, alg, fixed, (tx, ty), p0 = worker.problem()
-    key = jax.random.key(1)
-    naive = np.stack([
+def _naive(fns, alg, fixed, tx, ty, p0, key) -> np.ndarray:
+    return np.stack([
         np.asarray(jax.flatten_util.ravel_pytree(training.train(
             fns, alg, fixed, (tx[i], ty[i]), key=jax.random.fold_in(key, i), init_params=p0).params)[0])
         for i in range(worker.COUNT)])
+
+
+def test_two_processes_equal_naive_loop_and_resume(tmp_path):
+    store = str(tmp_path / "store")
+    got = _run_job(store, str(tmp_path / "run1_p"))
+    with jax.default_device(jax.devices("cpu")[0]):  # the workers' backend (a GPU's products would round to TF32)
+        fns, alg, fixed, (tx, ty), p0 = worker.problem()
+        naive = _naive(fns, alg, fixed, tx, ty, p0, jax.random.key(1))
     for g in got:  # every process holds every model
         assert g.shape == naive.shape
         np.testing.assert_allclose(g, naive, rtol=0, atol=1e-5)
