@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 from experiments.common import (claim, comparison, experiment_flags, finish_run, is_vacuous, keyed_dir,
-                                paired_comparison, require_finite, run_app, start_run)
+                                paired_comparison, require_finite, run_app, start_run, student_t_half_width)
 import recon_jax
 from recon_jax import models, training
 from recon_jax.attacks import informed, mia, oracle
@@ -367,9 +367,7 @@ def _claims(c, results, rows, oracle_summary, nn_mse, shadow_curve, dp_points) -
     if oracle_summary["pool_size"] == 69000 and oracle_summary["num_targets"] == 1000:
         orc, tol = oracle_summary["mean_nn_mse"], float(c.oracle_within)
         nn = np.asarray(nn_mse, np.float64)
-        from scipy import stats
-
-        half = float(stats.t.ppf(1.0 - alpha, nn.size - 1)) * float(nn.std(ddof=1)) / np.sqrt(nn.size)
+        half = student_t_half_width(float(nn.std(ddof=1)) / np.sqrt(nn.size), nn.size, alpha)
         rel = abs(orc - PAPER_ORACLE_MSE) / PAPER_ORACLE_MSE
         out.append(claim(f"NN oracle over the 69K pool within {100 * tol:g}% of the paper's {PAPER_ORACLE_MSE}",
                          detail=f"{orc:.4f} ({100 * rel:.1f}% off); {100 * (1 - 2 * alpha):g}% interval over the "

@@ -19,6 +19,6 @@ from recon_jax.report.evidence import (VERDICTS, NonFiniteResult, ResumeAcrossCo
                                        allow_resume_across_code, check_claims, claim, claims_markdown,
                                        code_fingerprint, comparison, config_to_dict, finish_run, is_vacuous,
                                        keyed_dir, paired_comparison, prepare_workdir, provenance, publish,
-                                       require_finite, start_run, write_run_info)
+                                       require_finite, start_run, student_t_half_width, write_run_info)
 
 __all__ = [*evidence.__all__, *cli.__all__]

@@ -32,7 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.stats
 
-from experiments.common import claim, comparison, experiment_flags, finish_run, require_finite, run_app, start_run
+from experiments.common import (claim, comparison, experiment_flags, finish_run, require_finite, run_app, start_run,
+                                student_t_half_width)
 from recon_jax import bounds, metrics
 from recon_jax.attacks.gradient import linear_layer_attack, linear_layer_observations
 from recon_jax.mechanisms import GaussianMechanism
@@ -282,7 +283,7 @@ def _gap_interval(row, level) -> tuple[float, float, float]:
     ``level`` (the per-setting level of the Bonferroni family): the upper end is below 0 exactly when the setting's
     one-sided test rejects the bound."""
     test, bound = row["mse_test"], row["mse_bound"]
-    half = float(scipy.stats.t.ppf(1.0 - level, test["n"] - 1)) * test["se"] if test["n"] > 1 else float("inf")
+    half = student_t_half_width(test["se"], test["n"], level)
     gap = row["mse"]["mean"] / bound - 1.0
     return gap, gap - half / bound, gap + half / bound
 

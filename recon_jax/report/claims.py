@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["VERDICTS", "comparison", "paired_comparison", "is_vacuous", "claim", "check_claims", "claims_markdown"]
+__all__ = ["VERDICTS", "comparison", "paired_comparison", "student_t_half_width", "is_vacuous", "claim",
+           "check_claims", "claims_markdown"]
 
 
 VERDICTS = ("holds", "fails", "undecided")
@@ -97,6 +98,25 @@ def comparison(what: str, value, relation: str, threshold, *, interval=None, tol
             "verdict": verdict}
 
 
+def student_t_half_width(std_error: float, n: int, alpha: float) -> float:
+    """Half-width of the Student-t interval of a mean from ``n`` values with standard error ``std_error``, each end
+    a one-sided bound at level ``alpha`` (so two-sided at ``1 - 2 alpha``): ``t_{1 - alpha, n - 1} * std_error``;
+    infinite for fewer than two values (nothing is known about the spread).
+
+    >>> round(student_t_half_width(1.0, 10, 0.025), 4)  # scipy.stats.t.ppf(0.975, 9)
+    2.2622
+    >>> student_t_half_width(1.0, 1, 0.05)
+    inf
+    """
+    from scipy import stats
+
+    if not 0.0 < alpha < 0.5:
+        raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
+    if n < 2:
+        return float("inf")
+    return float(stats.t.ppf(1.0 - alpha, n - 1)) * float(std_error)
+
+
 def paired_comparison(what: str, a, b, relation: str, *, alpha: float, tolerance: float = 0.0) -> dict:
     """A comparative finding on paired samples (A and B measured on the same targets): the :func:`comparison` of
     ``mean(a - b) <relation> 0`` with the Student-t interval of the mean difference, two-sided at ``1 - 2 alpha``.
@@ -125,7 +145,6 @@ def paired_comparison(what: str, a, b, relation: str, *, alpha: float, tolerance
     import math
 
     import numpy as np
-    from scipy import stats
 
     if not 0.0 < alpha < 0.5:
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
@@ -140,7 +159,7 @@ def paired_comparison(what: str, a, b, relation: str, *, alpha: float, tolerance
     mean = float(d.mean())
     if d.size < 2:
         return comparison(what, mean, relation, 0.0, interval=(None, None), tolerance=tolerance)
-    half = float(stats.t.ppf(1.0 - alpha, d.size - 1)) * float(d.std(ddof=1)) / math.sqrt(d.size)
+    half = student_t_half_width(float(d.std(ddof=1)) / math.sqrt(d.size), d.size, alpha)
     return comparison(what, mean, relation, 0.0, interval=(mean - half, mean + half), tolerance=tolerance)
 
 

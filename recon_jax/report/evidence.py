@@ -38,7 +38,7 @@ import numpy as np
 
 from recon_jax.io import atomic_write_json, atomic_write_text, stable_hash, strict_json
 from recon_jax.report.claims import (VERDICTS, check_claims, claim, claims_markdown, comparison, is_vacuous,
-                                     paired_comparison)
+                                     paired_comparison, student_t_half_width)
 
 __all__ = [
     "prepare_workdir",
@@ -50,6 +50,7 @@ __all__ = [
     "VERDICTS",
     "comparison",
     "paired_comparison",
+    "student_t_half_width",
     "is_vacuous",
     "claim",
     "check_claims",
