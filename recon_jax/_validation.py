@@ -179,18 +179,27 @@ def check_at_least(name: str, value, lower: float, validate: bool = True):
     return check(name, value, at_least(lower), validate=validate)
 
 
-def check_integer(name: str, value, lower: int | None = None) -> int:
-    """A Python or NumPy integer (bools refused) ``>= lower``, returned as ``int``: static sizes and counts.
+def check_integer(name: str, value, lower: int | None = None, upper: int | None = None) -> int:
+    """A Python or NumPy integer (bools refused) in ``[lower, upper]`` (either end may be open), returned as
+    ``int``: static sizes and counts.
 
     >>> check_integer("num_rounds", 0, 1)
     Traceback (most recent call last):
     ...
     ValueError: num_rounds must be an integer >= 1; got 0
+    >>> check_integer("num_targets", 7, 1, 5)
+    Traceback (most recent call last):
+    ...
+    ValueError: num_targets must be an integer in [1, 5]; got 7
     """
+    if lower is not None and upper is not None:
+        allowed = f" in [{lower}, {upper}]"
+    else:
+        allowed = "" if lower is None and upper is None else (f" >= {lower}" if upper is None else f" <= {upper}")
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer{'' if lower is None else f' >= {lower}'}; got {value!r}")
-    if lower is not None and value < lower:
-        raise ValueError(f"{name} must be an integer >= {lower}; got {value!r}")
+        raise ValueError(f"{name} must be an integer{allowed}; got {value!r}")
+    if (lower is not None and value < lower) or (upper is not None and value > upper):
+        raise ValueError(f"{name} must be an integer{allowed}; got {value!r}")
     return int(value)
 
 

@@ -34,6 +34,7 @@ from typing import Callable, Sequence
 import jax
 import numpy as np
 
+from recon_jax._validation import check_integer
 from recon_jax.attacks import oracle as _oracle
 from recon_jax.attacks import reconn
 from recon_jax.attacks.features import blackbox_features, whitebox_features
@@ -185,11 +186,8 @@ def load_attack_result(path: str) -> AttackResult:
 
 
 def _check_count(name: str, value, available: int, lo: int = 1) -> int:
-    if value is None:
-        return available
-    if not (isinstance(value, (int, np.integer)) and lo <= value <= available):
-        raise ValueError(f"{name} must be an integer in [{lo}, {available}], got {value!r}")
-    return int(value)
+    """``value`` (default: all ``available``) as a count in ``[lo, available]``."""
+    return available if value is None else check_integer(name, value, lo, available)
 
 
 def train_model_sets(model_fns: ModelFns, algorithm: Algorithm, splits: InformedSplits, key: jax.Array, *,

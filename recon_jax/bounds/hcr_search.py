@@ -86,6 +86,9 @@ def hcr_bounds(
     return_info: bool = False,
 ):
     """Per-coordinate lower bounds on the standard deviation of any unbiased estimator of ``x`` (Alg. 1).
+    Many parameters because Algorithm 1's own settings (restarts, rounds, perturbation size, coordinates,
+    refinement) and LSQR's stopping rule (``atol``, ``btol``, ``conlim``, ``iter_lim``, ``damp``: SciPy's ``lsqr``
+    names) are each a field of the experiment's config (experiments/configs/tygert_hcr.py).
 
     Tygert et al., Algorithm 1 with the bound of eqs. (5) and (12). For each of ``num_restarts``
     independent restarts (run in parallel with ``vmap``): draw ``g ~ N(0, I)`` shaped like the features
@@ -299,6 +302,8 @@ def hcr_bounds_reference(
     return_info: bool = False,
 ):
     """Algorithm 1 as the reference implementation runs it (facebookresearch/hcrbounds, ``codes/testers.py``).
+    Many parameters because it takes :func:`hcr_bounds`'s, with the reference code's LSQR rule (``atol_factor``,
+    ``btol``, ``conlim``, ``iter_lim``) in place of ours: the two are compared setting for setting.
 
     Differs from :func:`hcr_bounds` in four ways, each as in the reference code:
 

@@ -90,3 +90,13 @@ def test_spec_kind_selects_the_network_when_no_model_is_given():
     spec = reconn.ReconstructorSpec(epochs=1, batch_size=10, kind="conv")
     fit = informed.fit_reconstructor(f, t, jax.random.key(0), spec, progress=False)
     assert type(fit.model).__name__ == "TransposedConvDecoder"
+
+
+@pytest.mark.parametrize("bad", [True, 0, 6, 2.0, np.int64(7)])
+def test_counts_are_integers_in_range_bools_refused(bad):
+    # num_shadow / num_targets: an integer in [1, available]; True is not a count (it used to pass as 1)
+    from recon_jax.attacks.informed import _check_count
+
+    assert _check_count("num_targets", None, 5) == 5 and _check_count("num_targets", np.int32(3), 5) == 3
+    with pytest.raises(ValueError, match=r"num_targets must be an integer in \[1, 5\]; got"):
+        _check_count("num_targets", bad, 5)
