@@ -42,6 +42,8 @@ import numpy as np
 from experiments.common import (claim, comparison, config_to_dict, experiment_flags, finish_run, keyed_dir,
                                 paired_comparison, require_finite, run_app, start_run)
 from recon_jax.attacks import dimred
+from recon_jax.attacks.dimred_embed import METHODS
+from recon_jax.attacks.reconn import reconstruct
 from recon_jax.io import atomic_save_npz, atomic_write_json
 
 _CONFIG, _WORKDIR = experiment_flags("experiments/configs/lumbut_dimred.py:default", "runs/lumbut_dimred")
@@ -180,7 +182,7 @@ def run(config, workdir: str) -> dict:
         )
         known = known_set(size, rep)
         base = _base(method)
-        key = jax.random.fold_in(jax.random.fold_in(base_key, dimred.METHODS.index(base)), 1000 * size + rep)
+        key = jax.random.fold_in(jax.random.fold_in(base_key, METHODS.index(base)), 1000 * size + rep)
         common = dict(
             seed_policy=policy,
             target_row=config.target_row,
@@ -216,7 +218,7 @@ def run(config, workdir: str) -> dict:
                 l1_weight=config.l1_weight, progress=config.progress,
             )
             require_finite(atk.eval_loss, f"{kind} network validation loss ({tag})", "learning rate too large?")
-            rec_img = np.asarray(dimred.reconstruct(atk, emb["test"]))
+            rec_img = np.asarray(reconstruct(atk, emb["test"]))
             per_example = np.asarray(dimred.per_example_mse(rec_img, y["test"]), np.float64)
             rec[f"{kind}_mse"] = float(np.mean(per_example))
             rec[f"{kind}_per_example_mse"] = [float(v) for v in per_example]  # paired tests of the claims
@@ -235,7 +237,7 @@ def run(config, workdir: str) -> dict:
                 )
                 atk = attacks["split"]
                 d_clean = float(np.mean(dimred.noise_defence_mse(atk, emb["test"][:nn_test], noisy)))
-                d_true = float(np.mean(dimred.per_example_mse(dimred.reconstruct(atk, noisy), y["test"][:nn_test])))
+                d_true = float(np.mean(dimred.per_example_mse(reconstruct(atk, noisy), y["test"][:nn_test])))
                 noise[f"{sigma:g}"] = {"mse_vs_clean_recon": d_clean, "mse_vs_true": d_true, "n_test": nn_test}
             rec["noise"] = noise
         rec["seconds"] = time.time() - tp
