@@ -80,13 +80,12 @@ def _stable_id(name: str) -> int:
     return int(hashlib.sha256(name.encode()).hexdigest()[:7], 16)
 
 
-def _rero_bounds(kappa, sigma, steps):
-    """ReRo upper bounds for `steps` full-batch Gaussian steps with noise multiplier `sigma`: Balle et al. Thm 2
-    over the RDP curve, and the GDP (hypothesis-testing) bound with mu = sqrt(steps) / sigma."""
-    orders = np.asarray(recon_jax.accounting.DEFAULT_ORDERS)
-    rdp = steps * recon_jax.accounting.rdp_gaussian(sigma, orders)
-    return {"rero_bound_rdp": float(recon_jax.bounds.rero_from_rdp_curve(kappa, orders, rdp)),
-            "rero_bound_gdp": float(recon_jax.bounds.rero_gdp(kappa, np.sqrt(steps) / sigma))}
+def _rero_bounds(kappa, sigma, steps, delta, clip_norm, data_dim):
+    """ReRo upper bounds for `steps` full-batch Gaussian steps with noise multiplier `sigma`, from
+    :func:`recon_jax.accounting.privacy_bounds`: Balle et al. Thm 2 over the RDP curve, and the GDP
+    (hypothesis-testing) bound with mu = sqrt(steps) / sigma."""
+    row = recon_jax.accounting.privacy_bounds(sigma, 1.0, steps, delta, clip_norm, data_dim, kappas=[kappa]).at(kappa)
+    return {"rero_bound_rdp": row.rero_rdp, "rero_bound_gdp": row.rero_gdp}
 
 
 class _Sets:
@@ -251,7 +250,8 @@ def run(config, workdir: str) -> dict:
             name = f"dp_eps={eps:g}"
             _, _, set_extra = sets.get(name)
             _, row = attack(name, name, kappa=kappa, eta=eta,
-                            **_rero_bounds(kappa, set_extra["noise_multiplier"], c.epochs))
+                            **_rero_bounds(kappa, set_extra["noise_multiplier"], c.epochs, c.dp_delta,
+                                           c.dp_clip_norm, int(np.prod(sp.pool_images.shape[1:]))))
             row["success_at_eta"] = float(np.mean(results[name].mse <= eta))
             dp_points.append(row)
 
