@@ -231,20 +231,21 @@ def run(config, workdir: str) -> dict:
         recon_images[name] = res.reconstructions
         n_t = int(config.num_targets)
         wins, at_eta = int(res.success.sum()), int(np.sum(res.mse <= eta))
+        summary = res.summary()  # the attack's own statistics, under the report's names
         row = {
             "setting": name,
             "noise_multiplier": sigma if sigma is not None else 0.0,
-            "test_accuracy": float(np.mean(res.released_accuracy)),
-            "mean_mse": res.mean_mse,
-            "mean_oracle_mse": res.mean_oracle_mse,
+            "test_accuracy": summary["released_test_accuracy"],
+            "mean_mse": summary["mean_mse"],
+            "mean_oracle_mse": summary["mean_oracle_mse"],
             "success_rate": wins / n_t,
             "success_rate_ci": _ci(wins, n_t, config.confidence),
             "success_at_eta": at_eta / n_t,
             "success_at_eta_ci": _ci(at_eta, n_t, config.confidence),
-            "mean_psnr": float(np.mean(np.minimum(res.psnr, 100.0))),
-            "mean_ssim": None if res.ssim is None else float(res.ssim.mean()),
-            "mean_ncc": float(np.nanmean(res.ncc)),
-            "reconstructor_val_mse": float(res.validation_mse[-1]) if len(res.validation_mse) else None,
+            "mean_psnr": summary["mean_psnr"],
+            "mean_ssim": summary["mean_ssim"],
+            "mean_ncc": summary["mean_ncc"],
+            "reconstructor_val_mse": summary["final_validation_mse"],
             "num_shadow_models": int(config.num_shadow),
             "num_targets": n_t,
             "eps_rdp": float("inf"),
