@@ -130,3 +130,27 @@ def test_follow_up_run_completes_a_cut_off_suite_and_keeps_its_failures(tmp_path
     assert (tmp_path / "res" / "pytest_follow_up1.log").read_text() == log.read_text()
     report = (tmp_path / "res" / "report.md").read_text()
     assert "3 passed, 1 failed, 0 errors, 1 skipped" in report and "every collected test ran" in report
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the dry run is what the script does without an accelerator")
+def test_session_dry_run_benchmarks_then_suite_in_the_background(tmp_path):
+    """benchmarks/device_session.sh with TABLE2=0 as an accelerator session runs it (start, then finish), at the dry
+    run's sizes: the benchmarks first, the suite in its own session, everything collected in OUT."""
+    env = dict(os.environ, PYTHON=sys.executable, WHEELS="none", RECON_JAX_GIT_COMMIT="0" * 40, TABLE2="0",
+               RJ_STATE=str(tmp_path / "state"), START_WAIT="240")
+    out = tmp_path / "out"
+    script = str(ROOT / "benchmarks" / "device_session.sh")
+    start = subprocess.run(["bash", script, "start", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=400)
+    assert start.returncode == 0, start.stdout[-2000:] + start.stderr[-2000:]
+    finish = subprocess.run(["bash", script, "finish", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert finish.returncode == 0, finish.stdout[-2000:] + finish.stderr[-2000:]
+    status = (out / "status.txt").read_text()
+    assert "suite rc: 0" in status and "run rc" not in status  # no Table II launched
+    phases = [line.split()[0] for line in status.splitlines()
+              if len(line.split()) == 2 and line.split()[0] in ("bench", "suite") and line.split()[1].isdigit()]
+    assert phases == ["bench", "suite"]  # the benchmarks alone first
+    summary = (out / "summary.md").read_text()
+    assert "every collected test ran" in summary and "reconn_fraction_of_peak" in summary
+    assert not (out / "balle_gpu.tgz").exists()
