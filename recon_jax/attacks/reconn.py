@@ -370,7 +370,7 @@ def train_reconstructor(features, targets, spec: ReconstructorSpec, key: jax.Arr
     ckpt = None
     if checkpoint_dir is not None:
         description = {
-            "format": "recon_jax.reconn/1", "model": repr(model), "discriminator": repr(discriminator),
+            "format": "recon_jax.reconn/2", "model": repr(model), "discriminator": repr(discriminator),
             "learning_rate": None if optimizer is not None else float(learning_rate),
             "weights": [float(mae_weight), float(mse_weight), float(adversarial_weight), float(perceptual_weight)],
             "discriminator_learning_rate": float(discriminator_learning_rate), "batch_size": bs,
@@ -379,11 +379,7 @@ def train_reconstructor(features, targets, spec: ReconstructorSpec, key: jax.Arr
             "targets": array_digest(t), "standardizer": tree_digest(tuple(scaler)),
             "init_params": None if init_params is None else tree_digest(init_params),
             "eval_set": None if eval_set is None else [array_digest(ef), array_digest(et)],
-            "dtype": str(dtype), "extra": checkpoint_key}
-        if train_flag:  # only when set, so checkpoints written before these options existed still resume
-            description["train_flag"] = True
-        if monitor != "mse":
-            description["monitor"] = monitor
+            "dtype": str(dtype), "extra": checkpoint_key, "train_flag": bool(train_flag), "monitor": monitor}
         ckpt = EpochCheckpoint(checkpoint_dir, description)
         saved = ckpt.load(state, best)
         if saved is not None:

@@ -298,8 +298,7 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
             "probe": None if probe is None else array_digest(probe),
             "eval_set": None if ex is None else [array_digest(ex), array_digest(ey)],
         }
-        if first_kernel is not None:  # direct runs keep the old configuration, so their stores still resume
-            config["first_layer"] = "gram"
+        config["first_layer"] = "direct" if first_kernel is None else "gram"
         st = ShadowStore(store)
     else:
         ranges = [(0, count)]

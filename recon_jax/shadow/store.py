@@ -19,8 +19,8 @@ Every file is written atomically (temporary name, fsync, rename; :mod:`recon_jax
 the missing models; a chunk that fails to load (truncated, corrupt zip CRC, SHA-256 mismatch, another
 configuration's hash, wrong indices or shapes) is deleted and recomputed. A different configuration on the
 same directory is refused (:class:`ShadowStoreMismatchError`). The configuration is identified by
-:func:`recon_jax.io.stable_hash` of its description (:func:`config_hash`); stores written before that hash was
-adopted carry the older digest of the same description and still resume. Chunk size and device count are not
+:func:`recon_jax.io.stable_hash` of its description (:func:`config_hash`). A store of an older format (an older
+recon_jax) is refused with a message to regenerate it; nothing is converted. Chunk size and device count are not
 part of the configuration: the rows do not depend on them. Typed keys enter a description as
 :func:`key_fingerprint` (implementation name and SHA-256 of the key data), arrays as :func:`array_digest`.
 
@@ -60,7 +60,9 @@ from recon_jax.models.flatten import Layout
 __all__ = ["ShadowSet", "ShadowStore", "ShadowStoreCorruptError", "ShadowStoreLostError", "ShadowStoreMismatchError",
            "load_shadow_models", "config_hash", "host_key_data", "key_fingerprint"]
 
-FORMAT = "recon_jax.shadow/2"  # 2: chunk checksums + config hash, .npy checksums in the manifest, writer lock
+# 2: chunk checksums + config hash, .npy checksums in the manifest, writer lock; 3: the configuration describes
+# every algorithm field and the first-layer path (format 2 left defaults out so that older stores resumed)
+FORMAT = "recon_jax.shadow/3"
 _CHUNK_RE = re.compile(r"^chunk-(\d{9})-(\d{9})\.npz$")
 _META = "__meta__"  # chunk member: JSON (uint8) with the config hash and each array's SHA-256
 _HASH_BLOCK = 1 << 22
@@ -110,11 +112,6 @@ class ShadowSet:
     def params(self) -> np.ndarray:
         """Flat parameters ``[K, P]``."""
         return self.arrays["params"]
-
-
-def _legacy_config_hash(config: dict) -> str:
-    """The digest stores were keyed by before :func:`config_hash` became :func:`recon_jax.io.stable_hash`."""
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def config_hash(config: dict) -> str:
@@ -253,8 +250,11 @@ class ShadowStore:
         digest = config_hash(config)
         existing = self.read_manifest()
         if existing is not None:
-            if existing.get("format") != FORMAT or existing.get("config_hash") not in (digest,
-                                                                                    _legacy_config_hash(config)):
+            if existing.get("format") != FORMAT:
+                raise ShadowStoreMismatchError(
+                    f"{self.directory} was written by an older recon_jax (store format {existing.get('format')!r}, "
+                    f"this version reads {FORMAT!r}); delete the directory to regenerate it")
+            if existing.get("config_hash") != digest:
                 raise ShadowStoreMismatchError(
                     f"{self.directory} holds a shadow set with a different configuration "
                     f"(hash {existing.get('config_hash', '?')[:12]} != {digest[:12]}); "

@@ -169,9 +169,8 @@ class Algorithm:
         out = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name == "optimizer" or (f.name == "per_example" and v == "auto") or (
-                    f.name == "sampling" and v == "shuffle") or (f.name == "max_batch_size" and v is None):
-                continue  # defaults of later fields are left out so that stores written before them still resume
+            if f.name == "optimizer":
+                continue  # named by optimizer_id
             if f.name == "mechanism" and v is not None:
                 v = {"type": type(v).__name__,
                      **(dataclasses.asdict(v) if dataclasses.is_dataclass(v) else {"repr": repr(v)})}

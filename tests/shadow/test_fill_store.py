@@ -1,5 +1,6 @@
 """The store protocol for any generator of fixed-shape rows (recon_jax.shadow.fill_store), the configuration hash
-(recon_jax.io.stable_hash, with stores keyed by the older digest still resuming) and how keys enter a config."""
+(recon_jax.io.stable_hash; a store keyed by the older digest is refused with a message to regenerate it) and how
+keys enter a config."""
 
 import json
 import os
@@ -10,7 +11,6 @@ import pytest
 
 from recon_jax import shadow
 from recon_jax.io import stable_hash
-from recon_jax.shadow import store as S
 
 SPECS = {"x": ((3,), "float32"), "i": ((), "int64")}
 
@@ -67,25 +67,25 @@ def test_chunks_of_the_wrong_shape_or_count_are_refused(tmp_path):
         shadow.fill_store(None, {"k": 1}, 4, SPECS, _rows(), chunk_size=0)
 
 
-def test_config_hash_is_stable_hash_and_legacy_digests_still_resume(tmp_path):
+def test_config_hash_is_stable_hash_and_a_legacy_store_is_refused(tmp_path):
     config = {"k": 1, "name": "rows"}
     assert shadow.config_hash(config) == stable_hash(config)
     d = str(tmp_path / "s")
     shadow.fill_store(d, config, 4, SPECS, _rows(), chunk_size=2)
-    # A store written before the switch carries the older digest of the same description.
+    with pytest.raises(shadow.ShadowStoreMismatchError, match="different configuration"):
+        shadow.fill_store(d, dict(config, k=2), 4, SPECS, _rows(), chunk_size=2)
+    # A store of the previous format (an older recon_jax, whose configurations left defaults out and whose older
+    # stores carried another digest) is refused, not converted.
     path = os.path.join(d, "manifest.json")
     with open(path) as f:
         manifest = json.load(f)
-    legacy = S._legacy_config_hash(config)
-    assert legacy != manifest["config_hash"]
-    manifest["config_hash"] = legacy
+    manifest["format"] = "recon_jax.shadow/2"
     with open(path, "w") as f:
         json.dump(manifest, f)
     log = []
-    out = shadow.fill_store(d, config, 4, SPECS, _rows(log), chunk_size=2)
-    assert log == [] and out["i"].tolist() == [0, 1, 2, 3]
-    with pytest.raises(shadow.ShadowStoreMismatchError):
-        shadow.fill_store(d, dict(config, k=2), 4, SPECS, _rows(), chunk_size=2)
+    with pytest.raises(shadow.ShadowStoreMismatchError, match="older recon_jax .*delete the directory to regenerate"):
+        shadow.fill_store(d, config, 4, SPECS, _rows(log), chunk_size=2)
+    assert log == []  # refused before any row was made
 
 
 def test_key_fingerprint_is_the_engines_key_description():

@@ -130,8 +130,7 @@ def test_per_example_argument_validation():
         dp_gd(1.0, per_example="fast")
     with pytest.raises(ValueError, match="requires clipping='flat'"):
         dp_gd(1.0, per_example="ghost", clipping="per_layer")
-    # "auto" is left out of the description so that older stores keep their configuration hash
-    assert "per_example" not in dp_gd(1.0).describe()
+    assert dp_gd(1.0).describe()["per_example"] == "auto"  # every field, defaults included
     assert dp_gd(1.0, per_example="vmap").describe()["per_example"] == "vmap"
 
 

@@ -349,7 +349,7 @@ def test_poisson_options_validated():
         training.Algorithm(sampling="poisson")
     with pytest.raises(ValueError, match="max_batch_size"):
         training.Algorithm(batch_size=4, max_batch_size=8)
-    assert "sampling" not in training.minibatch_sgd(4).describe()  # old store hashes unchanged
+    assert training.minibatch_sgd(4).describe()["sampling"] == "shuffle"  # every field, defaults included
     assert training.minibatch_sgd(4, sampling="poisson").describe()["sampling"] == "poisson"
 
 
