@@ -2,7 +2,7 @@
 
 The package is layered (bottom to top)::
 
-    data, special, metrics, io, _validation, testing  ->  models, mechanisms  ->  training, accounting, bounds
+    data, special, metrics, io, threefry, _validation, testing  ->  models, mechanisms  ->  training, accounting, bounds
         ->  shadow  ->  attacks  ->  report
 
 A module may import from its own layer or any layer below, never above; the module graph (every import,
@@ -22,7 +22,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "recon_jax"
 LAYERS = (
-    ("data", "special", "metrics", "io", "_validation", "testing"),
+    ("data", "special", "metrics", "io", "threefry", "_validation", "testing"),
     ("models", "mechanisms"),
     ("training", "accounting", "bounds"),
     ("shadow",),

@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 import jax
 import jax.numpy as jnp
 
-from recon_jax.mechanisms import threefry
+from recon_jax import threefry
 
 __all__ = ["Mechanism", "GaussianMechanism", "NoNoise"]
 

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from recon_jax.mechanisms import threefry
+from recon_jax import threefry
 from recon_jax.models.losses import softmax_cross_entropy
 
 __all__ = ["train_classifier"]

@@ -11,7 +11,7 @@ from the model's ``key`` (never carried, never reused) through these functions.
   step receives (:func:`recon_jax.training.make_train_step`).
 
 The stream numbers are part of the library's reproducibility contract: stores and committed results were made
-with them, so they never change. Each fold is :func:`recon_jax.mechanisms.threefry.fold_in`, bitwise
+with them, so they never change. Each fold is :func:`recon_jax.threefry.fold_in`, bitwise
 ``jax.random.fold_in`` (one unrolled hash instead of JAX's rolled loop on CPU).
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import jax
 
-from recon_jax.mechanisms import threefry
+from recon_jax import threefry
 
 __all__ = ["INIT_STREAM", "SHUFFLE_STREAM", "NOISE_STREAM", "init_key", "shuffle_stream", "epoch_shuffle_key",
            "noise_stream", "noise_key"]

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from recon_jax.mechanisms import threefry
+from recon_jax import threefry
 from recon_jax.models.adapters import ModelFns
 from recon_jax.training.algorithms import Algorithm
 from recon_jax.training.keys import epoch_shuffle_key, init_key, noise_stream, shuffle_stream

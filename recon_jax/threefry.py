@@ -6,7 +6,7 @@ mechanism noise of DP-SGD (one normal per parameter, per step, per model) then d
 training. :func:`normal` and :func:`uniform` evaluate the same threefry2x32 hash (Salmon et al. 2011, 20 rounds,
 the constants of ``jax.random``) written out round by round, on the same counters, with the same bits-to-float
 map, so the result is *bitwise* what ``jax.random.normal`` / ``jax.random.uniform`` return for the same key
-(tested in ``tests/mechanisms/test_threefry.py``), about twice as fast on XLA:CPU because the hash and the float
+(tested in ``tests/test_threefry.py``), about twice as fast on XLA:CPU because the hash and the float
 transform fuse into one loop. On GPU/TPU JAX already lowers the hash unrolled; there this is the same computation.
 
 It applies to typed threefry2x32 keys (``jax.random.key``) with ``jax_threefry_partitionable`` on (JAX's

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from recon_jax.mechanisms import GaussianMechanism
-from recon_jax.mechanisms.threefry import fused_path_applies, normal, uniform
+from recon_jax.threefry import fused_path_applies, normal, uniform
 
 SHAPES = [(), (1,), (7,), (3, 5), (2, 3, 4), (7960,)]
 
@@ -73,7 +73,7 @@ def test_gaussian_mechanism_noise_is_jax_random_normal():
 
 from jax import lax  # noqa: E402
 
-from recon_jax.mechanisms import threefry  # noqa: E402
+from recon_jax import threefry  # noqa: E402
 
 
 @pytest.mark.parametrize("shape", [(), (1,), (7,), (3, 5), (1001,)])
