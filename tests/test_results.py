@@ -29,7 +29,6 @@ _LINK = re.compile(r"\[([^\]]+)\]\(((?:\.\./)*results/[^)#\s]+\.json)#([^)\s]+)\
 LEGACY_CLAIMS = {
     "balle_mnist/default": "96 min on the 2-core CPU",
     "balle_mnist/paper": "59,000 shadow models, over an hour",
-    "balle_mnist/table2": "55 min on the 2-core CPU",
     "balle_mnist/gpu": "made on an H200; needs an accelerator",
     "device/h200": "the device check of an H200 session; needs an accelerator",
 }
