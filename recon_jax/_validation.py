@@ -192,13 +192,10 @@ def check_integer(name: str, value, lower: int | None = None, upper: int | None 
     ...
     ValueError: num_targets must be an integer in [1, 5]; got 7
     """
-    if lower is not None and upper is not None:
-        allowed = f" in [{lower}, {upper}]"
-    else:
-        allowed = "" if lower is None and upper is None else (f" >= {lower}" if upper is None else f" <= {upper}")
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer{allowed}; got {value!r}")
-    if (lower is not None and value < lower) or (upper is not None and value > upper):
+    allowed = {(True, True): f" in [{lower}, {upper}]", (True, False): f" >= {lower}",
+               (False, True): f" <= {upper}", (False, False): ""}[lower is not None, upper is not None]
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer))
+            or (lower is not None and value < lower) or (upper is not None and value > upper)):
         raise ValueError(f"{name} must be an integer{allowed}; got {value!r}")
     return int(value)
 
