@@ -17,10 +17,9 @@
   DP-SGD building blocks (a noise ``mechanism`` from :mod:`recon_jax.mechanisms`).
 """
 
-from recon_jax.training.algorithms import Algorithm, dp_gd, dp_sgd, full_batch_gd, minibatch_sgd
+from recon_jax.training.algorithms import CLIPPING_MODES, Algorithm, dp_gd, dp_sgd, full_batch_gd, minibatch_sgd
 from recon_jax.training.classifier import train_classifier
 from recon_jax.training.dp import (
-    CLIPPING_MODES,
     clip_gradients,
     clipped_gradient_sum,
     layer_groups,
@@ -33,7 +32,8 @@ from recon_jax.training.dp import (
 from recon_jax.training.keys import epoch_shuffle_key, init_key, noise_key, noise_stream, shuffle_stream
 from recon_jax.models.losses import softmax_cross_entropy
 from recon_jax.training.gram import choose_first_layer, fixed_set_gram, gram_saves_work, gram_supported, train_gram
-from recon_jax.training.step import Batch, TrainState, make_train_step
+from recon_jax.training.batch import Batch
+from recon_jax.training.step import TrainState, make_train_step
 from recon_jax.training.train import TrainResult, initial_params, train
 
 __all__ = [

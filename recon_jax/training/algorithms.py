@@ -25,12 +25,14 @@ import optax
 
 from recon_jax.mechanisms.base import GaussianMechanism, Mechanism, NoNoise
 from recon_jax.models.losses import softmax_cross_entropy
-from recon_jax.training.dp import CLIPPING_MODES, PER_EXAMPLE_MODES
-
+#: Per-example clipping: the whole gradient to C (``"flat"``) or each of L layers to C / sqrt(L) (``"per_layer"``).
+CLIPPING_MODES = ("flat", "per_layer")
+#: How clipped per-example gradients are computed (:func:`recon_jax.training.use_ghost_clipping`).
+PER_EXAMPLE_MODES = ("auto", "ghost", "vmap")
 SAMPLING_MODES = ("shuffle", "poisson")
 POISSON_OVERFLOW = 1e-9  # default max_batch_size: P[Binomial(n, q) > max_batch_size] <= this, per step
 
-__all__ = ["Algorithm", "PER_EXAMPLE_MODES", "SAMPLING_MODES", "full_batch_gd", "minibatch_sgd", "dp_gd", "dp_sgd"]
+__all__ = ["Algorithm", "CLIPPING_MODES", "PER_EXAMPLE_MODES", "SAMPLING_MODES", "full_batch_gd", "minibatch_sgd", "dp_gd", "dp_sgd"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

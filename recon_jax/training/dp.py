@@ -65,15 +65,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from recon_jax.mechanisms.base import Mechanism
+from recon_jax.mechanisms.base import Mechanism, NoNoise
 from recon_jax.models.adapters import ModelFns
 from recon_jax.models.losses import softmax_cross_entropy
 from recon_jax.models.flatten import Layout, layout_of
+from recon_jax.training.algorithms import CLIPPING_MODES, PER_EXAMPLE_MODES, Algorithm
+from recon_jax.training.batch import Batch
 from recon_jax.training.ghost import ghost_clipped_sum, ghost_supported
 
 __all__ = [
-    "CLIPPING_MODES",
-    "PER_EXAMPLE_MODES",
     "softmax_cross_entropy",
     "per_example_gradients",
     "layer_groups",
@@ -85,9 +85,6 @@ __all__ = [
     "privatized_gradient",
 ]
 
-#: Per-example clipping: the whole gradient to C (``"flat"``) or each of L layers to C / sqrt(L) (``"per_layer"``).
-CLIPPING_MODES = ("flat", "per_layer")
-PER_EXAMPLE_MODES = ("auto", "ghost", "vmap")
 
 
 def per_example_gradients(model_fns: ModelFns, params, x: jax.Array, y: jax.Array,
@@ -312,92 +309,88 @@ def clipped_gradient_sum(model_fns: ModelFns, params, x: jax.Array, y: jax.Array
                         microbatch_size=microbatch_size, loss_fn=loss_fn)
 
 
-def privatized_loss_and_gradient(model_fns: ModelFns, params, x: jax.Array, y: jax.Array, key: jax.Array, *,
-                                 clip_norm: float, mechanism: Mechanism, clipping: str = "flat",
-                                 weights: jax.Array | None = None, loss_fn: Callable = softmax_cross_entropy,
-                                 per_example: str = "vmap", microbatch_size: int | None = None,
-                                 target=None, target_weight: float | jax.Array | None = None,
-                                 normaliser: float | jax.Array | None = None,
-                                 per_model_batches: bool = False,
-                                 input_sq_norms: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
-    """The mean loss and the released (clipped, summed, noised, normalised) flat gradient of one DP-SGD step.
+def privatized_loss_and_gradient(model_fns: ModelFns, params, batch: Batch, key: jax.Array,
+                                 algorithm: Algorithm) -> tuple[jax.Array, jax.Array]:
+    """The mean loss and the released gradient of one DP step of ``algorithm``: clip, then noise.
 
-    The one implementation of the DP gradient: :func:`privatized_gradient` and the training step
-    (:func:`recon_jax.training.make_train_step`, hence :func:`recon_jax.training.train`) call it. With the clipped
-    sum ``S = sum_i w_i clip_C(g_i) + t clip_C(g_target)`` (:func:`clipped_gradient_sum`; the target term only
-    with ``target``) it returns ``mechanism.privatize(key, S, C, normaliser)`` and the loss
-    ``(sum_i w_i loss_i + t loss_target) / normaliser``.
+    The one DP gradient: the training step (:func:`recon_jax.training.make_train_step`, hence
+    :func:`recon_jax.training.train` and the shadow engine) and :func:`privatized_gradient` call it; the step then
+    applies the algorithm's optimizer. Composed of two stages:
+
+    1. *clip*: ``S = sum_i w_i clip_C(g_i) + t clip_C(g_target)`` over ``batch`` (:func:`clipped_gradient_sum`'s
+       paths: ``algorithm.per_example``, ``clipping``, ``microbatch_size``; the target term only with
+       ``batch.target_x``, weighted by ``batch.target_weight``, default 1);
+    2. *noise*: ``algorithm.mechanism.privatize(key, S, C, N)`` (no mechanism: ``NoNoise``), with the normaliser
+       ``N = sum_i w_i + t`` (``B + t`` without weights), or ``algorithm.batch_size`` for Poisson-sampled
+       algorithms (the expected batch size, as in the accounted mechanism).
+
+    The loss is ``(sum_i w_i loss_i + t loss_target) / N`` with ``algorithm.loss_fn``.
 
     Args:
       model_fns: the model.
       params: parameters at which the gradient is taken.
-      x, y: the batch ``[B, ...]``, ``[B]``.
+      batch: the step's :class:`~recon_jax.training.Batch` (``x``, ``y``, optional ``weights``, target term and
+        ``x_sq_norms`` for ghost clipping).
       key: the noise key of this step.
-      clip_norm: C > 0.
-      mechanism: a :class:`recon_jax.mechanisms.Mechanism` (``GaussianMechanism``, ``NoNoise``, VMF, ...).
-      clipping: ``"flat"`` or ``"per_layer"``.
-      weights: optional ``[B]`` weights of the examples (0/1 masks; default all 1).
-      loss_fn: per-example loss ``(logits, labels) -> [B]``.
-      per_example: ``"vmap"`` (default), ``"ghost"`` or ``"auto"`` (see :func:`clipped_gradient_sum`).
-      microbatch_size: per-example gradients this many at a time (``vmap`` path only).
-      target: optional one extra example ``(x [...], y [])`` entering as a separate term (never concatenated
-        into the batch, so that ``vmap`` over targets keeps the batch's products unbatched).
-      target_weight: the target term's weight t (default 1; 0 keeps the slot but ignores it).
-      normaliser: what the sum is divided by (the mechanism's batch size); default ``sum(weights) + t``
-        (``B + t`` without weights). Poisson-sampled DP-SGD passes the expected batch size.
-      per_model_batches: layout hint for ghost clipping under ``vmap`` over models with their own batches
-        (:func:`~recon_jax.training.ghost.ghost_clipped_sum`); same values up to float rounding.
-      input_sq_norms: optional ``[B]`` squared norms of the flattened rows of ``x``, reused by ghost clipping
-        (:func:`~recon_jax.training.ghost.ghost_clipped_sum`); ignored on the ``vmap`` path.
+      algorithm: a DP :class:`~recon_jax.training.Algorithm` (``clip_norm`` set), e.g. from
+        :func:`~recon_jax.training.dp_gd` or :func:`~recon_jax.training.dp_sgd`.
 
     Returns:
       ``(loss [], released [P])``; unravel the flat gradient with :func:`recon_jax.models.unravel`.
 
     Raises:
-      ValueError: on invalid ``clip_norm``, ``clipping``, ``per_example`` or ``microbatch_size``.
+      ValueError: if ``algorithm`` does not clip (``clip_norm`` None), or ``per_example="ghost"`` where ghost
+        clipping does not apply.
 
     >>> from recon_jax.models import from_flax, biswas_mlp
-    >>> from recon_jax.mechanisms import NoNoise
+    >>> from recon_jax.training import Batch, dp_gd
     >>> fns = from_flax(biswas_mlp())
     >>> params = fns.init(jax.random.key(0), jnp.zeros((1, 256)))
     >>> x, y = jnp.ones((4, 256)), jnp.arange(4)
+    >>> alg = dp_gd(1.0, per_example="vmap")  # clipping, no noise
     >>> # the target as a separate term equals it as a fourth row (at full-precision products: a GPU's default
     >>> # TF32 rounds the batched rows' operands but not the lone target's)
     >>> with jax.default_matmul_precision("highest"):
-    ...     loss, g = privatized_loss_and_gradient(fns, params, x[:3], y[:3], jax.random.key(1), clip_norm=1.0,
-    ...                                            mechanism=NoNoise(), target=(x[3], y[3]))
-    ...     g4 = privatized_gradient(fns, params, x, y, jax.random.key(1), clip_norm=1.0, mechanism=NoNoise())
+    ...     loss, g = privatized_loss_and_gradient(fns, params, Batch(x[:3], y[:3], target_x=x[3], target_y=y[3]),
+    ...                                            jax.random.key(1), alg)
+    ...     _, g4 = privatized_loss_and_gradient(fns, params, Batch(x, y), jax.random.key(1), alg)
     >>> bool(jnp.allclose(g, g4, atol=1e-6))
     True
     """
-    _check_clipping(clip_norm, microbatch_size)
-    ghost = use_ghost_clipping(model_fns, params, x, per_example, clipping)
-    kw = dict(clip_norm=clip_norm, clipping=clipping, ghost=ghost, loss_fn=loss_fn)
-    loss_sum, total = _clipped_sum(model_fns, params, x, y, weights, microbatch_size=microbatch_size,
-                                   per_model_batches=per_model_batches, input_sq_norms=input_sq_norms, **kw)
-    if weights is None:
-        count = x.shape[0]
-    else:
-        count = jnp.sum(jnp.asarray(weights, total.dtype))
-    if target is not None:
-        t_w = jnp.asarray(1.0 if target_weight is None else target_weight, total.dtype)
-        tx, ty = jnp.asarray(target[0])[None], jnp.asarray(target[1]).reshape((1,))
+    alg = algorithm
+    if alg.clip_norm is None:
+        raise ValueError("algorithm must clip (clip_norm > 0) for a DP gradient; got clip_norm=None "
+                         "(use recon_jax.training.dp_gd or dp_sgd)")
+    mechanism = alg.mechanism if alg.mechanism is not None else NoNoise()
+    x, y, weights = batch.x, batch.y, batch.weights
+    ghost = use_ghost_clipping(model_fns, params, x, alg.per_example, alg.clipping)
+    kw = dict(clip_norm=alg.clip_norm, clipping=alg.clipping, ghost=ghost, loss_fn=alg.loss_fn)
+    # stage 1: clip (and sum)
+    loss_sum, total = _clipped_sum(model_fns, params, x, y, weights, microbatch_size=alg.microbatch_size,
+                                   per_model_batches=alg.batch_size is not None, input_sq_norms=batch.x_sq_norms,
+                                   **kw)
+    count = x.shape[0] if weights is None else jnp.sum(jnp.asarray(weights, total.dtype))
+    if batch.target_x is not None:
+        t_w = jnp.asarray(1.0 if batch.target_weight is None else batch.target_weight, total.dtype)
+        tx, ty = jnp.asarray(batch.target_x)[None], jnp.asarray(batch.target_y).reshape((1,))
         t_loss, t_grad = _clipped_sum(model_fns, params, tx, ty, None, microbatch_size=None, **kw)
         total = total + t_w * t_grad
         loss_sum = loss_sum + t_w * t_loss
         count = count + t_w
-    if normaliser is not None:
-        count = normaliser
-    return loss_sum / count, mechanism.privatize(key, total, clip_norm, count)
+    if alg.poisson:
+        count = jnp.asarray(alg.batch_size, total.dtype)  # the expected batch size, never the realised one
+    # stage 2: noise (stage 3, the optimizer, is the training step's)
+    return loss_sum / count, mechanism.privatize(key, total, alg.clip_norm, count)
 
 
 def privatized_gradient(model_fns: ModelFns, params, x: jax.Array, y: jax.Array, key: jax.Array, *,
                         clip_norm: float, mechanism: Mechanism, clipping: str = "flat",
                         weights: jax.Array | None = None, loss_fn: Callable = softmax_cross_entropy,
-                        **kwargs) -> jax.Array:
+                        per_example: str = "vmap") -> jax.Array:
     """The released (noisy, clipped, averaged) flat gradient of one DP-SGD step on the batch ``(x, y)``.
 
-    :func:`privatized_loss_and_gradient` without the loss.
+    :func:`privatized_loss_and_gradient` without the loss, for one released gradient without building an
+    :class:`~recon_jax.training.Algorithm`: the noisy sum is divided by ``sum(weights)`` (the batch size).
 
     Args:
       model_fns: the model.
@@ -410,11 +403,13 @@ def privatized_gradient(model_fns: ModelFns, params, x: jax.Array, y: jax.Array,
       weights: optional ``[B]`` 0/1 mask of the examples that count (default: all); the batch size given to
         the mechanism is ``sum(weights)``.
       loss_fn: per-example loss ``(logits, labels) -> [B]``.
-      **kwargs: ``per_example``, ``microbatch_size``, ``target``, ``target_weight``, ``normaliser`` of
-        :func:`privatized_loss_and_gradient`.
+      per_example: ``"vmap"`` (default), ``"ghost"`` or ``"auto"`` (see :func:`clipped_gradient_sum`).
 
     Returns:
       The flat noisy mean gradient ``[P]`` (unravel with :func:`recon_jax.models.unravel`).
+
+    Raises:
+      ValueError: on invalid ``clip_norm``, ``clipping`` or ``per_example``.
 
     >>> from recon_jax.models import from_flax, biswas_mlp
     >>> from recon_jax.mechanisms import NoNoise
@@ -425,5 +420,6 @@ def privatized_gradient(model_fns: ModelFns, params, x: jax.Array, y: jax.Array,
     >>> bool(jnp.linalg.norm(g) <= 1.0 + 1e-6)
     True
     """
-    return privatized_loss_and_gradient(model_fns, params, x, y, key, clip_norm=clip_norm, mechanism=mechanism,
-                                        clipping=clipping, weights=weights, loss_fn=loss_fn, **kwargs)[1]
+    algorithm = Algorithm(clip_norm=clip_norm, mechanism=mechanism, clipping=clipping, loss_fn=loss_fn,
+                          per_example=per_example)
+    return privatized_loss_and_gradient(model_fns, params, Batch(x, y, weights), key, algorithm)[1]

@@ -27,12 +27,12 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from recon_jax.mechanisms.base import NoNoise
 from recon_jax.models.adapters import ModelFns
 from recon_jax.training.algorithms import Algorithm
+from recon_jax.training.batch import Batch
 from recon_jax.training.dp import privatized_loss_and_gradient
 
-__all__ = ["TrainState", "Batch", "make_train_step"]
+__all__ = ["TrainState", "make_train_step"]
 
 
 class TrainState(flax.struct.PyTreeNode):
@@ -54,30 +54,6 @@ class TrainState(flax.struct.PyTreeNode):
         """The state before the first step: ``algorithm``'s optimizer initialised at ``params``, step 0."""
         return cls(params=params, opt_state=algorithm.make_optimizer().init(params),
                    step=jnp.zeros((), jnp.int32))
-
-
-class Batch(flax.struct.PyTreeNode):
-    """The data of one step.
-
-    Attributes:
-      x: inputs ``[B, ...]``.
-      y: labels ``[B]``.
-      weights: ``[B]`` example weights (0 drops a padded or unsampled row); ``None``: all 1.
-      target_x: optional separate target term, one example ``[...]`` (its own loss term; ``None``: none).
-      target_y: its label ``[]``.
-      target_weight: its weight ``[]`` (``None``: 1; 0 keeps the slot but ignores it, the MIA "out" model).
-      x_sq_norms: optional ``[B]`` squared l2 norms of the flattened rows of ``x``; ghost clipping reuses them
-        for the layer that reads ``x`` (:func:`~recon_jax.training.train` gathers them from norms of the fixed
-        set computed once). ``None``: computed from ``x`` when needed.
-    """
-
-    x: jax.Array
-    y: jax.Array
-    weights: jax.Array | None = None
-    target_x: jax.Array | None = None
-    target_y: jax.Array | None = None
-    target_weight: jax.Array | None = None
-    x_sq_norms: jax.Array | None = None
 
 
 def _loss_and_gradient(model_fns: ModelFns, loss_fn: Callable, params, x, y, w, target, t_w, count):
@@ -135,31 +111,25 @@ def make_train_step(model_fns: ModelFns, algorithm: Algorithm, *, with_gradient:
     """
     alg = algorithm
     optimizer = alg.make_optimizer()
-    mechanism = alg.mechanism if alg.mechanism is not None else NoNoise()
-    loss_fn = alg.loss_fn
 
     def step(state: TrainState, batch: Batch, key: jax.Array):
         params = state.params
         dtype = jax.eval_shape(lambda p: ravel_pytree(p)[0], params).dtype
-        xb, yb = batch.x, batch.y
-        w = jnp.ones((xb.shape[0],), dtype) if batch.weights is None else batch.weights
+        w = jnp.ones((batch.x.shape[0],), dtype) if batch.weights is None else batch.weights
         has_target = batch.target_x is not None
         t_w = None
         if has_target:
             t_w = jnp.ones((), dtype) if batch.target_weight is None else batch.target_weight
-        if alg.poisson:
-            count = jnp.asarray(alg.batch_size, dtype)  # the expected batch size, never the realised one
+        if alg.private:  # clip, then noise (privatized_loss_and_gradient), then the optimizer below
+            value, gflat = privatized_loss_and_gradient(model_fns, params, batch.replace(weights=w, target_weight=t_w),
+                                                        key, alg)
         else:
-            count = jnp.sum(w) + (t_w if has_target else 0.0)
-        if alg.private:
-            value, gflat = privatized_loss_and_gradient(
-                model_fns, params, xb, yb, key, clip_norm=alg.clip_norm, mechanism=mechanism, clipping=alg.clipping,
-                weights=w, loss_fn=loss_fn, per_example=alg.per_example, microbatch_size=alg.microbatch_size,
-                target=(batch.target_x, batch.target_y) if has_target else None, target_weight=t_w,
-                normaliser=count, per_model_batches=alg.batch_size is not None, input_sq_norms=batch.x_sq_norms)
-        else:
+            if alg.poisson:
+                count = jnp.asarray(alg.batch_size, dtype)  # the expected batch size, never the realised one
+            else:
+                count = jnp.sum(w) + (t_w if has_target else 0.0)
             target = (batch.target_x[None], jnp.reshape(batch.target_y, (1,))) if has_target else None
-            value, gflat = _loss_and_gradient(model_fns, loss_fn, params, xb, yb, w, target, t_w, count)
+            value, gflat = _loss_and_gradient(model_fns, alg.loss_fn, params, batch.x, batch.y, w, target, t_w, count)
         unravel = ravel_pytree(params)[1]
         updates, opt_state = optimizer.update(unravel(gflat), state.opt_state, params)
         new_params = jax.tree_util.tree_map(lambda p, u: p + u.astype(p.dtype), params, updates)

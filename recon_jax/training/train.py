@@ -37,7 +37,8 @@ from recon_jax import threefry
 from recon_jax.models.adapters import ModelFns
 from recon_jax.training.algorithms import Algorithm
 from recon_jax.training.keys import epoch_shuffle_key, init_key, noise_stream, shuffle_stream
-from recon_jax.training.step import Batch, TrainState, make_train_step
+from recon_jax.training.batch import Batch
+from recon_jax.training.step import TrainState, make_train_step
 
 __all__ = ["TrainResult", "train", "initial_params"]
 

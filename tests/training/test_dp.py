@@ -39,9 +39,9 @@ def test_loss_and_gradient_with_target_match_naive_loop(x64, per_example, clippi
     params, x, y = _setup()
     w = jnp.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0])
     t_w = 0.5
-    loss, g = training.privatized_loss_and_gradient(
-        FNS, params, x[:6], y[:6], jax.random.key(1), clip_norm=0.3, mechanism=NoNoise(), clipping=clipping,
-        weights=w, per_example=per_example, microbatch_size=microbatch, target=(x[6], y[6]), target_weight=t_w)
+    alg = training.dp_gd(0.3, clipping=clipping, per_example=per_example, microbatch_size=microbatch)
+    batch = training.Batch(x[:6], y[:6], weights=w, target_x=x[6], target_y=y[6], target_weight=t_w)
+    loss, g = training.privatized_loss_and_gradient(FNS, params, batch, jax.random.key(1), alg)
     ref_loss, ref_sum = _naive(params, x, y, jnp.concatenate([w, jnp.array([t_w])]), 0.3, clipping)
     count = float(jnp.sum(w)) + t_w
     # float64: the only differences are summation orders
@@ -59,12 +59,16 @@ def test_normaliser_noise_and_privatized_gradient_wrapper(x64):
     mech = GaussianMechanism(noise_multiplier=2.0)
     k = jax.random.key(3)
     _, total = training.clipped_gradient_sum(FNS, params, x, y, clip_norm=0.3)
-    _, g = training.privatized_loss_and_gradient(FNS, params, x, y, k, clip_norm=0.3, mechanism=mech, normaliser=10.0)
+    # Poisson-sampled DP-SGD divides by the expected batch size, whatever the batch holds
+    poisson = training.dp_sgd(10, 0.3, mechanism=mech, sampling="poisson", per_example="vmap")
+    _, g = training.privatized_loss_and_gradient(FNS, params, training.Batch(x, y), k, poisson)
     np.testing.assert_allclose(g, mech.privatize(k, total, 0.3, 10.0), rtol=1e-12)
-    # privatized_gradient is the same function without the loss; its default normaliser is the batch size
+    # privatized_gradient is the same function without the loss; its normaliser is the batch size
     a = training.privatized_gradient(FNS, params, x, y, k, clip_norm=0.3, mechanism=mech)
     np.testing.assert_allclose(a, mech.privatize(k, total, 0.3, x.shape[0]), rtol=1e-12)
-    b = training.privatized_gradient(FNS, params, x[:6], y[:6], k, clip_norm=0.3, mechanism=mech, target=(x[6], y[6]))
+    full = training.dp_gd(0.3, mechanism=mech, per_example="vmap")
+    b = training.privatized_loss_and_gradient(FNS, params, training.Batch(x[:6], y[:6], target_x=x[6], target_y=y[6]),
+                                              k, full)[1]
     np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
 
 
@@ -75,6 +79,9 @@ def test_arguments_checked(x64):
         training.privatized_gradient(FNS, params, x, y, jax.random.key(0), clip_norm=0.0, mechanism=NoNoise())
     with pytest.raises(ValueError, match="per_example must be one of"):
         training.privatized_gradient(FNS, params, x, y, jax.random.key(0), per_example="fast", **kw)
+    with pytest.raises(ValueError, match="algorithm must clip"):
+        training.privatized_loss_and_gradient(FNS, params, training.Batch(x, y), jax.random.key(0),
+                                              training.full_batch_gd())
     with pytest.raises(ValueError, match="microbatch_size"):
         training.clipped_gradient_sum(FNS, params, x, y, clip_norm=1.0, microbatch_size=0)
     with pytest.raises(ValueError, match="per_example='ghost'"):
