@@ -57,11 +57,13 @@ from jax.flatten_util import ravel_pytree
 from recon_jax._validation import check_integer
 from recon_jax.models.adapters import ModelFns
 from recon_jax.models.losses import softmax_cross_entropy
-from recon_jax.training.dp import clip_gradients, per_example_gradients, weighted_row_sum
-from recon_jax.training.ghost import ghost_clipped_sum, ghost_supported
+from recon_jax.mechanisms.base import GaussianMechanism
+from recon_jax.training.dp import clipped_gradient_sum, per_example_gradients
+from recon_jax.training.ghost import ghost_supported
+from recon_jax.training.step import apply_gradient
 
 __all__ = ["GradientCanaries", "CRAFTED_KINDS", "crafted_canaries", "concat_canaries", "canary_coordinates",
-           "dense_canaries", "GameTraining", "CanaryGameResult", "canary_game", "check_game_mechanism"]
+           "dense_canaries", "GameTraining", "CanaryGameResult", "canary_game", "check_game_mechanism", "released_sum"]
 
 CRAFTED_KINDS = ("orthogonal", "simplex")
 
@@ -238,18 +240,19 @@ class CanaryGameResult(NamedTuple):
     log_likelihood: jax.Array
 
 
-def _dminus_sum(model_fns, params, fx, fy, w_fixed, clip_norm, loss_fn, use_ghost):
-    """D-'s clipped gradient sum (weights ``w_fixed``, or all 1) at ``params``, flat."""
-    if use_ghost:
-        _, tree, _ = ghost_clipped_sum(model_fns.tap, params, fx, fy, clip_norm, weights=w_fixed, loss_fn=loss_fn)
-        return ravel_pytree(tree)[0]
-    g = clip_gradients(per_example_gradients(model_fns, params, fx, fy, loss_fn), clip_norm)
-    return jnp.sum(g, axis=0) if w_fixed is None else weighted_row_sum(w_fixed, g)
+def released_sum(key: jax.Array, clipped_sum: jax.Array, noise_multiplier, clip_norm: float) -> jax.Array:
+    """The second stage of a game's DP step: the Gaussian mechanism's noisy sum, before the public normaliser.
+
+    ``GaussianMechanism(noise_multiplier).privatize`` with batch size 1 (the games keep the unnormalised sum: the
+    adversary subtracts D-'s sum from it; the update divides by the normaliser). ``noise_multiplier`` may be
+    traced (one game runs every noise level under ``vmap``).
+    """
+    return GaussianMechanism(noise_multiplier=noise_multiplier).privatize(key, clipped_sum, clip_norm, 1)
 
 
 def _make_run(model_fns, optimizer, clip_norm, steps, use_ghost, loss_fn, poisson):
     def run(params0, fx, fy, idx, vals, included, sigma, sample_rate, key):
-        flat0, unravel = ravel_pytree(params0)
+        flat0 = ravel_pytree(params0)[0]
         dtype = flat0.dtype
         n = fx.shape[0]
         q = jnp.asarray(sample_rate, dtype)
@@ -259,7 +262,9 @@ def _make_run(model_fns, optimizer, clip_norm, steps, use_ghost, loss_fn, poisso
         sq = jnp.sum(vals * vals, axis=1)
         included = jnp.asarray(included, dtype)
         denom = jnp.where(poisson, q * (n + 1), n + 1).astype(dtype)  # public normaliser, as for D- + one target
-        noise_std = jnp.asarray(sigma, dtype) * jnp.asarray(clip_norm, dtype)
+        sigma = jnp.asarray(sigma, dtype)
+        noise_std = sigma * jnp.asarray(clip_norm, dtype)
+        per_example = "ghost" if use_ghost else "vmap"
 
         def step(carry, t):
             params, opt_state, ll = carry
@@ -269,14 +274,18 @@ def _make_run(model_fns, optimizer, clip_norm, steps, use_ghost, loss_fn, poisso
                 b = jax.random.bernoulli(k_canary, q, included.shape).astype(dtype)
             else:
                 w_fixed, b = None, jnp.ones_like(included)
-            base = _dminus_sum(model_fns, params, fx, fy, w_fixed, clip_norm, loss_fn, use_ghost)
+            # The DP step (the released run's): clip (D-'s sum plus the included canaries' clipped vectors), add
+            # noise, apply the optimizer; the adversary scores the released sum in between. It recomputes D-'s sum
+            # at the released parameters (the same first stage), so `base` serves both sides.
+            base = clipped_gradient_sum(model_fns, params, fx, fy, clip_norm=clip_norm, weights=w_fixed,
+                                        per_example=per_example, loss_fn=loss_fn)[1]
             canary_sum = jnp.zeros_like(base).at[idx].add(vals * (included * b)[:, None])
-            observed = base + canary_sum + noise_std * jax.random.normal(k_noise, base.shape, dtype)
+            observed = released_sum(k_noise, base + canary_sum, sigma, clip_norm)
             residual = observed - base  # the adversary subtracts the D- sum it recomputes at the released params
             a = (jnp.sum(residual[idx] * vals, axis=1) - 0.5 * sq) / jnp.square(noise_std)
             ll = ll + jnp.logaddexp(jnp.log1p(-q), jnp.log(q) + a)
-            updates, opt_state = optimizer.update(unravel(observed / denom), opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state, ll), None
+            params, opt_state = apply_gradient(optimizer, params, opt_state, observed / denom)
+            return (params, opt_state, ll), None
 
         zeros = jnp.zeros(included.shape, dtype)
         (_, _, ll), _ = jax.lax.scan(step, (params0, optimizer.init(params0), zeros), jnp.arange(steps))

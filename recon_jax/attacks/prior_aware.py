@@ -48,15 +48,15 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax.flatten_util import ravel_pytree
 
-from recon_jax.attacks.canaries import GameTraining, canary_game, check_game_mechanism, dense_canaries
+from recon_jax.attacks.canaries import GameTraining, canary_game, check_game_mechanism, dense_canaries, released_sum
 from recon_jax.attacks.game_optimum import (crafted_success_probability, orthogonal_success_probability,
                                            predicted_success)
 from recon_jax.models.adapters import ModelFns
-from recon_jax.training.dp import clip_gradients, per_example_gradients, weighted_row_sum
-from recon_jax.training.ghost import dense_call_gradients, ghost_clipped_sum, ghost_squared_norms, ghost_supported
+from recon_jax.training.dp import clip_gradients, clipped_gradient_sum, per_example_gradients
+from recon_jax.training.ghost import dense_call_gradients, ghost_squared_norms, ghost_supported
+from recon_jax.training.step import apply_gradient
 
 __all__ = [
     "step_log_likelihoods",
@@ -187,8 +187,10 @@ def _make_trial(model_fns: ModelFns, optimizer, clip_norm: float, steps: int, us
         sample_rate = jnp.asarray(sample_rate, dtype)
         include = jnp.asarray(include, dtype)
         denom = jnp.where(poisson, sample_rate * (n + 1), n + 1).astype(dtype)  # public normaliser
-        noise_std = jnp.asarray(sigma, dtype) * jnp.asarray(clip_norm, dtype)
+        sigma = jnp.asarray(sigma, dtype)
+        noise_std = sigma * jnp.asarray(clip_norm, dtype)
         q = sample_rate
+        per_example = "ghost" if use_ghost else "vmap"
 
         def step(carry, t):
             params, opt_state, scores, sep = carry
@@ -198,20 +200,18 @@ def _make_trial(model_fns: ModelFns, optimizer, clip_norm: float, steps: int, us
                 b_target = jax.random.bernoulli(k_target, sample_rate).astype(flat0.dtype)
             else:
                 w_fixed, b_target = None, jnp.ones((), flat0.dtype)
+            # The DP step (the released run's): clip (D-'s sum plus the target's term), add noise, apply the
+            # optimizer; the adversary scores the released sum in between. It recomputes D-'s sum at the released
+            # parameters (the same first stage), so `base` serves both sides.
+            base = clipped_gradient_sum(model_fns, params, fixed_x, fixed_y, clip_norm=clip_norm, weights=w_fixed,
+                                        per_example=per_example, loss_fn=loss_fn)[1]
             if use_ghost:
                 tx, ty = cand_x[target_index][None], cand_y[target_index][None]
                 target_grad = _flat_clipped_grads(model_fns, params, tx, ty, clip_norm, loss_fn)[0]
-                _, tree, _ = ghost_clipped_sum(model_fns.tap, params, fixed_x, fixed_y, clip_norm, weights=w_fixed,
-                                               loss_fn=loss_fn)
-                base = ravel_pytree(tree)[0]
-            else:  # one per-example pass over D- and the candidates (the target is one of them)
-                g = _flat_clipped_grads(model_fns, params, jnp.concatenate([fixed_x, cand_x]),
-                                        jnp.concatenate([fixed_y, cand_y]), clip_norm, loss_fn)
-                cand = g[n:]  # [k, P]
-                base = jnp.sum(g[:n], axis=0) if w_fixed is None else weighted_row_sum(w_fixed, g[:n])
+            else:  # every candidate's clipped gradient (the target is one of them)
+                cand = _flat_clipped_grads(model_fns, params, cand_x, cand_y, clip_norm, loss_fn)  # [k, P]
                 target_grad = cand[target_index]
-            observed = (base + (include * b_target) * target_grad
-                        + noise_std * jax.random.normal(k_noise, base.shape, base.dtype))
+            observed = released_sum(k_noise, base + (include * b_target) * target_grad, sigma, clip_norm)
             residual = observed - base  # the adversary subtracts the D- sum it recomputes at the released params
             if use_ghost:
                 (dots, cross), sqs = _ghost_candidate_terms(model_fns.tap, params, cand_x, cand_y,
@@ -226,8 +226,8 @@ def _make_trial(model_fns: ModelFns, optimizer, clip_norm: float, steps: int, us
             # ||c_z - c_j||^2 in noise units (the target's own entry is 0 up to rounding; clamped at 0).
             dist = jnp.maximum(jnp.sum(target_grad * target_grad) + sqs - 2.0 * cross, 0.0)
             sep = sep + dist / jnp.square(noise_std)
-            updates, opt_state = optimizer.update(unravel(observed / denom), opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state, scores, sep), None
+            params, opt_state = apply_gradient(optimizer, params, opt_state, observed / denom)
+            return (params, opt_state, scores, sep), None
 
         zeros = jnp.zeros((cand_x.shape[0],), flat0.dtype)
         (_, _, scores, sep), _ = jax.lax.scan(step, (params0, optimizer.init(params0), zeros, zeros),

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from recon_jax import threefry
+from recon_jax._validation import NONNEGATIVE, check
 
 __all__ = ["Mechanism", "GaussianMechanism", "NoNoise"]
 
@@ -47,7 +48,8 @@ class GaussianMechanism:
     Releases ``(sum_i clip(g_i) + N(0, C^2 sigma^2 I)) / B`` where ``sigma`` is the noise multiplier.
 
     Args:
-      noise_multiplier: sigma >= 0 (noise standard deviation in units of the clip norm C).
+      noise_multiplier: sigma >= 0 (noise standard deviation in units of the clip norm C); may be traced (the
+        games of :mod:`recon_jax.attacks.prior_aware` vmap over noise levels), then it is not checked.
 
     >>> import jax, jax.numpy as jnp
     >>> m = GaussianMechanism(noise_multiplier=0.0)
@@ -58,8 +60,8 @@ class GaussianMechanism:
     noise_multiplier: float
 
     def __post_init__(self):
-        if not self.noise_multiplier >= 0:
-            raise ValueError(f"noise_multiplier must be >= 0, got {self.noise_multiplier}")
+        # a traced noise multiplier (a game vmapped over noise levels) passes unchecked, as everywhere
+        check("noise_multiplier", self.noise_multiplier, NONNEGATIVE)
 
     def privatize(self, key, clipped_sum, clip_norm, batch_size):  # noqa: D102
         noise = threefry.normal(key, clipped_sum.shape, clipped_sum.dtype)  # = jax.random.normal, bitwise

@@ -33,7 +33,7 @@ from recon_jax.training.keys import epoch_shuffle_key, init_key, noise_key, nois
 from recon_jax.models.losses import softmax_cross_entropy
 from recon_jax.training.gram import choose_first_layer, fixed_set_gram, gram_saves_work, gram_supported, train_gram
 from recon_jax.training.batch import Batch
-from recon_jax.training.step import TrainState, make_train_step
+from recon_jax.training.step import TrainState, apply_gradient, make_train_step
 from recon_jax.training.train import TrainResult, initial_params, train
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     "noise_key",
     "TrainState",
     "Batch",
+    "apply_gradient",
     "make_train_step",
     "softmax_cross_entropy",
     "TrainResult",

@@ -17,9 +17,14 @@ Per-example gradients (``per_example``): ``"vmap"`` materialises the ``[B, P]`` 
 (:mod:`recon_jax.training.ghost`; flat clipping, dense-layer models), ``"auto"`` takes ghost clipping where it
 applies (:func:`use_ghost_clipping`). Both give the same result up to rounding.
 
-The DP gradient is implemented once, in :func:`privatized_loss_and_gradient` (on top of
-:func:`clipped_gradient_sum`): the training step (:func:`recon_jax.training.make_train_step`, scanned by
-:func:`recon_jax.training.train`) and :func:`privatized_gradient` both call it.
+The DP step is one composition of three stages, as in jax_privacy: clip and sum (:func:`clipped_gradient_sum`),
+add the mechanism's noise (``mechanism.privatize``), apply the optimizer
+(:func:`recon_jax.training.apply_gradient`). :func:`privatized_loss_and_gradient` is the first two for a
+:class:`~recon_jax.training.Batch` and an :class:`~recon_jax.training.Algorithm`; the training step
+(:func:`recon_jax.training.make_train_step`, scanned by :func:`recon_jax.training.train` and by the shadow
+engine) adds the third. The games of :mod:`recon_jax.attacks.canaries` and :mod:`recon_jax.attacks.prior_aware`
+run the same stages (D-'s sum from :func:`clipped_gradient_sum`, the Gaussian mechanism's noise, then
+:func:`~recon_jax.training.apply_gradient`), scoring the released sum between the second and the third.
 
 The clipping bound at any matmul precision. The mechanism's sensitivity is C, so each example's term of the clipped
 sum must have norm at most C whatever ``jax.default_matmul_precision`` is. At JAX's default a GPU rounds the
@@ -52,8 +57,8 @@ Outside the bound, and the same at every precision as in any floating-point DP-S
 B terms into one sum, and the noise (``sigma C`` times elementwise normals; the VMF sampler's one product, its
 tangent projection, is at ``HIGHEST``). ``HIGHEST`` is float32 on a GPU and 6-pass bfloat16 (float32 accuracy) on a
 TPU; on a CPU every float32 product is already full precision, so the pins leave CPU results bitwise unchanged.
-The prior-aware game (:mod:`recon_jax.attacks.prior_aware`) and the linear-layer attack's DP step
-(:mod:`recon_jax.attacks.linear_layer`) form their clipped sums the same way.
+The games (:mod:`recon_jax.attacks.prior_aware`, :mod:`recon_jax.attacks.canaries`) take their clipped sums from
+here; the linear-layer attack's DP step (:mod:`recon_jax.attacks.linear_layer`) forms its own the same way.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from recon_jax.training.algorithms import Algorithm
 from recon_jax.training.batch import Batch
 from recon_jax.training.dp import privatized_loss_and_gradient
 
-__all__ = ["TrainState", "make_train_step"]
+__all__ = ["TrainState", "apply_gradient", "make_train_step"]
 
 
 class TrainState(flax.struct.PyTreeNode):
@@ -54,6 +54,28 @@ class TrainState(flax.struct.PyTreeNode):
         """The state before the first step: ``algorithm``'s optimizer initialised at ``params``, step 0."""
         return cls(params=params, opt_state=algorithm.make_optimizer().init(params),
                    step=jnp.zeros((), jnp.int32))
+
+
+def apply_gradient(optimizer, params, opt_state, gradient: jax.Array):
+    """The last stage of a step: ``optimizer`` applied to a flat (released) gradient; ``(params, opt_state)``.
+
+    The DP step is three stages: clip and sum (:func:`~recon_jax.training.clipped_gradient_sum`), add the
+    mechanism's noise (``mechanism.privatize``; both in :func:`~recon_jax.training.privatized_loss_and_gradient`),
+    then this. :func:`make_train_step` and the games of :mod:`recon_jax.attacks.canaries` and
+    :mod:`recon_jax.attacks.prior_aware` (which score the released sum between the second stage and this one) all
+    use it.
+
+    Args:
+      optimizer: an optax transformation.
+      params: the parameters (pytree).
+      opt_state: its state.
+      gradient: the flat gradient ``[P]`` (unravelled to the layout of ``params``).
+
+    Returns:
+      ``(new_params, new_opt_state)``; each updated parameter keeps its dtype.
+    """
+    updates, opt_state = optimizer.update(ravel_pytree(params)[1](gradient), opt_state, params)
+    return jax.tree_util.tree_map(lambda p, u: p + u.astype(p.dtype), params, updates), opt_state
 
 
 def _loss_and_gradient(model_fns: ModelFns, loss_fn: Callable, params, x, y, w, target, t_w, count):
@@ -130,9 +152,7 @@ def make_train_step(model_fns: ModelFns, algorithm: Algorithm, *, with_gradient:
                 count = jnp.sum(w) + (t_w if has_target else 0.0)
             target = (batch.target_x[None], jnp.reshape(batch.target_y, (1,))) if has_target else None
             value, gflat = _loss_and_gradient(model_fns, alg.loss_fn, params, batch.x, batch.y, w, target, t_w, count)
-        unravel = ravel_pytree(params)[1]
-        updates, opt_state = optimizer.update(unravel(gflat), state.opt_state, params)
-        new_params = jax.tree_util.tree_map(lambda p, u: p + u.astype(p.dtype), params, updates)
+        new_params, opt_state = apply_gradient(optimizer, params, state.opt_state, gflat)
         metrics = {"loss": value}
         if with_gradient:
             metrics["gradient"] = gflat
