@@ -32,6 +32,7 @@ Data: ``dataset="mnist"`` (embedded), ``"synthetic"``, or ``"folder"``: a direct
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -153,6 +154,9 @@ def run(config, workdir: str) -> dict:
     points_dir = os.path.join(cache, "points")
     os.makedirs(points_dir, exist_ok=True)
     mean_image = images[tr_idx].mean(axis=0)
+    training = dimred.AttackTrainingSpec(width=config.width, learning_rate=config.learning_rate,
+                                         batch_size=config.batch_size, max_epochs=config.max_epochs,
+                                         patience=config.patience, l1_weight=config.l1_weight)
 
     def known_set(size, rep):
         r = np.random.default_rng([config.seed, size, rep])
@@ -183,20 +187,15 @@ def run(config, workdir: str) -> dict:
         known = known_set(size, rep)
         base = _base(method)
         key = jax.random.fold_in(jax.random.fold_in(base_key, METHODS.index(base)), 1000 * size + rep)
-        common = dict(
-            seed_policy=policy,
-            target_row=config.target_row,
-            data_scale=config.data_scale,
-            method_opts=_method_opts(config, method),
-            chunk_size=config.chunk_size,
-            n_jobs=config.n_jobs,
-            progress=config.progress,
-        )
+        embedding = dimred.EmbeddingSpec(method=base, method_opts=_method_opts(config, method), seed_policy=policy,
+                                         data_scale=config.data_scale)
+        common = dict(target_row=config.target_row, chunk_size=config.chunk_size, n_jobs=config.n_jobs,
+                      progress=config.progress)
         sdir = os.path.join(cache, "shadow_stores", tag)
         emb = {}
         for name, idx, off in (("train", tr_idx[:ntr], 0), ("val", va_idx[:nva], ntr), ("test", te_idx[:nte], ntr + nva)):
             emb[name] = dimred.shadow_embeddings(
-                base, known, flat[idx], key, index_offset=off, store_dir=os.path.join(sdir, name), **common
+                embedding, known, flat[idx], key, index_offset=off, store_dir=os.path.join(sdir, name), **common
             )
             require_finite(emb[name], f"{method} shadow embeddings ({name})", "embedding solver diverged?")
         y = {"train": images[tr_idx[:ntr]], "val": images[va_idx[:nva]], "test": images[te_idx[:nte]]}
@@ -213,9 +212,7 @@ def run(config, workdir: str) -> dict:
         for kind in kinds:
             atk = dimred.fit_attack(
                 kind, emb["train"], y["train"], emb["val"], y["val"], jax.random.fold_in(key, len(kind)),
-                width=config.width, target_row=config.target_row, learning_rate=config.learning_rate,
-                batch_size=config.batch_size, max_epochs=config.max_epochs, patience=config.patience,
-                l1_weight=config.l1_weight, progress=config.progress,
+                spec=training, target_row=config.target_row, progress=config.progress,
             )
             require_finite(atk.eval_loss, f"{kind} network validation loss ({tag})", "learning rate too large?")
             rec_img = np.asarray(reconstruct(atk, emb["test"]))
@@ -232,8 +229,9 @@ def run(config, workdir: str) -> dict:
             noise = {}
             for sigma in config.noise_sigmas:
                 noisy = dimred.shadow_embeddings(
-                    base, known, flat[te_idx[:nn_test]], key, index_offset=ntr + nva, noise_sigma=float(sigma),
-                    noise_key=jax.random.fold_in(key, 77), store_dir=os.path.join(sdir, f"noise_{sigma:g}"), **common,
+                    dataclasses.replace(embedding, noise_sigma=float(sigma)), known, flat[te_idx[:nn_test]], key,
+                    index_offset=ntr + nva, noise_key=jax.random.fold_in(key, 77),
+                    store_dir=os.path.join(sdir, f"noise_{sigma:g}"), **common,
                 )
                 atk = attacks["split"]
                 d_clean = float(np.mean(dimred.noise_defence_mse(atk, emb["test"][:nn_test], noisy)))

@@ -10,7 +10,9 @@
 - :mod:`~recon_jax.attacks.gradient`: linear-layer attack (Ziller et al.; home :mod:`~recon_jax.attacks.linear_layer`),
   Inverting Gradients, DLG.
 - :mod:`~recon_jax.attacks.dimred`: attacks on dimensionality-reduction embeddings (Lumbut & Ponnoprat), on the
-  embedding methods of :mod:`~recon_jax.attacks.dimred_embed`.
+  embedding methods of :mod:`~recon_jax.attacks.dimred_embed`; the embedding mechanism is an
+  :class:`~recon_jax.attacks.dimred.EmbeddingSpec`, the network's size and training an
+  :class:`~recon_jax.attacks.dimred.AttackTrainingSpec`.
 - :mod:`~recon_jax.attacks.audit`: Clopper-Pearson intervals and the empirical epsilon of a canary game, and its
   statistical ceiling; :mod:`~recon_jax.attacks.audit_gdp`: the same multi-run audit read as Gaussian DP (Nasr et
   al. 2023) and the exact GDP (eps, delta) conversion.
@@ -24,6 +26,7 @@
 
 from recon_jax.attacks import (audit, audit_gdp, audit_one_run, canaries, dimred, game_optimum, glm, gradient, informed,
                                mia, oracle, prior_aware, reconn)
+from recon_jax.attacks.dimred import AttackTrainingSpec, EmbeddingSpec
 
 __all__ = ["glm", "reconn", "informed", "oracle", "mia", "gradient", "dimred", "prior_aware", "canaries", "game_optimum",
-           "audit", "audit_gdp", "audit_one_run"]
+           "audit", "audit_gdp", "audit_one_run", "EmbeddingSpec", "AttackTrainingSpec"]

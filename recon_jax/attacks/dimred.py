@@ -5,9 +5,10 @@ embedding ``theta = M(D)`` of a dataset ``D = D- u {x}``; the adversary knows ``
 points ``D-`` and a public dataset ``D'`` from the same distribution, and wants ``x``.
 
 Attack (Algorithms 1-2): for each public point ``x'_j`` embed ``D- u {x'_j}`` with the target in a fixed row
-(:func:`shadow_embeddings`), train a reconstruction network ``theta_j -> x'_j`` (:func:`fit_attack`; the
-paper's split encoder + transposed-conv decoder or the Balle et al. MLP from :mod:`recon_jax.models.dimred`),
-then apply it to the released embedding (:func:`recon_jax.attacks.reconn.reconstruct`).
+(:func:`shadow_embeddings`; the mechanism is an :class:`EmbeddingSpec`), train a reconstruction network
+``theta_j -> x'_j`` (:func:`fit_attack`; the paper's split encoder + transposed-conv decoder or the Balle et al.
+MLP from :mod:`recon_jax.models.dimred`, sized and trained as an :class:`AttackTrainingSpec` says), then apply it
+to the released embedding (:func:`recon_jax.attacks.reconn.reconstruct`).
 
 Shared machinery: the shadow embeddings are rows of a resumable shadow store
 (:func:`recon_jax.shadow.fill_store`: atomic chunks, SHA-256 checks, keyed by a hash of everything that
@@ -16,11 +17,11 @@ determines them), and the network is trained by the shared reconstructor trainer
 scaling, early stopping on the validation objective, BatchNorm in training mode.
 
 Randomness and the adversary's knowledge are explicit: every method takes a typed key, and the
-``seed_policy`` of :func:`shadow_embeddings` says whether all runs share the victim's key (``"known"``) or
+``seed_policy`` of :class:`EmbeddingSpec` says whether all runs share the victim's key (``"known"``) or
 draw fresh randomness per run (``"fresh"``, the paper's setting).
 
 Defence (Sec. 6): Gaussian noise ``N(0, sigma^2 I)`` added to the data before embedding
-(``noise_sigma`` of :func:`shadow_embeddings`), evaluated with networks trained on clean data
+(``noise_sigma`` of :class:`EmbeddingSpec`), evaluated with networks trained on clean data
 (:func:`noise_defence_mse`). Scale: the paper's sigma in {2, 4, 8, 16, 32} is in 8-bit pixel units (the
 reference code embeds raw 0-255 MNIST pixels), i.e. ``data_scale=255`` for images in [0, 1].
 
@@ -31,8 +32,10 @@ UMAP from umap-learn), with the method names and seed policies (``METHODS``, ``S
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -40,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from recon_jax._validation import check_integer
 from recon_jax.attacks.dimred_embed import (
     JNP_METHODS,
     METHODS,
@@ -55,6 +59,8 @@ from recon_jax.models.dimred import make_reconstructor
 from recon_jax.shadow import array_digest, fill_store, key_fingerprint
 
 __all__ = [
+    "EmbeddingSpec",
+    "AttackTrainingSpec",
     "insert_row",
     "shadow_embeddings",
     "fit_attack",
@@ -63,6 +69,107 @@ __all__ = [
 ]
 
 _STORE_FORMAT = "recon_jax.attacks.dimred.shadow_embeddings/2"  # 2: rows of the shared shadow store
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EmbeddingSpec:
+    """The embedding mechanism ``M`` the curator runs and the adversary knows (Lumbut & Ponnoprat, Def. 2.1):
+    the method and its options, where its randomness comes from, the data scale, and the Sec. 6 input-noise
+    defence. Hashable (``method_opts`` is stored as sorted ``(name, value)`` pairs).
+
+    Attributes:
+      method: one of ``METHODS``.
+      method_opts: options passed to the method (see :func:`~recon_jax.attacks.dimred_embed.embed`), a mapping
+        or ``(name, value)`` pairs (None: none); stored as ``(name, value)`` pairs sorted by name, so
+        ``dict(spec.method_opts)`` reads them back.
+      seed_policy: ``"known"`` (every run shares the key) or ``"fresh"`` (every run draws its own randomness, the
+        paper's setting; see :func:`~recon_jax.attacks.dimred_embed.run_key`).
+      data_scale: the data are multiplied by this before noise and embedding (> 0; 255 reproduces the reference
+        implementation, which embedded raw 8-bit MNIST pixels).
+      noise_sigma: standard deviation of the additive Gaussian input noise (>= 0; 0: none), in units of the scaled
+        data; the noise key is an argument of :func:`shadow_embeddings`.
+
+    Raises:
+      ValueError: ``method`` or ``seed_policy`` is not one of the allowed names, ``method_opts`` is not a mapping,
+        ``data_scale <= 0`` or ``noise_sigma < 0``.
+
+    Example:
+      >>> import dataclasses
+      >>> spec = EmbeddingSpec(method="srp", method_opts={"density": 0.5})
+      >>> spec.method_opts, dataclasses.replace(spec, noise_sigma=8.0).noise_sigma
+      ((('density', 0.5),), 8.0)
+    """
+
+    method: str
+    method_opts: Mapping[str, Any] | tuple[tuple[str, Any], ...] | None = ()
+    seed_policy: str = "fresh"
+    data_scale: float = 1.0
+    noise_sigma: float = 0.0
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.seed_policy not in SEED_POLICIES:
+            raise ValueError(f"seed_policy must be one of {SEED_POLICIES}, got {self.seed_policy!r}")
+        try:
+            opts = dict(self.method_opts or {})
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"method_opts must be a mapping of option names to values, got {self.method_opts!r}") \
+                from e
+        if not all(isinstance(name, str) for name in opts):
+            raise ValueError(f"method_opts must be a mapping of option names to values, got {self.method_opts!r}")
+        object.__setattr__(self, "method_opts", tuple(sorted(opts.items())))
+        if not self.data_scale > 0:
+            raise ValueError(f"data_scale must be > 0, got {self.data_scale}")
+        if not self.noise_sigma >= 0:
+            raise ValueError(f"noise_sigma must be >= 0, got {self.noise_sigma}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AttackTrainingSpec:
+    """How :func:`fit_attack` sizes and trains the reconstruction network (Lumbut & Ponnoprat, Sec. 4.1; hashable).
+
+    The defaults are the paper's (and its reference code's early stopping).
+
+    Attributes:
+      width: decoder channel scale of the split network (integer >= 1; 64 = paper; the MLP ignores it).
+      learning_rate: Adam step size (> 0; paper: 1e-5).
+      batch_size: minibatch size (integer >= 1; paper: 64); capped at the number of shadows.
+      max_epochs: maximum epochs (integer >= 1; paper: 500).
+      patience: epochs without validation improvement before stopping (integer >= 1; reference code: 5); None
+        trains all ``max_epochs`` and returns the last parameters.
+      l1_weight: weight of the L1 term of the loss MSE + ``l1_weight`` * L1 (>= 0; paper: 1).
+
+    Raises:
+      ValueError: a field is out of its range (the message names the field and the range).
+
+    Example:
+      >>> AttackTrainingSpec(max_epochs=1, batch_size=8).learning_rate
+      1e-05
+      >>> AttackTrainingSpec(batch_size=0)
+      Traceback (most recent call last):
+      ...
+      ValueError: batch_size must be an integer >= 1; got 0
+    """
+
+    width: int = 64
+    learning_rate: float = 1e-5
+    batch_size: int = 64
+    max_epochs: int = 500
+    patience: int | None = 5
+    l1_weight: float = 1.0
+
+    def __post_init__(self):
+        check_integer("width", self.width, 1)
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        check_integer("batch_size", self.batch_size, 1)
+        check_integer("max_epochs", self.max_epochs, 1)
+        if self.patience is not None:
+            check_integer("patience", self.patience, 1)
+        if not self.l1_weight >= 0:
+            raise ValueError(f"l1_weight must be >= 0, got {self.l1_weight}")
+
 
 
 def insert_row(known: jax.Array, x: jax.Array, target_row: int) -> jax.Array:
@@ -113,18 +220,14 @@ def _sklearn_chunk(method, known, xs, seeds, noise_seeds, target_row, scale, sig
 
 
 def shadow_embeddings(
-    method: str,
+    spec: EmbeddingSpec,
     known: Any,
     candidates: Any,
     key: jax.Array,
     *,
-    seed_policy: str = "fresh",
+    noise_key: jax.Array | None = None,
     index_offset: int = 0,
     target_row: int = 0,
-    data_scale: float = 1.0,
-    noise_sigma: float = 0.0,
-    noise_key: jax.Array | None = None,
-    method_opts: dict | None = None,
     store_dir: str | None = None,
     chunk_size: int = 128,
     n_jobs: int = 1,
@@ -133,8 +236,8 @@ def shadow_embeddings(
     """Embeds ``D- u {x'_j}`` for every candidate (Lumbut & Ponnoprat, Alg. 1 lines 4-10), optionally with noise.
 
     Run ``j`` (global run index ``index_offset + j``) uses the method key
-    ``run_key(key, seed_policy, index_offset + j)`` and, when ``noise_sigma > 0``, input noise
-    ``N(0, noise_sigma^2)`` added to every row of the scaled dataset (Sec. 6 defence) drawn from
+    ``run_key(key, spec.seed_policy, index_offset + j)`` and, when ``spec.noise_sigma > 0``, input noise
+    ``N(0, spec.noise_sigma^2)`` added to every row of the scaled dataset (Sec. 6 defence) drawn from
     ``fold_in(noise_key, index_offset + j)``; the scikit-learn / umap methods get these keys as integer seeds
     (:func:`recon_jax.io.seed_from_key`). PCA and SRP run as one ``jax.jit(jax.vmap(...))`` per chunk; MDS / Isomap / t-SNE /
     UMAP in joblib worker processes. Results do not depend on ``chunk_size``, ``n_jobs`` or resume point. Give
@@ -147,18 +250,14 @@ def shadow_embeddings(
     offsets, scale, noise, the keys, and the digests of ``known`` and ``candidates``).
 
     Args:
-      method: one of ``METHODS``.
+      spec: the embedding mechanism (:class:`EmbeddingSpec`: method and options, seed policy, data scale, input
+        noise).
       known: the known members D- ``[n-1, d]`` (images are flattened).
       candidates: ``[m, d]`` public points x'_j (or the victim's targets).
       key: typed key of the method's randomness (shadows: the adversary's; victim: the curator's).
-      seed_policy: ``"known"`` or ``"fresh"`` (see :func:`~recon_jax.attacks.dimred_embed.run_key`).
+      noise_key: typed key of the input noise (required when ``spec.noise_sigma > 0``, unused otherwise).
       index_offset: global index of the first run.
       target_row: row of the candidate in each embedded dataset (0 in the paper's code).
-      data_scale: the data are multiplied by this before noise and embedding (255 reproduces the
-        reference implementation, which embedded raw 8-bit MNIST pixels).
-      noise_sigma: standard deviation of the additive Gaussian input noise, in units of the scaled data.
-      noise_key: typed key of the noise (required when ``noise_sigma > 0``).
-      method_opts: options passed to the method (see :func:`~recon_jax.attacks.dimred_embed.embed`).
       store_dir: directory of the resumable store (None: in memory only).
       chunk_size: runs per chunk (and per worker task).
       n_jobs: joblib worker processes for the scikit-learn / umap methods.
@@ -169,6 +268,7 @@ def shadow_embeddings(
       candidate's two coordinates are entries ``2*target_row`` and ``2*target_row + 1``).
 
     Raises:
+      TypeError: if ``spec`` is not an :class:`EmbeddingSpec`.
       ValueError: for invalid arguments, or (:class:`recon_jax.shadow.ShadowStoreMismatchError`) when
         ``store_dir`` holds a different configuration.
 
@@ -176,13 +276,12 @@ def shadow_embeddings(
       >>> import jax, numpy as np
       >>> rng = np.random.default_rng(0)
       >>> known, cands = rng.random((9, 16)), rng.random((4, 16))
-      >>> shadow_embeddings("pca", known, cands, jax.random.key(0), progress=False).shape
+      >>> shadow_embeddings(EmbeddingSpec(method="pca"), known, cands, jax.random.key(0), progress=False).shape
       (4, 20)
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if seed_policy not in SEED_POLICIES:
-        raise ValueError(f"seed_policy must be one of {SEED_POLICIES}, got {seed_policy!r}")
+    if not isinstance(spec, EmbeddingSpec):
+        raise TypeError(f"spec must be an EmbeddingSpec, got {type(spec).__name__}")
+    method, seed_policy, data_scale, noise_sigma = spec.method, spec.seed_policy, spec.data_scale, spec.noise_sigma
     known = np.asarray(known, dtype=np.float32)
     candidates = np.asarray(candidates, dtype=np.float32)
     known = known.reshape(known.shape[0], -1)
@@ -196,13 +295,9 @@ def shadow_embeddings(
         raise ValueError(f"index_offset must be >= 0, got {index_offset}")
     if chunk_size < 1 or n_jobs < 1:
         raise ValueError(f"chunk_size and n_jobs must be >= 1, got {chunk_size}, {n_jobs}")
-    if noise_sigma < 0:
-        raise ValueError(f"noise_sigma must be >= 0, got {noise_sigma}")
     if noise_sigma > 0 and noise_key is None:
-        raise ValueError("noise_key is required when noise_sigma > 0")
-    if data_scale <= 0:
-        raise ValueError(f"data_scale must be > 0, got {data_scale}")
-    opts = dict(method_opts or {})
+        raise ValueError("noise_key is required when spec.noise_sigma > 0")
+    opts = dict(spec.method_opts)
     m = candidates.shape[0]
     if m == 0:
         return np.zeros((0, 2 * n), np.float32)
@@ -267,23 +362,18 @@ def fit_attack(
     val_images: Any,
     key: jax.Array,
     *,
-    width: int = 64,
+    spec: AttackTrainingSpec = AttackTrainingSpec(),
     target_row: int = 0,
-    learning_rate: float = 1e-5,
-    batch_size: int = 64,
-    max_epochs: int = 500,
-    patience: int = 5,
-    l1_weight: float = 1.0,
     checkpoint_dir: str | None = None,
     progress: bool = False,
 ) -> ReconstructorFit:
     """Trains the reconstruction network on shadow pairs (Lumbut & Ponnoprat, Alg. 1 lines 11-12, Sec. 4.1).
 
     The shared trainer (:func:`recon_jax.attacks.reconn.train_reconstructor`) with the paper's settings: Adam,
-    loss MSE + ``l1_weight`` * L1, inputs min-max scaled per feature with statistics of the shadow training set
+    loss MSE + ``spec.l1_weight`` * L1, inputs min-max scaled per feature with statistics of the shadow training set
     (as in the reference implementation), targets the images in [0, 1], BatchNorm / dropout in training mode,
     one jitted step per minibatch. After each epoch the objective over the whole validation set is computed in
-    evaluation mode; training stops after ``patience`` epochs without improvement and the parameters of the
+    evaluation mode; training stops after ``spec.patience`` epochs without improvement and the parameters of the
     best epoch are returned. (The public reference implementation compares only the last validation batch's
     loss and keeps a reference to the live model, i.e. returns the final weights.)
 
@@ -292,13 +382,9 @@ def fit_attack(
       train_theta, val_theta: ``[m, 2n]`` shadow embeddings (:func:`shadow_embeddings`).
       train_images, val_images: ``[m, H, W, 1]`` the corresponding public points.
       key: typed key (initialisation, shuffling, dropout).
-      width: decoder channel scale of the split network (64 = paper).
+      spec: the network's width and the training hyper-parameters (:class:`AttackTrainingSpec`; default: the
+        paper's).
       target_row: the target's row used when the shadows were made.
-      learning_rate: Adam step size (paper: 1e-5).
-      batch_size: minibatch size (paper: 64); clipped to ``m``.
-      max_epochs: maximum epochs (paper: 500).
-      patience: epochs without validation improvement before stopping (reference code: 5).
-      l1_weight: weight of the L1 term (paper: 1).
       checkpoint_dir: resume training from per-epoch checkpoints in this directory (see the shared trainer).
       progress: show a tqdm bar over epochs.
 
@@ -308,16 +394,20 @@ def fit_attack(
       ``eval_mse`` and ``best_epoch`` (1-based).
 
     Raises:
-      ValueError: for malformed data or out-of-range hyper-parameters.
+      TypeError: if ``spec`` is not an :class:`AttackTrainingSpec`.
+      ValueError: for malformed data, an unknown ``kind`` or an image shape the split network cannot emit.
 
     Example:
       >>> import jax, numpy as np
       >>> rng = np.random.default_rng(0)
       >>> th, im = rng.random((16, 20)), rng.random((16, 28, 28, 1))
-      >>> atk = fit_attack("mlp", th, im, th, im, jax.random.key(0), max_epochs=1, batch_size=8)
+      >>> spec = AttackTrainingSpec(max_epochs=1, batch_size=8)
+      >>> atk = fit_attack("mlp", th, im, th, im, jax.random.key(0), spec=spec)
       >>> reconstruct(atk, th[:3]).shape
       (3, 28, 28, 1)
     """
+    if not isinstance(spec, AttackTrainingSpec):
+        raise TypeError(f"spec must be an AttackTrainingSpec, got {type(spec).__name__}")
     train_images = np.asarray(train_images, np.float32)
     val_images = np.asarray(val_images, np.float32)
     if train_images.ndim != 4:
@@ -327,16 +417,14 @@ def fit_attack(
             or val_images.shape[0] != val_theta.shape[0]:
         raise ValueError(f"train/val sets must be non-empty and matched, got {train_theta.shape}, "
                          f"{train_images.shape}, {val_theta.shape}, {val_images.shape}")
-    if not (learning_rate > 0 and l1_weight >= 0):
-        raise ValueError(f"learning_rate > 0 and l1_weight >= 0 required, got {learning_rate}, {l1_weight}")
-    net = make_reconstructor(kind, image_shape=train_images.shape[1:], width=width, target_row=target_row)
-    spec = ReconstructorSpec(
-        model=net, epochs=max_epochs, batch_size=batch_size, optimizer=_adam(float(learning_rate)),
-        mae_weight=float(l1_weight), mse_weight=1.0, scaling="minmax", patience=patience, monitor="loss",
+    net = make_reconstructor(kind, image_shape=train_images.shape[1:], width=spec.width, target_row=target_row)
+    trainer = ReconstructorSpec(
+        model=net, epochs=spec.max_epochs, batch_size=spec.batch_size, optimizer=_adam(float(spec.learning_rate)),
+        mae_weight=float(spec.l1_weight), mse_weight=1.0, scaling="minmax", patience=spec.patience, monitor="loss",
         train_flag=True, step_loop="host")  # one jitted step per minibatch: no loop around the conv decoder (slow on XLA:CPU)
     return train_reconstructor(
-        train_theta, train_images, spec, key, eval_set=(val_theta, val_images), checkpoint_dir=checkpoint_dir,
-        checkpoint_key=None if checkpoint_dir is None else {"optimizer": "adam", "learning_rate": learning_rate},
+        train_theta, train_images, trainer, key, eval_set=(val_theta, val_images), checkpoint_dir=checkpoint_dir,
+        checkpoint_key=None if checkpoint_dir is None else {"optimizer": "adam", "learning_rate": spec.learning_rate},
         progress=progress)
 
 

@@ -124,7 +124,8 @@ def test_embed_mds_umap_seeded_and_match_the_libraries(method):
 def test_mds_umap_shadows_equal_naive_loop(method):
     known, cands = _data(7, 10), _data(3, 10, seed=1)
     key = jax.random.key(4)
-    got = D.shadow_embeddings(method, known, cands, key, index_offset=3, target_row=0, progress=False, n_jobs=1)
+    got = D.shadow_embeddings(D.EmbeddingSpec(method=method), known, cands, key, index_offset=3, target_row=0,
+                              progress=False, n_jobs=1)
     for j in range(3):
         z = np.insert(known, 0, cands[j], axis=0).astype(np.float32)
         ref = np.asarray(E.embed(method, z, E.run_key(key, "fresh", 3 + j))).reshape(-1)
@@ -165,8 +166,8 @@ def test_vmapped_shadows_equal_naive_loop(method):
     # Full-precision products on both sides: at a GPU's default precision the vmapped Gram products round to TF32
     # and the unbatched ones may not (failed on an H100 at this tolerance).
     with jax.default_matmul_precision("highest"):
-        got = D.shadow_embeddings(method, known, cands, key, index_offset=10, target_row=2, progress=False,
-                                  method_opts={"density": 0.5} if method == "srp" else None)
+        spec = D.EmbeddingSpec(method=method, method_opts={"density": 0.5} if method == "srp" else None)
+        got = D.shadow_embeddings(spec, known, cands, key, index_offset=10, target_row=2, progress=False)
     for j in range(4):
         z = np.insert(known, 2, cands[j], axis=0).astype(np.float32)
         opts = {"density": 0.5} if method == "srp" else {}
@@ -178,8 +179,9 @@ def test_vmapped_shadows_equal_naive_loop(method):
 def test_seed_policy_known_vs_fresh_srp():
     known, cands = _data(6, 10), _data(5, 10, seed=1)
     key = jax.random.key(0)
-    kn = D.shadow_embeddings("srp", known, cands, key, seed_policy="known", progress=False, method_opts={"density": 0.5})
-    fr = D.shadow_embeddings("srp", known, cands, key, seed_policy="fresh", progress=False, method_opts={"density": 0.5})
+    spec = D.EmbeddingSpec(method="srp", method_opts={"density": 0.5})
+    kn = D.shadow_embeddings(dataclasses.replace(spec, seed_policy="known"), known, cands, key, progress=False)
+    fr = D.shadow_embeddings(dataclasses.replace(spec, seed_policy="fresh"), known, cands, key, progress=False)
     # Target in row 0: the other rows' embeddings are identical across runs only when the seed is shared.
     assert np.allclose(kn[:, 2:], kn[0, 2:])
     assert not np.allclose(fr[:, 2:], fr[0, 2:])
@@ -188,21 +190,23 @@ def test_seed_policy_known_vs_fresh_srp():
 def test_chunking_and_noise_reproducible():
     known, cands = _data(6, 10), _data(7, 10, seed=1)
     key, nkey = jax.random.key(0), jax.random.key(9)
-    a = D.shadow_embeddings("pca", known, cands, key, chunk_size=2, progress=False, noise_sigma=0.5, noise_key=nkey)
-    b = D.shadow_embeddings("pca", known, cands, key, chunk_size=5, progress=False, noise_sigma=0.5, noise_key=nkey)
-    c = D.shadow_embeddings("pca", known, cands, key, chunk_size=5, progress=False)
+    pca, noisy = D.EmbeddingSpec(method="pca"), D.EmbeddingSpec(method="pca", noise_sigma=0.5)
+    a = D.shadow_embeddings(noisy, known, cands, key, noise_key=nkey, chunk_size=2, progress=False)
+    b = D.shadow_embeddings(noisy, known, cands, key, noise_key=nkey, chunk_size=5, progress=False)
+    c = D.shadow_embeddings(pca, known, cands, key, chunk_size=5, progress=False)
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     assert not np.allclose(a, c, atol=1e-3)
     with pytest.raises(ValueError, match="noise_key"):
-        D.shadow_embeddings("pca", known, cands, key, noise_sigma=1.0, progress=False)
+        D.shadow_embeddings(noisy, known, cands, key, progress=False)
 
 
 def test_store_resume_corruption_and_config_guard(tmp_path, monkeypatch):
     known, cands = _data(6, 10), _data(7, 10, seed=1)
     key = jax.random.key(0)
     store = str(tmp_path / "s")
-    kw = dict(chunk_size=3, progress=False, store_dir=store, method_opts={"n_neighbors": 3})
-    in_memory = D.shadow_embeddings("isomap", known, cands, key, **{**kw, "store_dir": None})
+    spec = D.EmbeddingSpec(method="isomap", method_opts={"n_neighbors": 3})
+    kw = dict(chunk_size=3, progress=False, store_dir=store)
+    in_memory = D.shadow_embeddings(spec, known, cands, key, **{**kw, "store_dir": None})
     # A run that dies after writing its chunks (before consolidating them) leaves three chunk files.
     real_consolidate = shadow.ShadowStore.consolidate
 
@@ -211,7 +215,7 @@ def test_store_resume_corruption_and_config_guard(tmp_path, monkeypatch):
 
     monkeypatch.setattr(shadow.ShadowStore, "consolidate", die)
     with pytest.raises(KeyboardInterrupt):
-        D.shadow_embeddings("isomap", known, cands, key, **kw)
+        D.shadow_embeddings(spec, known, cands, key, **kw)
     monkeypatch.setattr(shadow.ShadowStore, "consolidate", real_consolidate)
     chunks = sorted(glob.glob(os.path.join(store, "chunks", "chunk-*.npz")))
     assert len(chunks) == 3 and os.path.exists(os.path.join(store, "manifest.json"))
@@ -230,14 +234,47 @@ def test_store_resume_corruption_and_config_guard(tmp_path, monkeypatch):
         real_write(self, start, stop, arrays)
 
     monkeypatch.setattr(shadow.ShadowStore, "write_chunk", record)
-    b = D.shadow_embeddings("isomap", known, cands, key, **kw)
+    b = D.shadow_embeddings(spec, known, cands, key, **kw)
     np.testing.assert_array_equal(in_memory, b)
     assert written == [(0, 3), (3, 6)]  # the intact chunk [6, 7) was not recomputed or rewritten
     # The finished store is reloaded without computing anything, and another configuration is refused.
-    np.testing.assert_array_equal(D.shadow_embeddings("isomap", known, cands, key, **kw), in_memory)
+    np.testing.assert_array_equal(D.shadow_embeddings(spec, known, cands, key, **kw), in_memory)
     assert written == [(0, 3), (3, 6)]
     with pytest.raises(ValueError, match="different configuration"):
-        D.shadow_embeddings("isomap", known, cands, jax.random.key(1), **kw)
+        D.shadow_embeddings(spec, known, cands, jax.random.key(1), **kw)
+
+
+def test_specs_validate_their_fields_and_are_hashable():
+    spec = D.EmbeddingSpec(method="srp", method_opts={"density": 0.5, "a": 1})
+    assert spec.method_opts == (("a", 1), ("density", 0.5))  # sorted pairs: hashable, order-free
+    same = D.EmbeddingSpec(method="srp", method_opts=[("density", 0.5), ("a", 1)])
+    assert spec == same and hash(spec) == hash(same)
+    assert D.EmbeddingSpec(method="pca", method_opts=None).method_opts == ()
+    assert hash(D.AttackTrainingSpec()) == hash(D.AttackTrainingSpec(width=64))
+    assert D.AttackTrainingSpec(patience=None).patience is None  # no early stopping
+    for kw, message in [({"method": "lda"}, "method must be one of"),
+                        ({"seed_policy": "sometimes"}, "seed_policy must be one of"),
+                        ({"method_opts": 3}, "method_opts must be a mapping"),
+                        ({"method_opts": {1: 2}}, "method_opts must be a mapping"),
+                        ({"data_scale": 0.0}, "data_scale must be > 0"),
+                        ({"noise_sigma": -1.0}, "noise_sigma must be >= 0"),
+                        ({"noise_sigma": float("nan")}, "noise_sigma must be >= 0")]:
+        with pytest.raises(ValueError, match=message):
+            D.EmbeddingSpec(**{"method": "pca", **kw})
+    for kw, message in [({"width": 0}, "width must be an integer >= 1"),
+                        ({"learning_rate": 0.0}, "learning_rate must be > 0"),
+                        ({"batch_size": 0}, "batch_size must be an integer >= 1"),
+                        ({"max_epochs": 2.0}, "max_epochs must be an integer >= 1"),
+                        ({"patience": 0}, "patience must be an integer >= 1"),
+                        ({"l1_weight": -1.0}, "l1_weight must be >= 0")]:
+        with pytest.raises(ValueError, match=message):
+            D.AttackTrainingSpec(**kw)
+    known, cands = _data(6, 10), _data(2, 10, seed=1)
+    with pytest.raises(TypeError, match="EmbeddingSpec"):
+        D.shadow_embeddings("pca", known, cands, jax.random.key(0), progress=False)
+    images = np.zeros((2, 28, 28, 1), np.float32)
+    with pytest.raises(TypeError, match="AttackTrainingSpec"):
+        D.fit_attack("mlp", cands, images, cands, images, jax.random.key(0), spec={"width": 2})
 
 
 # --------------------------------------------------------------------------------------------------- training
@@ -288,20 +325,21 @@ def test_fit_attack_learns_pca_signal_and_noise_defence():
     imgs[:, :14] += rng.random((96, 1, 1, 1)).astype(np.float32) * 0.8  # one strong latent factor
     flat = imgs.reshape(96, -1)
     key = jax.random.key(0)
-    th = D.shadow_embeddings("pca", known, flat, key, progress=False)
-    atk = D.fit_attack("mlp", th[:64], imgs[:64], th[64:80], imgs[64:80], key, learning_rate=1e-3,
-                       batch_size=16, max_epochs=40, patience=5)
+    pca = D.EmbeddingSpec(method="pca")
+    th = D.shadow_embeddings(pca, known, flat, key, progress=False)
+    atk = D.fit_attack("mlp", th[:64], imgs[:64], th[64:80], imgs[64:80], key,
+                       spec=D.AttackTrainingSpec(learning_rate=1e-3, batch_size=16, max_epochs=40, patience=5))
     rec = R.reconstruct(atk, th[80:])
     mse = float(jnp.mean(D.per_example_mse(rec, imgs[80:])))
     baseline = float(np.mean((imgs[80:] - imgs[:64].mean(0)) ** 2))
     assert mse < 0.7 * baseline
     np.testing.assert_array_equal(np.asarray(D.noise_defence_mse(atk, th[80:], th[80:])), 0.0)
-    noisy = D.shadow_embeddings("pca", known, flat[80:], key, progress=False, noise_sigma=2.0,
-                                noise_key=jax.random.key(1))
+    noisy = D.shadow_embeddings(dataclasses.replace(pca, noise_sigma=2.0), known, flat[80:], key,
+                                noise_key=jax.random.key(1), progress=False)
     assert float(jnp.mean(D.noise_defence_mse(atk, th[80:], noisy))) > 0.0
     # The defence grows with the noise: much larger noise moves the reconstructions much further.
-    loud = D.shadow_embeddings("pca", known, flat[80:], key, progress=False, noise_sigma=50.0,
-                               noise_key=jax.random.key(1))
+    loud = D.shadow_embeddings(dataclasses.replace(pca, noise_sigma=50.0), known, flat[80:], key,
+                               noise_key=jax.random.key(1), progress=False)
     assert float(jnp.mean(D.noise_defence_mse(atk, th[80:], loud))) > 2 * float(
         jnp.mean(D.noise_defence_mse(atk, th[80:], noisy)))
 
@@ -315,9 +353,11 @@ def test_fit_attack_trains_the_split_network():
     known = rng.random((9, 784)).astype(np.float32)
     imgs = rng.random((n, 28, 28, 1)).astype(np.float32) * 0.2
     imgs[:, :14] += rng.random((n, 1, 1, 1)).astype(np.float32) * 0.8
-    th = D.shadow_embeddings("pca", known, imgs.reshape(n, -1), jax.random.key(0), progress=False)
-    atk = D.fit_attack("split", th[:256], imgs[:256], th[256:288], imgs[256:288], jax.random.key(1), width=2,
-                       learning_rate=3e-3, batch_size=32, max_epochs=40, patience=40, progress=False)
+    th = D.shadow_embeddings(D.EmbeddingSpec(method="pca"), known, imgs.reshape(n, -1), jax.random.key(0),
+                             progress=False)
+    spec = D.AttackTrainingSpec(width=2, learning_rate=3e-3, batch_size=32, max_epochs=40, patience=40)
+    atk = D.fit_attack("split", th[:256], imgs[:256], th[256:288], imgs[256:288], jax.random.key(1), spec=spec,
+                       progress=False)
     assert atk.model.__class__.__name__ == "SplitReconstructor"
     assert atk.eval_loss[-1] < 0.5 * atk.eval_loss[0]
     mse = float(jnp.mean(D.per_example_mse(R.reconstruct(atk, th[288:]), imgs[288:])))
