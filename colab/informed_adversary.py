@@ -79,7 +79,8 @@ key = jax.random.key(0)
 p0 = training.initial_params(fns, jax.random.fold_in(key, 0), sp.fixed_images)  # known to the adversary
 spec = informed.ReconstructorSpec(hidden=(64, 64) if SMOKE else (1000, 1000), epochs=recon_epochs,
                                   batch_size=32 if SMOKE else 128, validation_size=num_shadow // 10)
-model_sets = informed.train_model_sets(fns, alg, sp, key, init_params=p0, probe_size=20 if SMOKE else 200)
+model_sets = informed.train_model_sets(fns, alg, sp, key, init_params=p0,
+                                       sizes=informed.ModelSetSizes(probe_size=20 if SMOKE else 200))
 orc = informed.oracle_for(sp)  # nearest pool record of every target
 result = informed.informed_attack(sp, model_sets, jax.random.fold_in(key, 3), oracle=orc, reconstructor=spec)
 print(f"mean MSE {result.mean_mse:.4f} | NN oracle {result.mean_oracle_mse:.4f} | "

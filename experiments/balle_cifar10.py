@@ -65,8 +65,10 @@ def run(config, workdir: str) -> dict:
         "num_shadow": config.num_shadow, "num_targets": config.num_targets, "eval_size": config.eval_size,
         "probe_size": config.probe_size if features == "logits" else 0, "activation": config.activation,
         "algorithm": alg.describe()})
-    ms = informed.train_model_sets(fns, alg, sp, key, init_params=p0, chunk_size=config.chunk_size, store=store,
-                                   probe_size=config.probe_size if features == "logits" else 0)
+    ms = informed.train_model_sets(
+        fns, alg, sp, key, init_params=p0,
+        sizes=informed.ModelSetSizes(probe_size=config.probe_size if features == "logits" else 0),
+        run=informed.RunOptions(store=store, chunk_size=config.chunk_size))
     require_finite(ms.shadow.params, "shadow-model parameters", "released-model learning rate too large?")
     spec = informed.ReconstructorSpec(
         epochs=config.recon_epochs, batch_size=config.recon_batch_size, learning_rate=config.recon_learning_rate,

@@ -143,9 +143,10 @@ class _Sets:
             "pool_num_shadow": c.num_shadow, "pool_num_targets": c.num_targets, "eval_size": c.eval_size,
             "num_shadow": num_shadow, "num_targets": num_targets, "probe_size": probe, "hidden": hidden,
             "activation": activation, "algorithm": alg.describe()})
-        ms = informed.train_model_sets(fns, alg, sp, set_key, init_params=p0, num_shadow=num_shadow,
-                                       num_targets=num_targets, shuffle_key=shuffle_key, probe_size=probe,
-                                       store=store, chunk_size=c.chunk_size)
+        ms = informed.train_model_sets(
+            fns, alg, sp, set_key, init_params=p0, shuffle_key=shuffle_key,
+            sizes=informed.ModelSetSizes(num_shadow=num_shadow, num_targets=num_targets, probe_size=probe),
+            run=informed.RunOptions(store=store, chunk_size=c.chunk_size))
         for part in (ms.shadow.params, ms.released.params):
             for start in range(0, part.shape[0], 4096):  # in blocks: the store is memory-mapped
                 require_finite(part[start:start + 4096], f"{name} shadow/released-model parameters",

@@ -4,7 +4,9 @@
 - :mod:`~recon_jax.attacks.reconn`: reconstructor networks trained on shadow models (Balle et al.), on the
   features of :mod:`~recon_jax.attacks.features`.
 - :mod:`~recon_jax.attacks.informed`: the informed-adversary pipeline (splits -> shadow and released models ->
-  reconstructor -> NN oracle -> metrics and success) shared by the experiments and notebooks.
+  reconstructor -> NN oracle -> metrics and success) shared by the experiments and notebooks; how many models it
+  trains is a :class:`~recon_jax.attacks.informed.ModelSetSizes`, how it runs them a
+  :class:`~recon_jax.attacks.informed.RunOptions` (both also importable from here).
 - :mod:`~recon_jax.attacks.oracle`: the nearest-neighbour oracle baseline.
 - :mod:`~recon_jax.attacks.mia`: informed membership inference (Balle et al. Alg. 2).
 - :mod:`~recon_jax.attacks.gradient`: linear-layer attack (Ziller et al.; home :mod:`~recon_jax.attacks.linear_layer`),
@@ -27,6 +29,7 @@
 from recon_jax.attacks import (audit, audit_gdp, audit_one_run, canaries, dimred, game_optimum, glm, gradient, informed,
                                mia, oracle, prior_aware, reconn)
 from recon_jax.attacks.dimred import AttackTrainingSpec, EmbeddingSpec
+from recon_jax.attacks.informed import ModelSetSizes, RunOptions
 
 __all__ = ["glm", "reconn", "informed", "oracle", "mia", "gradient", "dimred", "prior_aware", "canaries", "game_optimum",
-           "audit", "audit_gdp", "audit_one_run", "EmbeddingSpec", "AttackTrainingSpec"]
+           "audit", "audit_gdp", "audit_one_run", "EmbeddingSpec", "AttackTrainingSpec", "ModelSetSizes", "RunOptions"]

@@ -3,7 +3,8 @@
 splits -> shadow and released models -> features -> reconstructor -> NN oracle -> metrics and success.
 
 - :func:`train_model_sets`: one shadow model per shadow target and one released model per evaluation target,
-  all on ``D- u {z}`` (:func:`recon_jax.shadow.generate_shadow_models`, optionally stored and resumable).
+  all on ``D- u {z}`` (:func:`recon_jax.shadow.generate_shadow_models`, optionally stored and resumable), as
+  many as a :class:`ModelSetSizes` says, stored and shown as a :class:`RunOptions` says.
 - :func:`attack_features`: white-box (all parameters, or a subset of layers) or black-box (probe logits).
 - :func:`fit_reconstructor`: the reconstructor network on the shadow features, with held-out shadows for the
   validation MSE (early stopping), streaming from a memory-mapped store, per-epoch checkpoints. What it trains
@@ -20,7 +21,8 @@ Success follows the paper (Sec. V-B d): a target is reconstructed when the recon
 MSE of the target's nearest neighbour in the adversary's pool; a Table II row succeeds (✓) when the mean
 reconstruction MSE is below the mean NN-oracle MSE.
 
-Every function takes typed keyword arguments; results are frozen dataclasses.
+Every function takes typed keyword arguments, those that belong together grouped in frozen dataclasses
+(:class:`ModelSetSizes`, :class:`RunOptions`, :class:`ReconstructorSpec`); results are frozen dataclasses.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ from recon_jax.training import Algorithm
 
 __all__ = [
     "ReconstructorSpec",  # defined in recon_jax.attacks.reconn; the spec the pipeline's functions take
+    "ModelSetSizes",
+    "RunOptions",
     "ModelSets",
     "AttackResult",
     "train_model_sets",
@@ -190,11 +194,63 @@ def _check_count(name: str, value, available: int, lo: int = 1) -> int:
     return available if value is None else check_integer(name, value, lo, available)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelSetSizes:
+    """How many shadow and released models :func:`train_model_sets` trains, and on how many probe inputs.
+
+    Checked when built (integers >= 1, ``probe_size`` >= 0); :func:`train_model_sets` checks they fit the splits.
+
+    Attributes:
+      num_shadow: one shadow model for each of the first ``num_shadow`` shadow targets (None: all of them).
+      num_targets: one released model for each of the first ``num_targets`` evaluation targets (None: all).
+      probe_size: > 0 adds probe logits on the first ``probe_size`` shadow targets (black-box features); 0: none.
+
+    >>> ModelSetSizes(num_targets=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: num_targets must be an integer >= 1; got 0
+    """
+
+    num_shadow: int | None = None
+    num_targets: int | None = None
+    probe_size: int = 0
+
+    def __post_init__(self):
+        for name in ("num_shadow", "num_targets"):
+            if getattr(self, name) is not None:
+                check_integer(name, getattr(self, name), 1)
+        check_integer("probe_size", self.probe_size, 0)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """How the model sets (and the pipeline's reconstructor) are run: stored or not, models per call, progress bars.
+
+    Attributes:
+      store: a directory for shadow and released models (``store/shadow``, ``store/released``: resumable,
+        memory-mapped, :mod:`recon_jax.shadow.store`) and the pipeline's checkpoints; None: all in memory.
+      chunk_size: models per compiled call (None: :func:`~recon_jax.shadow.generate_shadow_models`'s default).
+      progress: tqdm bars.
+
+    >>> RunOptions(chunk_size=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: chunk_size must be None or an integer >= 1, got 0
+    """
+
+    store: str | None = None
+    chunk_size: int | None = None
+    progress: bool = True
+
+    def __post_init__(self):
+        if self.chunk_size is not None and not (isinstance(self.chunk_size, int) and self.chunk_size >= 1):
+            raise ValueError(f"chunk_size must be None or an integer >= 1, got {self.chunk_size!r}")
+
+
 def train_model_sets(model_fns: ModelFns, algorithm: Algorithm, splits: InformedSplits, key: jax.Array, *,
-                     init_params=None, num_shadow: int | None = None, num_targets: int | None = None,
-                     shuffle_key: jax.Array | None = None, probe_size: int = 0,
-                     eval_set: tuple[np.ndarray, np.ndarray] | None = None, store: str | None = None,
-                     chunk_size: int | None = None, progress: bool = True, desc: str | None = None) -> ModelSets:
+                     init_params=None, shuffle_key: jax.Array | None = None, sizes: ModelSetSizes = ModelSetSizes(),
+                     eval_set: tuple[np.ndarray, np.ndarray] | None = None, run: RunOptions = RunOptions(),
+                     desc: str | None = None) -> ModelSets:
     """Trains the shadow models (one per shadow target) and released models (one per evaluation target).
 
     Every model trains on ``splits.fixed_* + {its target}`` with ``algorithm`` from ``init_params`` (the
@@ -208,19 +264,19 @@ def train_model_sets(model_fns: ModelFns, algorithm: Algorithm, splits: Informed
       splits: from :func:`recon_jax.data.pool_splits` or :func:`recon_jax.data.informed_splits`.
       key: typed key.
       init_params: the known initial parameters.
-      num_shadow: the first ``num_shadow`` shadow targets (default: all).
-      num_targets: the first ``num_targets`` evaluation targets (default: all).
       shuffle_key: shared batch-order key for minibatch training the adversary knows (``shuffle="known"``).
-      probe_size: > 0 adds probe logits on the first ``probe_size`` shadow targets (black-box features).
+      sizes: how many models and probe inputs (:class:`ModelSetSizes`; default: every target, no probes).
       eval_set: ``(x, y)`` for the released models' test accuracy; default ``splits.eval_*`` when non-empty.
-      store: a directory; shadow models go to ``store/shadow`` and released ones to ``store/released``
-        (resumable, memory-mapped; see :mod:`recon_jax.shadow.store`).
-      chunk_size: models per compiled call (engine default when None).
-      progress: tqdm bars, labelled ``"shadow models"`` and ``"released models"``.
+      run: the store, models per compiled call and progress bars (:class:`RunOptions`; default: in memory,
+        the engine's chunk size, bars labelled ``"shadow models"`` and ``"released models"``).
       desc: a prefix for the bars' labels (e.g. the setting: ``"DP sigma=1: released models"``).
 
     Returns:
       :class:`ModelSets`.
+
+    Raises:
+      ValueError: where ``sizes`` asks for more targets than the splits hold (naming the field and the allowed
+        range), or on what :func:`~recon_jax.shadow.generate_shadow_models` refuses.
 
     >>> import jax, numpy as np
     >>> from recon_jax import data, models, training
@@ -229,21 +285,22 @@ def train_model_sets(model_fns: ModelFns, algorithm: Algorithm, splits: Informed
     >>> fns = models.from_flax(models.MLP(features=(4, 10)))
     >>> p0 = training.initial_params(fns, jax.random.key(0), sp.fixed_images)
     >>> ms = train_model_sets(fns, training.full_batch_gd(epochs=3), sp, jax.random.key(1), init_params=p0,
-    ...                       probe_size=5, progress=False)
+    ...                       sizes=ModelSetSizes(probe_size=5), run=RunOptions(progress=False))
     >>> ms.shadow.params.shape, ms.shadow["probe_logits"].shape, ms.released["eval_accuracy"].shape
     ((20, 118), (20, 5, 10), (4,))
     """
-    n_shadow = _check_count("num_shadow", num_shadow, len(splits.shadow_images))
-    n_targets = _check_count("num_targets", num_targets, len(splits.target_images))
-    if not (isinstance(probe_size, (int, np.integer)) and 0 <= probe_size <= len(splits.shadow_images)):
+    n_shadow = _check_count("num_shadow", sizes.num_shadow, len(splits.shadow_images))
+    n_targets = _check_count("num_targets", sizes.num_targets, len(splits.target_images))
+    probe_size = sizes.probe_size
+    if probe_size > len(splits.shadow_images):
         raise ValueError(f"probe_size must be an integer in [0, {len(splits.shadow_images)}], got {probe_size!r}")
     if eval_set is None and len(splits.eval_images):
         eval_set = (splits.eval_images, splits.eval_labels)
     outs = ("params",) + (("probe_logits",) if probe_size else ())
-    common = dict(init_params=init_params, shuffle_key=shuffle_key, chunk_size=chunk_size, progress=progress,
-                  probe_inputs=splits.shadow_images[:probe_size] if probe_size else None)
+    common = dict(init_params=init_params, shuffle_key=shuffle_key, chunk_size=run.chunk_size,
+                  progress=run.progress, probe_inputs=splits.shadow_images[:probe_size] if probe_size else None)
     fixed = (splits.fixed_images, splits.fixed_labels)
-    prefix = f"{desc}: " if desc else ""
+    store, prefix = run.store, (f"{desc}: " if desc else "")
     t0 = time.time()
     shadow = generate_shadow_models(
         model_fns, algorithm, fixed, (splits.shadow_images[:n_shadow], splits.shadow_labels[:n_shadow]),
@@ -379,7 +436,7 @@ def informed_attack(splits: InformedSplits, models: ModelSets, key: jax.Array, *
     >>> fns = models.from_flax(models.MLP(features=(4, 10)))
     >>> p0 = training.initial_params(fns, jax.random.key(0), sp.fixed_images)
     >>> ms = train_model_sets(fns, training.full_batch_gd(epochs=2), sp, jax.random.key(1), init_params=p0,
-    ...                       probe_size=4, progress=False)
+    ...                       sizes=ModelSetSizes(probe_size=4), run=RunOptions(progress=False))
     >>> spec, orc = ReconstructorSpec(hidden=(8,), epochs=1, batch_size=8), oracle_for(sp)
     >>> [informed_attack(sp, ms, jax.random.key(2), oracle=orc, features=f, reconstructor=spec,
     ...                  progress=False).feature_dim for f in ("params", "logits", ("Dense_1",))]
@@ -411,21 +468,32 @@ def informed_attack(splits: InformedSplits, models: ModelSets, key: jax.Array, *
 
 
 def run_informed_pipeline(splits: InformedSplits, model_fns: ModelFns, algorithm: Algorithm, key: jax.Array, *,
-                          init_params=None, features: str | Sequence[str] = "params",
-                          reconstructor: ReconstructorSpec = ReconstructorSpec(), num_shadow: int | None = None,
-                          num_targets: int | None = None, shuffle_key: jax.Array | None = None,
-                          probe_size: int = 200, store: str | None = None, chunk_size: int | None = None,
+                          init_params=None, shuffle_key: jax.Array | None = None,
+                          features: str | Sequence[str] = "params",
+                          reconstructor: ReconstructorSpec = ReconstructorSpec(),
+                          sizes: ModelSetSizes = ModelSetSizes(probe_size=200),
                           classifier_apply: Callable[[jax.Array], jax.Array] | None = None,
-                          name: str = "default", progress: bool = True
+                          name: str = "default", run: RunOptions = RunOptions()
                           ) -> tuple[AttackResult, ModelSets, _oracle.OracleResult]:
     """One setting end to end: shadow and released models, reconstructor, NN oracle, metrics and success.
 
     Model keys derive from ``key`` (see :func:`train_model_sets`); the reconstructor uses ``fold_in(key, 3)``.
-    ``probe_size`` is used only for ``features="logits"``.
+
+    Args:
+      splits, model_fns, algorithm, key, init_params, shuffle_key: as for :func:`train_model_sets`.
+      features, reconstructor, classifier_apply, name: as for :func:`informed_attack`.
+      sizes: as for :func:`train_model_sets` (default: every target, 200 probes); ``sizes.probe_size`` is used
+        only for ``features="logits"``, which needs it > 0.
+      run: as for :func:`train_model_sets`; the reconstructor's checkpoints go to ``run.store/reconstructor``.
 
     Returns:
       ``(result, models, oracle)``: the :class:`AttackResult`, the :class:`ModelSets` (to reuse for further
       settings with :func:`informed_attack`) and the :class:`~recon_jax.attacks.oracle.OracleResult`.
+
+    Raises:
+      ValueError: on invalid arguments, as :func:`train_model_sets` and :func:`informed_attack`; for
+        ``features="logits"`` with ``sizes.probe_size == 0`` before any model trains.
+      FloatingPointError: as :func:`informed_attack` (a non-finite reconstructor loss or reconstructions).
 
     >>> import jax
     >>> from recon_jax import data, models, training
@@ -434,17 +502,19 @@ def run_informed_pipeline(splits: InformedSplits, model_fns: ModelFns, algorithm
     >>> fns = models.from_flax(models.MLP(features=(4, 10)))
     >>> p0 = training.initial_params(fns, jax.random.key(0), sp.fixed_images)
     >>> res, ms, orc = run_informed_pipeline(sp, fns, training.full_batch_gd(epochs=3), jax.random.key(1),
-    ...     init_params=p0, reconstructor=ReconstructorSpec(hidden=(16,), epochs=2, batch_size=16), progress=False)
+    ...     init_params=p0, reconstructor=ReconstructorSpec(hidden=(16,), epochs=2, batch_size=16),
+    ...     run=RunOptions(progress=False))
     >>> res.mse.shape, res.num_shadow, bool(orc.nn_mse.shape == (5,))
     ((5,), 70, True)
     """
-    ms = train_model_sets(model_fns, algorithm, splits, key, init_params=init_params, num_shadow=num_shadow,
-                          num_targets=num_targets, shuffle_key=shuffle_key,
-                          probe_size=probe_size if isinstance(features, str) and features == "logits" else 0,
-                          store=store, chunk_size=chunk_size, progress=progress)
+    logits = isinstance(features, str) and features == "logits"
+    if logits and not sizes.probe_size:
+        raise ValueError("features='logits' needs models trained with probe_size > 0 (sizes.probe_size)")
+    ms = train_model_sets(model_fns, algorithm, splits, key, init_params=init_params, shuffle_key=shuffle_key,
+                          sizes=sizes if logits else dataclasses.replace(sizes, probe_size=0), run=run)
     orc = oracle_for(splits, ms.released.count)
-    ckpt = None if store is None else os.path.join(store, "reconstructor")
+    ckpt = None if run.store is None else os.path.join(run.store, "reconstructor")
     res = informed_attack(splits, ms, jax.random.fold_in(key, 3), oracle=orc, features=features,
                           reconstructor=reconstructor, classifier_apply=classifier_apply, checkpoint_dir=ckpt,
-                          name=name, progress=progress)
+                          name=name, progress=run.progress)
     return res, ms, orc

@@ -216,8 +216,9 @@ def run(config, workdir: str) -> dict:
             res = informed.load_attack_result(attack_file)
         else:
             ms = informed.train_model_sets(fns, _algorithm(config, sigma), s, jax.random.fold_in(k_models, si),
-                                           init_params=p0, shuffle_key=shuffle_key, eval_set=eval_set, store=store,
-                                           chunk_size=config.chunk_size, desc=name)
+                                           init_params=p0, shuffle_key=shuffle_key, eval_set=eval_set,
+                                           run=informed.RunOptions(store=store, chunk_size=config.chunk_size),
+                                           desc=name)
             require_finite(ms.shadow.params, f"shadow model parameters ({name})",
                            "learning rate too large for this setting?")
             require_finite(ms.released.params, f"released model parameters ({name})", "learning rate too large?")

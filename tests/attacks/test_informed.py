@@ -1,10 +1,13 @@
 """recon_jax.attacks.informed: the pipeline's pieces against direct NumPy computations."""
 
+import dataclasses
+import re
+
 import jax
 import numpy as np
 import pytest
 
-from recon_jax import data, models, training
+from recon_jax import attacks, data, models, training
 from recon_jax.attacks import informed, reconn
 
 
@@ -45,7 +48,7 @@ def test_shared_model_sets_and_argument_checks():
     fns = models.from_flax(models.MLP(features=(3, 10)))
     p0 = training.initial_params(fns, jax.random.key(0), sp.fixed_images)
     ms = informed.train_model_sets(fns, training.full_batch_gd(epochs=2), sp, jax.random.key(1), init_params=p0,
-                                   num_shadow=20, progress=False)
+                                   sizes=informed.ModelSetSizes(num_shadow=20), run=informed.RunOptions(progress=False))
     assert ms.shadow.count == 20 and ms.released.count == 3 and "eval_accuracy" not in ms.released
     orc = informed.oracle_for(sp)
     spec = reconn.ReconstructorSpec(hidden=(4,), epochs=1, batch_size=5)
@@ -58,9 +61,59 @@ def test_shared_model_sets_and_argument_checks():
         informed.informed_attack(sp, ms, jax.random.key(2), oracle=orc, reconstructor=spec, num_shadow=21)
     with pytest.raises(ValueError, match="oracle"):
         informed.informed_attack(sp, ms, jax.random.key(2), oracle=informed.oracle_for(sp, 2), reconstructor=spec)
-    with pytest.raises(ValueError, match="num_targets"):
+    with pytest.raises(ValueError, match=re.escape("num_targets must be an integer in [1, 3]; got 4")):
         informed.train_model_sets(fns, training.full_batch_gd(epochs=2), sp, jax.random.key(1), init_params=p0,
-                                  num_targets=4)
+                                  sizes=informed.ModelSetSizes(num_targets=4))
+    with pytest.raises(ValueError, match=re.escape("probe_size must be an integer in [0, 30], got 31")):
+        informed.train_model_sets(fns, training.full_batch_gd(epochs=2), sp, jax.random.key(1), init_params=p0,
+                                  sizes=informed.ModelSetSizes(probe_size=31))
+
+
+@pytest.mark.parametrize("field,bad", [("num_shadow", 0), ("num_targets", True), ("num_shadow", 2.0),
+                                       ("probe_size", -1), ("probe_size", None)])
+def test_model_set_sizes_are_integer_counts_checked_when_built(field, bad):
+    # Whether they fit the splits is checked when the sets train (above); type and sign here, before any training.
+    with pytest.raises(ValueError, match=f"{field} must be an integer >= {0 if field == 'probe_size' else 1}; got"):
+        informed.ModelSetSizes(**{field: bad})
+
+
+def test_sizes_and_run_options_are_frozen_keyword_only_hashable_and_public():
+    sizes = informed.ModelSetSizes(num_shadow=20, probe_size=np.int64(5))
+    run = informed.RunOptions(store="runs/x", chunk_size=8, progress=False)
+    assert sizes == informed.ModelSetSizes(num_shadow=20, probe_size=5)
+    assert hash(sizes) == hash(informed.ModelSetSizes(num_shadow=20, probe_size=5)) and isinstance(hash(run), int)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sizes.num_shadow = 3
+    with pytest.raises(TypeError):
+        informed.ModelSetSizes(20)
+    with pytest.raises(ValueError, match="chunk_size must be None or an integer >= 1, got 0"):
+        informed.RunOptions(chunk_size=0)  # the engine's message, now before any model trains
+    assert attacks.ModelSetSizes is informed.ModelSetSizes and attacks.RunOptions is informed.RunOptions
+    assert {"ModelSetSizes", "RunOptions"} <= set(attacks.__all__) & set(informed.__all__)
+
+
+def test_pipeline_passes_sizes_and_run_options_to_the_model_sets(monkeypatch):
+    x, y = data.load_dataset("synthetic", "train", num_examples=50, shape=(3, 3, 1), seed=1)
+    sp = data.pool_splits(x, y, fixed_size=6, num_shadow=30, num_targets=3)
+    fns, alg = models.from_flax(models.MLP(features=(3, 10))), training.full_batch_gd(epochs=1, init="random")
+    seen = []
+
+    def stop(*args, **kwargs):
+        seen.append(kwargs)
+        raise RuntimeError("stop before training")
+
+    monkeypatch.setattr(informed, "train_model_sets", stop)
+    sizes, run = informed.ModelSetSizes(num_shadow=10, probe_size=5), informed.RunOptions(progress=False)
+    for features in ("params", "logits"):
+        with pytest.raises(RuntimeError, match="stop before training"):
+            informed.run_informed_pipeline(sp, fns, alg, jax.random.key(0), features=features, sizes=sizes, run=run)
+    # Probe logits only for the black-box features; the same run options either way.
+    assert [k["sizes"] for k in seen] == [informed.ModelSetSizes(num_shadow=10), sizes]
+    assert [k["run"] for k in seen] == [run, run]
+    with pytest.raises(ValueError, match="probe_size > 0"):  # refused before any model trains
+        informed.run_informed_pipeline(sp, fns, alg, jax.random.key(0), features="logits",
+                                       sizes=informed.ModelSetSizes(num_shadow=10))
+    assert len(seen) == 2
 
 
 @pytest.mark.parametrize("shape,kind,expected", [
