@@ -18,7 +18,7 @@
 from recon_jax.io import array_digest
 from recon_jax.shadow.arguments import OUTPUTS
 from recon_jax.shadow.devices import MODEL_AXIS, cpu_xla_flags, default_mesh
-from recon_jax.shadow.engine import generate_shadow_models, preflight, shadow_model_fn
+from recon_jax.shadow.engine import SharedInputs, generate_shadow_models, preflight, shadow_model_fn
 from recon_jax.shadow.fill import fill_store
 from recon_jax.shadow.store import (
     ShadowSet,
@@ -42,6 +42,7 @@ __all__ = [
     "generate_shadow_models",
     "preflight",
     "shadow_model_fn",
+    "SharedInputs",
     "ShadowSet",
     "ShadowStore",
     "ShadowStoreCorruptError",

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Sequence
+from typing import Any, Sequence
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -48,17 +49,43 @@ from recon_jax.training.ghost import ghost_supported
 from recon_jax.training.gram import choose_first_layer, fixed_set_gram, train_gram
 from recon_jax.training.train import train
 
-__all__ = ["generate_shadow_models", "preflight", "shadow_model_fn"]
+__all__ = ["generate_shadow_models", "preflight", "shadow_model_fn", "SharedInputs"]
+
+
+class SharedInputs(flax.struct.PyTreeNode):
+    """What every model of a shadow run reads besides its own target (replicated on every device).
+
+    Attributes:
+      fixed_x: ``[n, ...]`` the fixed set D-'s inputs.
+      fixed_y: ``[n]`` its labels.
+      init_params: the adversary-known initial parameters, or None (random initialisation).
+      key: the base key (model i uses ``fold_in(key, i)``); inside the engine's program its raw key data.
+      shuffle_key: the shared shuffling key, or None where the algorithm does not use one.
+      probe: ``[m, ...]`` probe inputs of the ``"probe_logits"`` output, or None.
+      eval_x: evaluation inputs of the ``"eval_accuracy"`` output, or None.
+      eval_y: their labels, or None.
+      gram: the fixed set's Gram matrix (:func:`~recon_jax.training.gram.fixed_set_gram`) when the first dense
+        layer trains through it, else None.
+    """
+
+    fixed_x: Any
+    fixed_y: Any
+    init_params: Any
+    key: Any
+    shuffle_key: Any = None
+    probe: Any = None
+    eval_x: Any = None
+    eval_y: Any = None
+    gram: Any = None
 
 
 def shadow_model_fn(model_fns: ModelFns, algorithm: Algorithm, outputs: Sequence[str] = ("params",),
                     first_kernel: tuple | None = None):
     """The single-model function the engine vmaps: ``(index, tx, ty, tw, shared) -> dict of outputs``.
 
-    ``shared`` is a dict with the fixed set ``fx, fy``, ``init_params`` (or None), ``key`` (the base key),
-    ``shuffle_key`` (or None), ``probe`` (or None), ``ex, ey`` (eval set, or None) and, with ``first_kernel``
-    (the path of the first dense kernel), ``gram`` (:func:`~recon_jax.training.gram.fixed_set_gram` of ``fx``):
-    then each model trains with :func:`~recon_jax.training.gram.train_gram`, else with
+    ``shared`` is a :class:`SharedInputs` (fixed set, initial parameters, base key, shuffling key, probe and
+    evaluation inputs); with ``first_kernel`` (the path of the first dense kernel) its ``gram`` is set and each
+    model trains with :func:`~recon_jax.training.gram.train_gram`, else with
     :func:`~recon_jax.training.train`. Exposed for users who want to vmap/pmap it themselves; the engine is
     ``jit(shard_map(vmap(fn, in_axes=(0, 0, 0, 0, None))))`` over the ``"models"`` axis. The function is evaluated
     from its jaxpr with the convolutions' ``out_sharding`` annotations dropped where they constrain nothing
@@ -74,23 +101,23 @@ def shadow_model_fn(model_fns: ModelFns, algorithm: Algorithm, outputs: Sequence
     outputs = tuple(outputs)
 
     def one(index, tx, ty, tw, shared):
-        key = jax.random.fold_in(shared["key"], index)
+        key = jax.random.fold_in(shared.key, index)
+        fixed = (shared.fixed_x, shared.fixed_y)
         if first_kernel is not None:
-            res = train_gram(model_fns, algorithm, (shared["fx"], shared["fy"]), (tx, ty), key=key,
-                             init_params=shared["init_params"], target_weight=tw, gram=shared["gram"],
-                             first_kernel=first_kernel)
+            res = train_gram(model_fns, algorithm, fixed, (tx, ty), key=key, init_params=shared.init_params,
+                             target_weight=tw, gram=shared.gram, first_kernel=first_kernel)
         else:
-            res = train(model_fns, algorithm, (shared["fx"], shared["fy"]), (tx, ty), key=key,
-                        init_params=shared["init_params"], shuffle_key=shared["shuffle_key"], target_weight=tw)
+            res = train(model_fns, algorithm, fixed, (tx, ty), key=key, init_params=shared.init_params,
+                        shuffle_key=shared.shuffle_key, target_weight=tw)
         params = res.params
         out = {}
         if "params" in outputs:
             out["params"] = ravel_pytree(params)[0]
         if "probe_logits" in outputs:
-            out["probe_logits"] = model_fns.apply(params, shared["probe"])
+            out["probe_logits"] = model_fns.apply(params, shared.probe)
         if "eval_accuracy" in outputs:
-            pred = jnp.argmax(model_fns.apply(params, shared["ex"]), axis=-1)
-            out["eval_accuracy"] = jnp.mean((pred == shared["ey"]).astype(jnp.float32))
+            pred = jnp.argmax(model_fns.apply(params, shared.eval_x), axis=-1)
+            out["eval_accuracy"] = jnp.mean((pred == shared.eval_y).astype(jnp.float32))
         if "target_loss" in outputs:
             out["target_loss"] = algorithm.loss_fn(model_fns.apply(params, tx[None]), ty.reshape((1,)))[0]
         if "final_loss" in outputs:
@@ -108,10 +135,10 @@ def _compiled(model_fns: ModelFns, algorithm: Algorithm, outputs: tuple, mesh: M
     one = shadow_model_fn(model_fns, algorithm, outputs, first_kernel)
 
     def local_chunk(index, tx, ty, tw, shared):
-        shared = dict(shared)
-        shared["key"] = jax.random.wrap_key_data(shared["key"], impl=key_impl)
-        if shared["shuffle_key"] is not None:
-            shared["shuffle_key"] = jax.random.wrap_key_data(shared["shuffle_key"], impl=key_impl)
+        shuffle_key = shared.shuffle_key
+        if shuffle_key is not None:
+            shuffle_key = jax.random.wrap_key_data(shuffle_key, impl=key_impl)
+        shared = shared.replace(key=jax.random.wrap_key_data(shared.key, impl=key_impl), shuffle_key=shuffle_key)
         return jax.vmap(one, in_axes=(0, 0, 0, 0, None))(index, tx, ty, tw, shared)
 
     # Each device trains its own slice of the chunk: shard_map over the models axis, not XLA's automatic SPMD
@@ -275,10 +302,9 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
                                           platform=mesh.devices.flat[0].platform)
         fn, batched, replicated = _compiled(model_fns, algorithm, outputs, mesh, key_impl, first_kernel)
     chunk = -(-chunk_size // n_dev) * n_dev
-    shared_host = {"fx": fx, "fy": fy, "init_params": init_params, "key": key_data, "shuffle_key": shuffle_data,
-                   "probe": probe, "ex": ex, "ey": ey}
-    if first_kernel is not None:
-        shared_host["gram"] = np.asarray(jax.jit(fixed_set_gram)(fx))
+    gram = None if first_kernel is None else np.asarray(jax.jit(fixed_set_gram)(fx))
+    shared_host = SharedInputs(fixed_x=fx, fixed_y=fy, init_params=init_params, key=key_data,
+                               shuffle_key=shuffle_data, probe=probe, eval_x=ex, eval_y=ey, gram=gram)
     shared = jax.tree_util.tree_map(lambda a: _global(a, replicated), shared_host)
 
     # Output specs from an abstract evaluation of one chunk.

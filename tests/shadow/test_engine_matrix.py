@@ -216,9 +216,9 @@ def test_every_algorithm_traces_with_xla_convolution(name):
         fns, alg, fixed, targets, p0 = _setup(name, impl, alg_name)
         fn, batched, replicated = engine._compiled(fns, alg, ("params",), mesh, "threefry2x32", None)
         key_data = np.zeros(2, np.uint32)
-        shared = {"fx": fixed[0], "fy": fixed[1], "init_params": p0, "key": key_data,
-                  "shuffle_key": key_data if alg.batch_size is not None and alg.shuffle == "known" else None,
-                  "probe": None, "ex": None, "ey": None}
+        shared = shadow.SharedInputs(
+            fixed_x=fixed[0], fixed_y=fixed[1], init_params=p0, key=key_data,
+            shuffle_key=key_data if alg.batch_size is not None and alg.shuffle == "known" else None)
         shared = jax.tree_util.tree_map(
             lambda a: jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype, sharding=replicated), shared)
         args = [jax.ShapeDtypeStruct((CHUNK,) + shape, dtype, sharding=batched)
