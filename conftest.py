@@ -88,7 +88,7 @@ _EXPENSIVE_FIRST = (
     "tests/test_benchmarks.py",  # every benchmark at a tiny size: several minutes in one file
     "tests/test_notebooks.py",  # ~120 s
     "tests/shadow/test_engine_matrix.py",  # ~90 s of CPU (every model x algorithm x conv_impl, issue 33)
-    "tests/experiments/test_risk_report.py",
+    "tests/report/test_app.py",
     "tests/experiments/test_biswas_gaussian_vs_vmf.py",
     "tests/attacks/test_dimred.py",
     "tests/models/test_conv.py",

@@ -46,7 +46,7 @@ def device_info() -> dict:
     """What the check ran on: jax's backend and devices, nvidia-smi's name and driver, versions, commit, date."""
     import jax
 
-    from recon_jax.report.evidence import provenance
+    from recon_jax.evidence import provenance
 
     info = provenance()
     info["jax_version"] = jax.__version__
@@ -187,7 +187,7 @@ def publish(outdir: str, results_dir: str, follow_up_logs: tuple[str, ...] = ())
     Verdicts: the suite "fails" with any failure, "holds" when every collected test ran and none failed, and is
     "undecided" when tests did not run but none of those that ran failed; a goal holds or fails on its measured
     figure (each BENCH figure is one measurement, no interval) and is undecided when it was not measured."""
-    from recon_jax.report.evidence import claim, claims_markdown, comparison
+    from recon_jax.evidence import claim, claims_markdown, comparison
 
     info = json.loads(_read(os.path.join(outdir, "device.json")))
     suite = parse_pytest_log(_read(os.path.join(outdir, "pytest.log")))

@@ -39,9 +39,9 @@ import numpy as np
 
 from recon_jax import data
 from recon_jax.bounds import dithered_accuracy, hcr_bounds_batch, rademacher_perturbation
+from recon_jax.evidence.hcr_figures import plot_bound_histograms, plot_rademacher_grid
 from recon_jax.mechanisms import feature_rms
 from recon_jax.models import tygert
-from recon_jax.report.hcr import plot_bound_histograms, plot_rademacher_grid
 from recon_jax.training import train_classifier
 
 SMOKE = bool(os.environ.get("RECON_JAX_SMOKE"))

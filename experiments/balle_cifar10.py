@@ -24,7 +24,7 @@ import recon_jax
 from recon_jax import models, training
 from recon_jax.attacks import informed
 from recon_jax.models.reconstructors import patchgan_discriminator, transposed_conv_decoder
-from recon_jax.report import histogram_vs_reference, image_grid, markdown_table
+from recon_jax.evidence import histogram_vs_reference, image_grid, markdown_table
 
 _CONFIG, _WORKDIR = experiment_flags("experiments/configs/balle_cifar10.py:default", "runs/balle_cifar10")
 

@@ -32,15 +32,15 @@ import time
 import jax
 import numpy as np
 
+from experiments import balle_figures
 from experiments.common import (claim, comparison, experiment_flags, finish_run, is_vacuous, keyed_dir,
                                 paired_comparison, require_finite, run_app, start_run, student_t_half_width)
 import recon_jax
 from recon_jax import models, training
 from recon_jax.attacks import informed, mia, oracle
 from recon_jax.attacks.audit import clopper_pearson
-from recon_jax.report import balle as balle_plots
 from recon_jax.io import atomic_write_json, strict_json
-from recon_jax.report import histogram_vs_reference, image_grid, markdown_table
+from recon_jax.evidence import histogram_vs_reference, image_grid, markdown_table
 
 _CONFIG, _WORKDIR = experiment_flags("experiments/configs/balle_mnist.py:default", "runs/balle_mnist")
 
@@ -481,16 +481,16 @@ def _figures(c, sp, orc, oracle_summary, results, rows, shadow_curve, dp_points,
                **{f"{k} pct (mean)": v for k, v in oracle_summary["mean_percentile_mse"].items()}}
     if "default" in results:
         markers["RecoNN default (mean)"] = results["default"].mean_mse
-    figs["oracle_histogram"] = balle_plots.oracle_histogram(orc.histogram, orc.bin_edges, markers,
-                                                            os.path.join(workdir, "oracle_histogram.png"),
-                                                            "Fig. 3: MSE of a target to the adversary's pool")
+    figs["oracle_histogram"] = balle_figures.oracle_histogram(orc.histogram, orc.bin_edges, markers,
+                                                              os.path.join(workdir, "oracle_histogram.png"),
+                                                              "Fig. 3: MSE of a target to the adversary's pool")
     if len(shadow_curve) > 1:
         k, m = zip(*sorted(shadow_curve))
-        figs["mse_vs_shadow_models"] = balle_plots.mse_vs_shadow_models(
+        figs["mse_vs_shadow_models"] = balle_figures.mse_vs_shadow_models(
             k, m, os.path.join(workdir, "mse_vs_shadow_models.png"), {"NN oracle": oracle_summary["mean_nn_mse"]},
             "Fig. 5c: MSE vs number of shadow models")
     if dp_points:
-        figs["dp_curve"] = balle_plots.dp_curve(
+        figs["dp_curve"] = balle_figures.dp_curve(
             [p["eps"] for p in dp_points], [p["mean_mse"] for p in dp_points],
             [p["released_test_accuracy"] for p in dp_points], os.path.join(workdir, "dp_curve.png"),
             oracle_mse=oracle_summary["mean_nn_mse"],
@@ -498,7 +498,7 @@ def _figures(c, sp, orc, oracle_summary, results, rows, shadow_curve, dp_points,
             success_rate=[p["success_at_eta"] for p in dp_points],
             rero_bound=[p["rero_bound_gdp"] for p in dp_points], title="Fig. 9: DP-GD")
     if panels:
-        figs["mia_losses"] = balle_plots.mia_loss_histograms(panels, os.path.join(workdir, "mia_losses.png"))
+        figs["mia_losses"] = balle_figures.mia_loss_histograms(panels, os.path.join(workdir, "mia_losses.png"))
     return figs
 
 

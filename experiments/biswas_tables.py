@@ -16,7 +16,7 @@ import numpy as np
 
 from experiments.common import claim, comparison, experiment_flags, finish_run, require_finite, run_app, start_run
 from recon_jax import accounting
-from recon_jax.report import markdown_table
+from recon_jax.evidence import markdown_table
 
 _CONFIG, _WORKDIR = experiment_flags("experiments/configs/biswas_tables.py:default", "runs/biswas_tables")
 

@@ -1,9 +1,9 @@
 """Helpers shared by the experiment entry points, re-exported from the package.
 
-The evidence helpers (provenance, claims, NaN refusal, keyed caches, publishing) live in
-:mod:`recon_jax.report.evidence`, the ``--config`` / ``--workdir`` flags and ``run_app`` in
-:mod:`recon_jax.report.cli`; every experiment imports them from here. Every experiment's ``run(config, workdir)``
-follows the same shape::
+The evidence helpers (provenance, NaN refusal, keyed caches, publishing) live in :mod:`recon_jax.evidence.run`,
+claims and their verdicts in :mod:`recon_jax.evidence.claims`, the ``--config`` / ``--workdir`` flags and
+``run_app`` in :mod:`recon_jax.evidence.launcher`; every experiment imports them from here. Every experiment's
+``run(config, workdir)`` follows the same shape::
 
     run_info = start_run(workdir, config, seed=config.seed)   # config.json with commit, machine, versions
     ...                                                       # require_finite(...) on losses, models, metrics
@@ -13,12 +13,14 @@ follows the same shape::
 
 from __future__ import annotations
 
-from recon_jax.report import cli, evidence
-from recon_jax.report.cli import experiment_flags, forget_overrides, run_app
-from recon_jax.report.evidence import (VERDICTS, NonFiniteResult, ResumeAcrossCodeError, RunInfo,
-                                       allow_resume_across_code, check_claims, claim, claims_markdown,
-                                       code_fingerprint, comparison, config_to_dict, finish_run, is_vacuous,
-                                       keyed_dir, paired_comparison, prepare_workdir, provenance, publish,
-                                       require_finite, start_run, student_t_half_width, write_run_info)
+import recon_jax.evidence.claims
+import recon_jax.evidence.launcher
+import recon_jax.evidence.run
+from recon_jax.evidence.claims import (VERDICTS, check_claims, claim, claims_markdown, comparison, is_vacuous,
+                                       paired_comparison, student_t_half_width)
+from recon_jax.evidence.launcher import experiment_flags, forget_overrides, run_app
+from recon_jax.evidence.run import (NonFiniteResult, ResumeAcrossCodeError, RunInfo, allow_resume_across_code,
+                                    code_fingerprint, config_to_dict, finish_run, keyed_dir, prepare_workdir,
+                                    provenance, publish, require_finite, start_run, write_run_info)
 
-__all__ = [*evidence.__all__, *cli.__all__]
+__all__ = [*recon_jax.evidence.run.__all__, *recon_jax.evidence.claims.__all__, *recon_jax.evidence.launcher.__all__]

@@ -24,7 +24,7 @@ from experiments.common import (claim, comparison, experiment_flags, finish_run,
 import recon_jax
 from recon_jax import metrics
 from recon_jax.attacks import glm
-from recon_jax.report import image_grid, markdown_table
+from recon_jax.evidence import image_grid, markdown_table
 
 _CONFIG, _WORKDIR = experiment_flags("experiments/configs/glm_attack.py:default", "runs/glm_attack")
 

@@ -37,11 +37,11 @@ from recon_jax import data
 from recon_jax.attacks.audit import clopper_pearson
 from recon_jax.bounds import cramer_rao, hcr_eval
 from recon_jax.bounds import hcr_search as hcr_lib
+from recon_jax.evidence import hcr_figures
 from recon_jax.io import atomic_save_npz, atomic_write_bytes
 from recon_jax.mechanisms import dithering
 from recon_jax.models import tygert
 from recon_jax.training import train_classifier
-from recon_jax.report import hcr as hcr_plots
 
 PAPER = {"mnist": {"clean": 0.979, "dithered": 0.951}, "cifar10": {"clean": 0.70, "dithered": 0.50}}
 # What the paper shows for Fig. 1 (MNIST): histograms only, no printed statistic. The reference code draws them
@@ -213,8 +213,8 @@ def run(config, workdir: str) -> dict:
             if first_bounds is None:
                 first_bounds = bounds
             low = bounds[:, : config.low_freq, : config.low_freq]
-            hcr_plots.plot_bound_histograms(bounds, low_freq=config.low_freq, title=f"{config.model} {mode} {tag}",
-                                            path=os.path.join(workdir, f"histograms_{mode}_{tag}.png"))
+            hcr_figures.plot_bound_histograms(bounds, low_freq=config.low_freq, title=f"{config.model} {mode} {tag}",
+                                              path=os.path.join(workdir, f"histograms_{mode}_{tag}.png"))
             ratio = bounds[cr_finite] / cr[cr_finite]
             results[mode][tag] = {
                 "perturbation_size": size,
@@ -242,9 +242,9 @@ def run(config, workdir: str) -> dict:
     k = min(config.num_visualise, n_hcr)
     perturbed = np.stack([np.asarray(hcr_eval.rademacher_perturbation(jax.random.fold_in(vis_key, i), x_test[i],
                                                                       first_bounds[i])) for i in range(k)])
-    hcr_plots.plot_rademacher_grid(np.asarray(denormalize(x_test[:k])), np.asarray(denormalize(perturbed)),
-                                   titles=[f"test #{i}, label {int(y_test[i])}" for i in range(k)],
-                                   path=os.path.join(workdir, "rademacher.png"))
+    hcr_figures.plot_rademacher_grid(np.asarray(denormalize(x_test[:k])), np.asarray(denormalize(perturbed)),
+                                     titles=[f"test #{i}, label {int(y_test[i])}" for i in range(k)],
+                                     path=os.path.join(workdir, "rademacher.png"))
 
     paper = PAPER.get(config.model, {})
     metrics = {

@@ -10,6 +10,8 @@ Sub-packages (each documented in its own module docstring):
 - :mod:`recon_jax.models`, :mod:`recon_jax.training`, :mod:`recon_jax.mechanisms`, :mod:`recon_jax.shadow`:
   the model zoo, pure training algorithms, noise mechanisms and the shadow-model engine.
 - :mod:`recon_jax.attacks`: GLM inversion, reconstructor networks, MIA, gradient and embedding attacks.
+- :mod:`recon_jax.evidence`: the run harness of every experiment (provenance, claims, caches, tables, figures);
+  :mod:`recon_jax.report`: the reconstruction-risk report (``recon-jax-report``). Neither is imported here.
 """
 
 from recon_jax import data

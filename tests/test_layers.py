@@ -3,7 +3,9 @@
 The package is layered (bottom to top)::
 
     data, special, metrics, io, threefry, _validation, testing  ->  models, mechanisms  ->  training, accounting, bounds
-        ->  shadow  ->  attacks  ->  report
+        ->  shadow  ->  attacks  ->  evidence  ->  report
+
+(``evidence`` is the run harness every experiment and the risk report use; ``report`` is the risk application.)
 
 A module may import from its own layer or any layer below, never above; the module graph (every import,
 including those inside functions) has no cycle; and no module imports a private name (``_x``) defined in another
@@ -27,6 +29,7 @@ LAYERS = (
     ("training", "accounting", "bounds"),
     ("shadow",),
     ("attacks",),
+    ("evidence",),
     ("report",),
 )
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
@@ -83,8 +86,10 @@ def _target(source: str, alias: str | None) -> str:
 
 
 def test_the_walk_sees_the_package():
-    assert {"recon_jax.training.train", "recon_jax.attacks.reconn", "recon_jax.models.adapters"} <= set(MODULES)
+    assert {"recon_jax.training.train", "recon_jax.attacks.reconn", "recon_jax.models.adapters",
+            "recon_jax.evidence.run", "recon_jax.report.app"} <= set(MODULES)
     assert any(alias == "ModelFns" for _, alias, _ in _imports("recon_jax.training.dp"))
+    assert ("recon_jax.evidence.run", "require_finite") in {(s, a) for s, a, _ in _imports("recon_jax.report.updates")}
 
 
 @pytest.mark.parametrize("name", [m for m in MODULES if _top(m) is not None])

@@ -1,7 +1,7 @@
-"""The house's layout (issues 22 and 37): the old validation shims are gone, no module is a re-export shim (a name
-is imported from the module that defines it, or from its package's ``__init__``, the public API), each package's
-``__all__`` imports and is documented, and long modules say why. The layer and private-name rules are in
-test_layers.py."""
+"""The house's layout (issues 22 and 37): the old validation shims and the old report modules are gone, no module is a
+re-export shim (a name is imported from the module that defines it, or from its package's ``__init__``, the public
+API), each package's ``__all__`` imports and is documented, and long modules say why. The layer and private-name
+rules are in test_layers.py."""
 
 import ast
 import importlib
@@ -20,6 +20,23 @@ ROOT = pathlib.Path(recon_jax.__file__).parent
 def test_the_old_validation_shims_are_gone():
     assert not (ROOT / "bounds" / "_validate.py").exists()
     assert not (ROOT / "accounting" / "_checks.py").exists()
+
+
+def test_report_holds_the_risk_application_only():
+    """Issue 37 item 5: the run harness is ``recon_jax.evidence``, ``recon_jax.report`` the risk application (its
+    modules named for what they are, none colliding with a module of another package), one paper's figures live
+    beside their experiment; the old module paths are gone, with no shim left behind."""
+    report = {p.stem for p in (ROOT / "report").glob("*.py")}
+    assert report == {"__init__", "app", "command_line", "config", "figure", "setup", "sizes", "text", "updates"}
+    evidence = {p.stem for p in (ROOT / "evidence").glob("*.py")}
+    assert evidence == {"__init__", "run", "claims", "launcher", "markdown", "plots", "progress", "hcr_figures"}
+    elsewhere = {p.stem for p in ROOT.rglob("*.py") if p.parent.name not in ("report", "evidence")}
+    assert not ((report | evidence) - {"__init__"}) & elsewhere
+    assert (ROOT.parent / "experiments" / "balle_figures.py").exists()
+    for name in ("evidence", "cli", "claims", "markdown", "plots", "progress", "hcr", "balle", "risk", "risk_cli",
+                 "risk_config", "risk_report", "risk_setup", "risk_sizes", "risk_text", "risk_updates"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"recon_jax.report.{name}")
 
 
 def test_long_modules_say_why_they_are_one_concern():
@@ -143,8 +160,9 @@ def test_experiment_entry_points_are_the_package_report():
     from experiments import risk_report
     from experiments.configs import risk_report as config
 
-    from recon_jax.report import risk_config
-    from recon_jax.report import risk_report as home
+    from recon_jax import report
+    from recon_jax.report import app
+    from recon_jax.report import config as home_config
 
-    assert risk_report.run is home.run and risk_report.console_main is home.console_main
-    assert config.get_config is risk_config.get_config
+    assert risk_report.run is app.run is report.run and risk_report.console_main is app.console_main
+    assert config.get_config is home_config.get_config is report.get_config

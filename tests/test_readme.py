@@ -110,7 +110,7 @@ def test_own_model_and_images(tmp_path, monkeypatch):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.update(PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
                TQDM_DISABLE="1")
-    entry = "from recon_jax.report.risk_report import console_main; console_main()"
+    entry = "from recon_jax.report.app import console_main; console_main()"
     done = subprocess.run([sys.executable, "-c", entry, *argv[1:]], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

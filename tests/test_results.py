@@ -157,7 +157,7 @@ def test_committed_run_is_complete(run):
             assert re.search(re.escape(c["name"]) + r" \| \**\*?" + c["verdict"], report), c["name"]
 
 
-# Structured claims (recon_jax.report.evidence.claim with a verdict): verdicts and vacuity are re-derived here from
+# Structured claims (recon_jax.evidence.claims.claim with a verdict): verdicts and vacuity are re-derived here from
 # the numbers each comparison carries, independently of the code that wrote them.
 _VERDICTS = ("holds", "fails", "undecided")
 _LEGACY = {"name", "holds", "detail"}

@@ -1,12 +1,12 @@
 """The risk report's text: report.md (what was run, bound vs attack per threat model, empirical epsilon, the
 theorems' guarantees, calibration, interpretation) and the claims it checks, from the metrics of
-:func:`recon_jax.report.risk_report.run`."""
+:func:`recon_jax.report.app.run`."""
 
 from __future__ import annotations
 
-from recon_jax.report.evidence import claim, comparison, is_vacuous
-from recon_jax.report.markdown import markdown_table
-from recon_jax.report.risk_updates import VACUOUS_BOUND, reach_prior_sizes
+from recon_jax.evidence.claims import claim, comparison, is_vacuous
+from recon_jax.evidence.markdown import markdown_table
+from recon_jax.report.updates import VACUOUS_BOUND, reach_prior_sizes
 
 __all__ = ["claims", "decidability_banner", "report_markdown", "header_lines", "calibration_sentence", "interpretation"]
 
@@ -44,13 +44,13 @@ def _above_bound(upd) -> list[str]:
 
 def claims(config, result) -> list[dict]:
     """The findings the report checks, each with a verdict (holds / fails / undecided) from its comparisons
-    (:func:`recon_jax.report.evidence.comparison`), each only where the run has its rows and where it can fail
+    (:func:`recon_jax.evidence.claims.comparison`), each only where the run has its rows and where it can fail
     (cells whose ReRo bound is >= 0.999 are context, not claims): the informed attack without DP; crafted-canary
     prior-aware success within its bound and reaching it; the final-model success within its bound; no audit above
     the accountant's epsilon; and the Gaussian-DP and one-run audits reaching their fractions of it where eps <= 10.
     Thresholds and tolerances come from the config, fixed before the run.
 
-    >>> from recon_jax.report.risk_config import get_config
+    >>> from recon_jax.report.config import get_config
     >>> row = {"noise_multiplier": 0, "success_rate": 0.6, "success_rate_ci": [0.5, 0.7], "num_targets": 100}
     >>> [c["verdict"] for c in claims(get_config("smoke"), {"rows": [row], "prior_aware": []})]
     ['holds']
@@ -300,7 +300,7 @@ def _model_description(config, num_params) -> str:
 def report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1000", claims=None) -> str:
     """report.md of a run: what was run, attack results (final model released), bound vs attack per threat
     model, the audits, the theorems' guarantees, calibration and interpretation (before the Claims section that
-    :func:`recon_jax.report.evidence.finish_run` appends); ``claims`` (the run's) put a line at the top when some
+    :func:`recon_jax.evidence.run.finish_run` appends); ``claims`` (the run's) put a line at the top when some
     of them are undecided."""
     rows = result["rows"]
     eta, kappa_eta = result["eta_mse"], result["kappa_at_eta"]

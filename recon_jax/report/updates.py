@@ -2,7 +2,7 @@
 realistic prior) and with crafted gradient canaries (the prior that comes closest to the ReRo bound), and three
 audits of the released mechanism: the rigorous (eps, delta) bound of the with/without game and its statistical
 ceiling, the same game read as Gaussian DP (Nasr et al. 2023), and the one-run audit (Steinke, Nasr & Jagielski
-2023) with its f-DP reading. :func:`every_update_released` runs them for :func:`recon_jax.report.risk_report.run`.
+2023) with its f-DP reading. :func:`every_update_released` runs them for :func:`recon_jax.report.app.run`.
 
 Runs and what they carry:
 
@@ -31,8 +31,8 @@ import numpy as np
 from recon_jax import training
 from recon_jax.accounting import tightest_rero
 from recon_jax.attacks import audit, audit_gdp, audit_one_run, canaries, prior_aware
-from recon_jax.report.evidence import require_finite
-from recon_jax.report.progress import step
+from recon_jax.evidence.run import require_finite
+from recon_jax.evidence.progress import step
 
 __all__ = ["VACUOUS_BOUND", "reach_prior_sizes", "crafted_trials", "every_update_released"]
 

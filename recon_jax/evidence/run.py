@@ -1,6 +1,6 @@
-"""Evidence for a run: provenance, claims, NaN refusal, keyed caches, publishing.
+"""The record of a run: provenance, NaN refusal, keyed caches, segments, publishing.
 
-Used by the risk report (:mod:`recon_jax.report.risk_report`) and, through ``experiments/common.py``, by every
+Used by the risk report (:mod:`recon_jax.report.app`) and, through ``experiments/common.py``, by every
 experiment of the repository. Every run's ``run(config, workdir)`` follows the same shape::
 
     run_info = start_run(workdir, config, seed=config.seed)   # config.json with commit, machine, versions
@@ -8,8 +8,9 @@ experiment of the repository. Every run's ``run(config, workdir)`` follows the s
     claims = [claim("attack beats the oracle", mse < oracle, f"mean MSE {mse:.4f} vs oracle {oracle:.4f}")]
     return finish_run(run_info, metrics, report_text, claims)  # report.md (+ Claims), metrics.json, wall time
 
-Claims and their verdicts (:func:`claim`, :func:`comparison`) live in :mod:`recon_jax.report.claims` and are
-re-exported here. Caches and resume points live in ``keyed_dir(workdir, name, key)``, whose name is a hash of everything that
+Claims and their verdicts (``claim``, ``comparison``) live in :mod:`recon_jax.evidence.claims`; the package
+(:mod:`recon_jax.evidence`) exports both modules' names. Caches and resume points live in
+``keyed_dir(workdir, name, key)``, whose name is a hash of everything that
 determines their content, so a rerun with another config in the same workdir recomputes instead of reporting the
 old numbers. Each such directory also records the code that filled it (:func:`code_fingerprint`: a hash of the
 library's and the experiments' source, with the git commit and uncommitted files for people): resuming from one
@@ -37,8 +38,7 @@ import jax
 import numpy as np
 
 from recon_jax.io import atomic_write_json, atomic_write_text, stable_hash, strict_json
-from recon_jax.report.claims import (VERDICTS, check_claims, claim, claims_markdown, comparison, is_vacuous,
-                                     paired_comparison, student_t_half_width)
+from recon_jax.evidence.claims import check_claims, claims_markdown
 
 __all__ = [
     "prepare_workdir",
@@ -47,14 +47,6 @@ __all__ = [
     "RunInfo",
     "start_run",
     "finish_run",
-    "VERDICTS",
-    "comparison",
-    "paired_comparison",
-    "student_t_half_width",
-    "is_vacuous",
-    "claim",
-    "check_claims",
-    "claims_markdown",
     "NonFiniteResult",
     "require_finite",
     "keyed_dir",
@@ -284,7 +276,7 @@ def require_finite(value: Any, what: str, hint: str = "") -> None:
     >>> require_finite([1.0, float("nan")], "training loss", "learning rate too large?")
     Traceback (most recent call last):
     ...
-    recon_jax.report.evidence.NonFiniteResult: training loss is not finite (1 of 2 values NaN or inf); learning rate too large?
+    recon_jax.evidence.run.NonFiniteResult: training loss is not finite (1 of 2 values NaN or inf); learning rate too large?
     """
     leaves = jax.tree_util.tree_leaves(value)
     bad = total = 0

@@ -1,7 +1,8 @@
 """Figures for the HCR bounds (Tygert et al. Figs. 1 and 2 analogues): histograms and visualisations.
 
 Matplotlib with whatever backend is active (experiments set Agg). Functions return the figure and, when
-given a path, also save it.
+given a path, also save it. Drawn by ``experiments/tygert_hcr.py`` and the ``colab/hcr`` notebook; the bounds they
+show are :mod:`recon_jax.bounds.hcr`'s.
 """
 
 from __future__ import annotations

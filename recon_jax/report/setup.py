@@ -1,6 +1,6 @@
 """The risk report's configuration: validation of every field before any work starts, and the released model, data
-and reconstructor network it names (:mod:`recon_jax.report.risk_report` runs them; the sizes fitted to the data:
-:mod:`recon_jax.report.risk_sizes`).
+and reconstructor network it names (:mod:`recon_jax.report.app` runs them; the sizes fitted to the data:
+:mod:`recon_jax.report.sizes`).
 
 Every error about the config or the data is a :class:`ConfigError` (a ``ValueError``) naming the config field
 (``config.<field>: ...``), what was given and what is allowed: the console script prints it as one line.
@@ -25,13 +25,13 @@ from recon_jax import data as rdata
 from recon_jax import models, shadow, training
 from recon_jax.attacks import reconn
 from recon_jax.models.reconstructors import TransposedConvDecoder
-from recon_jax.report.risk_config import DESCRIPTIONS
+from recon_jax.report.config import DESCRIPTIONS
 
 __all__ = ["ConfigError", "KNOWN_KEYS", "ZOO", "validate_config", "with_image_size", "build_model", "check_model",
            "reconstructor_for", "load_data"]
 
 KNOWN_KEYS = frozenset(DESCRIPTIONS)
-"""The config's fields (declared once, in :data:`recon_jax.report.risk_config.FIELDS`)."""
+"""The config's fields (declared once, in :data:`recon_jax.report.config.FIELDS`)."""
 
 ZOO = ("balle_mnist_mlp", "lenet", "balle_cifar_cnn")
 

@@ -1,4 +1,5 @@
-"""Matplotlib figures shared by the experiments (Agg backend; every function writes a PNG and returns its path)."""
+"""Matplotlib figures shared by the experiments and the risk report (Agg backend; every function writes a PNG and
+returns its path)."""
 
 from __future__ import annotations
 

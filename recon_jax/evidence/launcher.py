@@ -1,4 +1,5 @@
-"""Command-line plumbing of the report and the experiments: ``--config`` / ``--workdir`` flags and ``run_app``."""
+"""The launchers' command line, for the experiments and the risk report (:mod:`recon_jax.report.command_line`):
+``--config`` / ``--workdir`` flags and ``run_app``."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
     try:
         rest = flags.FLAGS(argv)
         if "allow_resume_across_code" in flags.FLAGS and flags.FLAGS.allow_resume_across_code:
-            from recon_jax.report.evidence import allow_resume_across_code
+            from recon_jax.evidence.run import allow_resume_across_code
 
             allow_resume_across_code(True)
         return rest

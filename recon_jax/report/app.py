@@ -3,7 +3,7 @@ it, how well could someone reconstruct a training record, and what do the theore
 
 python -m experiments.risk_report --config=experiments/configs/risk_report.py:default --workdir=runs/demo
 or, from an installed wheel, ``recon-jax-report --workdir=runs/demo`` (the console script, :func:`console_main`;
-its config is :mod:`recon_jax.report.risk_config`, which ``experiments/configs/risk_report.py`` re-exports);
+its config is :mod:`recon_jax.report.config`, which ``experiments/configs/risk_report.py`` re-exports);
 ``make demo`` runs the default config.
 
 For the non-private setting and each noise multiplier of the sweep it: trains the released models (one per
@@ -13,12 +13,12 @@ oracle), all through the library's informed-adversary pipeline (:mod:`recon_jax.
 prior-free bounds and Bayes' capacity. For the "every update released" threat model it plays the prior-aware
 reconstruction game of Hayes et al. (2023) at priors of k random records and of k crafted gradient canaries, and
 audits the mechanism (with/without-canary game read rigorously and as Gaussian DP, and a one-run audit with many
-canaries; :mod:`recon_jax.report.risk_updates`); it calibrates sigma to a reconstruction-risk target and measures
+canaries; :mod:`recon_jax.report.updates`); it calibrates sigma to a reconstruction-risk target and measures
 the accuracy that costs.
 Every DP setting draws its own noise. Writes report.md, metrics.json (with the claims it checks), config.json and
 PNG figures. Config validation, the sizes fitted to the data and the model, data and reconstructor it names:
-:mod:`recon_jax.report.risk_setup` and :mod:`recon_jax.report.risk_sizes`; the command line: :mod:`recon_jax.report.risk_cli`; the report's text and
-claims: :mod:`recon_jax.report.risk_text`.
+:mod:`recon_jax.report.setup` and :mod:`recon_jax.report.sizes`; the command line: :mod:`recon_jax.report.command_line`; the report's text and
+claims: :mod:`recon_jax.report.text`.
 
 The workdir keeps what a rerun needs: each setting's ``models-<hash>`` folder (keyed by the config) ends with the
 attack's results (``attack.npz``), which a rerun of the same config reads instead of training again; its shadow and
@@ -45,22 +45,22 @@ from recon_jax import models, shadow, training
 from recon_jax.accounting import privacy_bounds, tightest_rero
 from recon_jax.attacks import audit, informed, reconn
 from recon_jax.attacks import oracle as roracle
-from recon_jax.report import risk_cli
-from recon_jax.report.evidence import config_to_dict, finish_run, keyed_dir, require_finite, start_run
-from recon_jax.report.markdown import markdown_table
-from recon_jax.report.plots import image_grid
-from recon_jax.report.progress import step
-from recon_jax.report.risk import plot_threat_models
-from recon_jax.report.risk_setup import (ConfigError, build_model, check_model, load_data, reconstructor_for,
-                                         validate_config, with_image_size)
-from recon_jax.report.risk_sizes import fit_sizes, overrides
-from recon_jax.report.risk_text import claims as risk_claims
-from recon_jax.report.risk_text import report_markdown
-from recon_jax.report.risk_updates import every_update_released
+from recon_jax.evidence.markdown import markdown_table
+from recon_jax.evidence.plots import image_grid
+from recon_jax.evidence.progress import step
+from recon_jax.evidence.run import config_to_dict, finish_run, keyed_dir, require_finite, start_run
+from recon_jax.report import command_line
+from recon_jax.report.figure import plot_threat_models
+from recon_jax.report.setup import (ConfigError, build_model, check_model, load_data, reconstructor_for,
+                                    validate_config, with_image_size)
+from recon_jax.report.sizes import fit_sizes, overrides
+from recon_jax.report.text import claims as risk_claims
+from recon_jax.report.text import report_markdown
+from recon_jax.report.updates import every_update_released
 
 __all__ = ["DEFAULT_CONFIG", "ConfigError", "validate_config", "sampling", "run", "console_main"]
 
-DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "risk_config.py") + ":default"
+DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config.py") + ":default"
 """The console script's ``--config`` default: the config file shipped inside the package (found from a wheel)."""
 
 
@@ -330,8 +330,8 @@ def console_main(argv: list[str] | None = None) -> None:
     ``--config`` (a variant name ``smoke`` / ``default`` / ``paper``, or a config file path[:variant]; default
     :data:`DEFAULT_CONFIG`), ``--config.<field>=value`` overrides, ``--workdir`` (default ``runs/risk_report``),
     ``--help`` (every config field with its default and meaning) and ``--debug`` (tracebacks for config and data
-    errors, which otherwise print one line and exit with status 2). See :mod:`recon_jax.report.risk_cli`."""
-    risk_cli.console(run, DEFAULT_CONFIG, sys.argv if argv is None else argv)
+    errors, which otherwise print one line and exit with status 2). See :mod:`recon_jax.report.command_line`."""
+    command_line.console(run, DEFAULT_CONFIG, sys.argv if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 
 from recon_jax.attacks import informed
-from recon_jax.report import risk_config, risk_report, risk_text
+from recon_jax.report import app, text
+from recon_jax.report.config import get_config
 from recon_jax.shadow import ShadowSet
 
 
 def _smoke():
-    config = risk_config.get_config("smoke")
+    config = get_config("smoke")
     return config
 
 
@@ -49,18 +50,18 @@ def test_malformed_configs_fail_before_training(tmp_path, monkeypatch, field, va
         raise AssertionError("training started before validation")
 
     monkeypatch.setattr(informed, "generate_shadow_models", no_training)
-    monkeypatch.setattr(risk_report.shadow, "generate_shadow_models", no_training)
+    monkeypatch.setattr(app.shadow, "generate_shadow_models", no_training)
     config = _smoke()
     with config.unlocked():
         config[field] = value
     workdir = tmp_path / "run"
     with pytest.raises(ValueError, match=match):
-        risk_report.run(config, str(workdir))
+        app.run(config, str(workdir))
     assert not workdir.exists()  # nothing is written before the config is valid
 
 
 def test_nan_stops_the_run(tmp_path, monkeypatch):
-    from recon_jax.report.evidence import NonFiniteResult
+    from recon_jax.evidence.run import NonFiniteResult
 
     def nan_models(*args, outputs=("params",), **kwargs):
         n = len(args[3][0])
@@ -68,7 +69,7 @@ def test_nan_stops_the_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(informed, "generate_shadow_models", nan_models)
     with pytest.raises(NonFiniteResult, match="shadow model parameters"):
-        risk_report.run(_smoke(), str(tmp_path))
+        app.run(_smoke(), str(tmp_path))
     assert not (tmp_path / "metrics.json").exists()
 
 
@@ -77,7 +78,7 @@ def test_unknown_config_key_is_named(tmp_path):
     with config.unlocked():
         config.noise_multiplier = 1.0  # typo of noise_multipliers
     with pytest.raises(ValueError, match="noise_multiplier"):
-        risk_report.run(config, str(tmp_path))
+        app.run(config, str(tmp_path))
     locked = _smoke()
     with pytest.raises(AttributeError):  # command-line overrides of unknown keys are refused by the locked config
         locked.sigma = 1.0
@@ -85,7 +86,7 @@ def test_unknown_config_key_is_named(tmp_path):
 
 def test_smoke_report_end_to_end(tmp_path):
     config = _smoke()
-    result = risk_report.run(config, str(tmp_path))
+    result = app.run(config, str(tmp_path))
     for name in ("report.md", "metrics.json", "config.json", "reconstructions.png", "bounds_vs_attack.png"):
         assert os.path.exists(tmp_path / name), name
     metrics = json.loads((tmp_path / "metrics.json").read_text())
@@ -168,7 +169,7 @@ def test_shuffle_field_is_validated(tmp_path):
         config.batch_size = 10
         config.shuffle = "sometimes"
     with pytest.raises(ValueError, match="config.shuffle"):
-        risk_report.run(config, str(tmp_path))
+        app.run(config, str(tmp_path))
 
 
 @pytest.mark.parametrize("shuffle,q,steps", [("fresh", 17 / 51, 5 * 3), ("known", 1.0, 5)])
@@ -177,11 +178,11 @@ def test_sampling_rate_and_steps(shuffle, q, steps):
     with config.unlocked():
         config.batch_size = 17
         config.shuffle = shuffle
-    got_q, got_steps = risk_report.sampling(config)
+    got_q, got_steps = app.sampling(config)
     assert got_q == pytest.approx(q) and got_steps == steps
     with config.unlocked():
         config.batch_size = None
-    assert risk_report.sampling(config) == (1.0, 5)
+    assert app.sampling(config) == (1.0, 5)
 
 
 @pytest.mark.slow  # ~25 s; sampling() and the DP-SGD accounting have fast tests above
@@ -192,7 +193,7 @@ def test_minibatch_dp_sgd_report(tmp_path):
         config.batch_size = 17
         config.include_non_private = False
         config.num_targets = 4
-    result = risk_report.run(config, str(tmp_path))
+    result = app.run(config, str(tmp_path))
     (row,) = result["rows"]
     assert result["sample_rate"] == pytest.approx(17 / 51) and result["steps"] == 15
     ref = _dp_accounting_eps(2.0, 17 / 51, 15, config.delta)
@@ -208,10 +209,10 @@ def test_interpretation_points_at_secret_batch_order():
     with config.unlocked():
         config.batch_size = 17
     row = {"noise_multiplier": 0, "success_rate": 0.0, "mean_mse": 0.09, "mean_oracle_mse": 0.04}
-    assert "--config.shuffle=known" in risk_text.interpretation([row], 0.1, config)
+    assert "--config.shuffle=known" in text.interpretation([row], 0.1, config)
     with config.unlocked():
         config.shuffle = "known"
-    assert "--config.shuffle=known" not in risk_text.interpretation([row], 0.1, config)
+    assert "--config.shuffle=known" not in text.interpretation([row], 0.1, config)
 
 
 def _image_folder(root, n_train=70, n_test=30, size=16):
@@ -252,7 +253,7 @@ def _folder_config(path):
 def test_cnn_on_image_folder_smoke(tmp_path):
     """A CNN released model (balle_cifar_cnn) on an image folder: the whole report at smoke size."""
     config = _folder_config(_image_folder(tmp_path / "images"))
-    metrics = risk_report.run(config, str(tmp_path / "run"))
+    metrics = app.run(config, str(tmp_path / "run"))
     assert [r["setting"] for r in metrics["rows"]] == ["non-private", "DP sigma=2"]
     assert sorted(r["prior_size"] for r in metrics["prior_aware"]) == [2, 2, 10, 10]  # records and crafted
     report = (tmp_path / "run" / "report.md").read_text()
@@ -282,13 +283,13 @@ def test_unsupported_model_and_data_fail_before_training(tmp_path, monkeypatch, 
         raise AssertionError("training started before validation")
 
     monkeypatch.setattr(informed, "generate_shadow_models", no_training)
-    monkeypatch.setattr(risk_report.shadow, "generate_shadow_models", no_training)
+    monkeypatch.setattr(app.shadow, "generate_shadow_models", no_training)
     config = _folder_config(_image_folder(tmp_path / "images", n_train=70, n_test=30))
     with config.unlocked():
         for k, v in overrides.items():
             config[k] = v
     with pytest.raises(ValueError, match=match):
-        risk_report.run(config, str(tmp_path / "run"))
+        app.run(config, str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
 
@@ -297,7 +298,7 @@ def test_folder_fields_refused_for_builtin_datasets(tmp_path):
     with config.unlocked():
         config.image_size = 32
     with pytest.raises(ValueError, match="config.image_size"):
-        risk_report.run(config, str(tmp_path))
+        app.run(config, str(tmp_path))
 
 
 _HOST_MODEL = '''
@@ -331,7 +332,7 @@ def test_model_the_engine_cannot_train_fails_in_seconds(tmp_path, monkeypatch):
         raise AssertionError("training started before the model was checked")
 
     monkeypatch.setattr(informed, "generate_shadow_models", no_training)
-    monkeypatch.setattr(risk_report.shadow, "generate_shadow_models", no_training)
+    monkeypatch.setattr(app.shadow, "generate_shadow_models", no_training)
     (tmp_path / "host_model_issue33.py").write_text(_HOST_MODEL)
     monkeypatch.syspath_prepend(str(tmp_path))
     config = _folder_config(_image_folder(tmp_path / "images"))
@@ -341,7 +342,7 @@ def test_model_the_engine_cannot_train_fails_in_seconds(tmp_path, monkeypatch):
         config.epochs = 10**6  # what would run for hours if training started
     start = time.perf_counter()
     with pytest.raises(ValueError) as info:
-        risk_report.run(config, str(tmp_path / "run"))
+        app.run(config, str(tmp_path / "run"))
     assert time.perf_counter() - start < 60
     msg = str(info.value)
     assert msg.startswith("config.model: 'host_model_issue33:model': model 'HostPreprocessed(")
@@ -359,7 +360,7 @@ def test_empty_intermediate_is_found_where_a_model_runs_on_nothing():
     import jax.numpy as jnp
 
     from recon_jax import models
-    from recon_jax.report.risk_setup import _empty_intermediate
+    from recon_jax.report.setup import _empty_intermediate
 
     class Pooled(nn.Module):
         @nn.compact
@@ -405,7 +406,7 @@ def test_claims_drop_vacuous_cells_and_decide_from_intervals():
     sigma1 = dict(dp, noise_multiplier=1.0, setting="DP sigma=1", eps_rdp=96.0, eps_pld=91.8, bound_at_eta=1.0,
                   empirical_eps=3.3, audit_rigorous_ceiling=3.4, audit_one_run_eps_ceiling=5.4,
                   empirical_eps_familywise=3.0, audit_rigorous_ceiling_familywise=3.1)
-    out = {c["name"]: c for c in risk_text.claims(config, {"rows": [sigma1, dp], "prior_aware": upd,
+    out = {c["name"]: c for c in text.claims(config, {"rows": [sigma1, dp], "prior_aware": upd,
                                                             "sample_rate": 1.0})}
     within = next(c for n, c in out.items() if n.startswith("every crafted-canary"))
     assert [k["what"] for k in within["comparisons"]] == ["DP sigma=16 k=10: success", "DP sigma=16 k=2: success"]
@@ -424,10 +425,10 @@ def test_claims_drop_vacuous_cells_and_decide_from_intervals():
     # A 95% Gaussian-DP bound above the accountant's eps (5% of sound runs give one) fails the claim only when the
     # family-wise bound is above it too.
     chance = dict(dp, audit_gdp_eps=2.6, audit_gdp_eps_familywise=2.5)
-    res = risk_text.claims(config, {"rows": [chance], "prior_aware": [], "sample_rate": 1.0})
+    res = text.claims(config, {"rows": [chance], "prior_aware": [], "sample_rate": 1.0})
     assert next(c for c in res if c["name"].startswith("no audit certifies"))["verdict"] == "holds"
     leaky = dict(dp, audit_gdp_eps=2.9, audit_gdp_eps_familywise=2.7)
-    res = risk_text.claims(config, {"rows": [leaky], "prior_aware": [], "sample_rate": 1.0})
+    res = text.claims(config, {"rows": [leaky], "prior_aware": [], "sample_rate": 1.0})
     assert next(c for c in res if c["name"].startswith("no audit certifies"))["verdict"] == "fails"
     gdp = next(c for n, c in out.items() if n.startswith("the Gaussian-DP audit"))
     assert gdp["verdict"] == "holds"  # 2.2 / 2.56 = 0.86 >= 0.8
@@ -435,9 +436,9 @@ def test_claims_drop_vacuous_cells_and_decide_from_intervals():
     assert one["verdict"] == "holds"  # 0.95 / 2.56 = 0.37 >= 0.35
     # The same crafted cell at 200 games straddles 0.85 of the bound: undecided, and the banner says so.
     small = [_update_row("DP sigma=16", 16.0, 10, "simplex", 48, 200, 0.2557)]
-    c = risk_text.claims(config, {"rows": [], "prior_aware": small, "sample_rate": 1.0})
+    c = text.claims(config, {"rows": [], "prior_aware": small, "sample_rate": 1.0})
     assert [x["verdict"] for x in c] == ["undecided", "undecided"]
-    assert risk_text.decidability_banner(c).startswith("**This run is too small to decide its claims**")
+    assert text.decidability_banner(c).startswith("**This run is too small to decide its claims**")
 
 
 def test_crafted_trials_reach_the_precision_asked():
@@ -446,13 +447,13 @@ def test_crafted_trials_reach_the_precision_asked():
     from scipy import integrate, stats
 
     from recon_jax.accounting import privacy_bounds
-    from recon_jax.report import risk_updates
+    from recon_jax.report import updates
 
-    config = risk_config.get_config("default")
+    config = get_config("default")
     for sigma, want in ((16.0, 6016), (4.0, 512), (1.0, 512)):
         b = privacy_bounds(sigma, 1.0, 100, config.delta, config.clip_norm, 784, [0.5, 0.1, 0.01], num_params=7960)
         row = {"noise_multiplier": sigma, "bounds": b.to_dict()}
-        n = risk_updates.crafted_trials(config, row, 1.0, 100)
+        n = updates.crafted_trials(config, row, 1.0, 100)
         assert n == want and n % config.chunk_size == 0
         if sigma == 4.0:  # the rule's own need (325 games) is below the floor of 2 x audit_runs
             mu = 10.0 / sigma * np.sqrt(10 / 9)
@@ -466,7 +467,7 @@ def test_familywise_audit_bounds_are_bonferroni_bounds():
     sound Gaussian mechanism (mu = 0.625, sigma 16 over 100 steps) they sit below the 95% ones, and the Gaussian-DP
     one is the noncentral-t bound at that confidence (audit_gdp, computed here directly)."""
     from recon_jax.attacks import audit_gdp
-    from recon_jax.report import risk_updates
+    from recon_jax.report import updates
 
     config = _smoke()
     rng = np.random.default_rng(0)
@@ -474,7 +475,7 @@ def test_familywise_audit_bounds_are_bonferroni_bounds():
     s_with, s_without = rng.normal(mu * mu / 2, mu, 1500), rng.normal(-mu * mu / 2, mu, 1500)
     included = rng.random(400) < 0.5
     one_run = np.where(included, rng.normal(mu, 1.0, 400), rng.normal(0.0, 1.0, 400))
-    out = risk_updates._audits(config, s_with, s_without, one_run, included, 6)
+    out = updates._audits(config, s_with, s_without, one_run, included, 6)
     fw = 1 - (1 - config.confidence) / 6
     assert out["audit_familywise_confidence"] == pytest.approx(fw) and out["audit_family_size"] == 6
     mu_fw = audit_gdp.gdp_mu_lower_bound(s_with, s_without, confidence=fw)[0]

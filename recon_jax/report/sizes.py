@@ -1,12 +1,12 @@
 """The risk report's sizes fitted to the data (``sizes="auto"``) and the overrides a config carries: what the
-report's header states (:mod:`recon_jax.report.risk_text`) and :mod:`recon_jax.report.risk_report` runs with."""
+report's header states (:mod:`recon_jax.report.text`) and :mod:`recon_jax.report.app` runs with."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 
-from recon_jax.report.risk_config import DESCRIPTIONS, SIZE_FIELDS, VARIANTS, get_config
+from recon_jax.report.config import DESCRIPTIONS, SIZE_FIELDS, VARIANTS, get_config
 
 __all__ = ["Split", "overrides", "fit_sizes"]
 
@@ -118,7 +118,7 @@ def fit_sizes(config, num_train: int, num_test: int):
     (at least 10) shadow targets, none above the variant's value; half the test records (at most the variant's
     ``eval_size``) measure accuracy, and the prior sizes that do not fit the rest are replaced by the largest that
     does. Sizes you set, and every size with ``sizes == "fixed"``, are used as given (and
-    :func:`recon_jax.report.risk_setup.validate_config` says what does not fit).
+    :func:`recon_jax.report.setup.validate_config` says what does not fit).
 
     >>> c, split = fit_sizes(get_config("default"), 40, 10)
     >>> (c.fixed_size, c.num_shadow, c.num_targets, c.eval_size, tuple(c.prior_sizes), c.calibration_models)

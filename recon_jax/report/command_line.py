@@ -1,13 +1,13 @@
 """The ``recon-jax-report`` command line (also ``python -m experiments.risk_report``).
 
-- ``--config=smoke|default|paper`` names a shipped variant (:data:`recon_jax.report.risk_config.VARIANTS`); a
+- ``--config=smoke|default|paper`` names a shipped variant (:data:`recon_jax.report.config.VARIANTS`); a
   config file ``path[:variant]`` works too. Without ``--config``: the default variant.
 - ``--config.<field>=value`` overrides a field; a field the config does not have stops at once with one line that
   names it and the closest field.
 - ``--help`` lists every config field with its default (in the variant named by ``--config``) and one line of
-  meaning, from :data:`recon_jax.report.risk_config.FIELDS`.
-- Config and data errors (:class:`recon_jax.report.risk_setup.ConfigError`: the field, the value, what is allowed),
-  and a workdir holding results of other code (:class:`recon_jax.report.evidence.ResumeAcrossCodeError`: what to
+  meaning, from :data:`recon_jax.report.config.FIELDS`.
+- Config and data errors (:class:`recon_jax.report.setup.ConfigError`: the field, the value, what is allowed),
+  and a workdir holding results of other code (:class:`recon_jax.evidence.run.ResumeAcrossCodeError`: what to
   do), print one line and exit with status 2; ``--debug`` shows the traceback instead. Other errors keep theirs.
 """
 
@@ -18,10 +18,10 @@ import os
 import sys
 from typing import Callable
 
-from recon_jax.report.cli import experiment_flags, forget_overrides, run_app
-from recon_jax.report.evidence import ResumeAcrossCodeError
-from recon_jax.report.risk_config import DESCRIPTIONS, FIELDS, VARIANTS, get_config
-from recon_jax.report.risk_setup import ConfigError
+from recon_jax.evidence.launcher import experiment_flags, forget_overrides, run_app
+from recon_jax.evidence.run import ResumeAcrossCodeError
+from recon_jax.report.config import DESCRIPTIONS, FIELDS, VARIANTS, get_config
+from recon_jax.report.setup import ConfigError
 
 __all__ = ["USAGE", "config_argument", "help_text", "unknown_fields", "console"]
 
@@ -33,10 +33,10 @@ def config_argument(argv: list[str], default_config: str) -> tuple[list[str], st
     """``argv`` with its ``--config`` made explicit and first (a variant name becomes ``default_config``'s file with
     that variant), and the shipped variant it names (None for another config file).
 
-    >>> config_argument(["prog", "--config.seed=1", "--config=smoke"], "/pkg/risk_config.py:default")
-    (['prog', '--config=/pkg/risk_config.py:smoke', '--config.seed=1'], 'smoke')
-    >>> config_argument(["prog"], "/pkg/risk_config.py:default")
-    (['prog', '--config=/pkg/risk_config.py:default'], 'default')
+    >>> config_argument(["prog", "--config.seed=1", "--config=smoke"], "/pkg/config.py:default")
+    (['prog', '--config=/pkg/config.py:smoke', '--config.seed=1'], 'smoke')
+    >>> config_argument(["prog"], "/pkg/config.py:default")
+    (['prog', '--config=/pkg/config.py:default'], 'default')
     """
     path, _, default_variant = default_config.rpartition(":")
     value, rest, i = None, [], 1

@@ -6,8 +6,8 @@ run), from which its verdict follows: "fails" if any comparison fails (its whole
 "holds" if all hold, "undecided" otherwise (an interval straddles its threshold). A comparison that cannot fail (a
 probability against a bound of 1) is vacuous (:func:`is_vacuous`) and refused: such numbers are context. Claims
 without a verdict (``claim(name, holds, detail)``) are the form of results made before verdicts existed; a run's
-claims carry verdicts all or none (:func:`check_claims`). Re-exported by :mod:`recon_jax.report.evidence`, which
-writes them into metrics.json and report.md (:func:`claims_markdown`).
+claims carry verdicts all or none (:func:`check_claims`). :func:`recon_jax.evidence.run.finish_run` writes them
+into metrics.json and report.md (:func:`claims_markdown`).
 """
 
 from __future__ import annotations

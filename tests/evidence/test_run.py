@@ -1,5 +1,6 @@
-"""The evidence helpers of the report and every experiment (recon_jax.report.evidence, re-exported by
-experiments/common.py): provenance, claims, NaN refusal, keyed caches, publishing; and run_app's errors."""
+"""The evidence helpers of the report and every experiment (recon_jax.evidence.run and .claims, re-exported by
+experiments/common.py): provenance, claims, NaN refusal, keyed caches, publishing; and run_app's errors
+(recon_jax.evidence.launcher)."""
 
 import json
 import os
@@ -7,9 +8,10 @@ import os
 import numpy as np
 import pytest
 
-from recon_jax.report import evidence
-from recon_jax.report.evidence import (NonFiniteResult, claim, finish_run, keyed_dir, publish, require_finite,
-                                       start_run)
+from recon_jax import evidence
+from recon_jax.evidence import run as evidence_run
+from recon_jax.evidence.claims import claim
+from recon_jax.evidence.run import NonFiniteResult, finish_run, keyed_dir, publish, require_finite, start_run
 
 
 def _config():
@@ -175,19 +177,21 @@ def test_unknown_config_field_gives_a_clear_error():
 def test_experiments_common_reexports_the_package_helpers():
     from experiments import common
 
-    from recon_jax.report import cli
+    from recon_jax.evidence import claims, launcher
 
+    homes = (evidence_run, claims, launcher)
+    assert sorted(common.__all__) == sorted(n for home in homes for n in home.__all__)
     for name in common.__all__:
-        home = cli if name in cli.__all__ else evidence
-        assert getattr(common, name) is getattr(home, name), name
+        home = next(h for h in homes if name in h.__all__)
+        assert getattr(common, name) is getattr(home, name) is getattr(evidence, name), name
 
 
 def test_dirty_files_keep_the_first_path_whole_and_skip_results():
     """git status --porcelain begins a line with a status whose first letter may be a space; a run that started
     with a published result uncommitted once recorded "esults/..." as a dirty code file."""
     status = " M results/tygert_hcr/default/report.md\n M recon_jax/io.py\nM  experiments/common.py\n"
-    assert evidence._dirty_files(status) == ["recon_jax/io.py", "experiments/common.py"]
-    assert evidence._dirty_files("") == []
+    assert evidence_run._dirty_files(status) == ["recon_jax/io.py", "experiments/common.py"]
+    assert evidence_run._dirty_files("") == []
 
 
 def test_resume_across_a_code_change_is_refused_unless_asked(tmp_path, monkeypatch):
@@ -197,14 +201,14 @@ def test_resume_across_a_code_change_is_refused_unless_asked(tmp_path, monkeypat
     written = json.loads(open(os.path.join(d, "code.json")).read())
     assert written["code_hash"] == evidence.code_fingerprint()
     assert keyed_dir(str(tmp_path), "models", {"a": 1}) == d  # same code: resumes
-    monkeypatch.setattr(evidence, "_FINGERPRINT", ["0123456789abcdef"])  # the code changed
+    monkeypatch.setattr(evidence_run, "_FINGERPRINT", ["0123456789abcdef"])  # the code changed
     with pytest.raises(evidence.ResumeAcrossCodeError, match="allow_resume_across_code"):
         keyed_dir(str(tmp_path), "models", {"a": 1})
     # An empty directory (a run stopped before storing anything) is simply taken over.
     e = keyed_dir(str(tmp_path), "empty", {"b": 2})
-    monkeypatch.setattr(evidence, "_FINGERPRINT", ["fedcba9876543210"])
+    monkeypatch.setattr(evidence_run, "_FINGERPRINT", ["fedcba9876543210"])
     assert keyed_dir(str(tmp_path), "empty", {"b": 2}) == e
-    monkeypatch.setattr(evidence, "_ALLOW_ACROSS_CODE", [True])
+    monkeypatch.setattr(evidence_run, "_ALLOW_ACROSS_CODE", [True])
     assert keyed_dir(str(tmp_path), "models", {"a": 1}) == d
     again = json.loads(open(os.path.join(d, "code.json")).read())
     assert again["code_hash"] == "fedcba9876543210" and again["resumed_from"]["code_hash"] == written["code_hash"]
@@ -214,11 +218,11 @@ def test_code_fingerprint_follows_the_source(tmp_path, monkeypatch):
     src = tmp_path / "pkg"
     src.mkdir()
     (src / "a.py").write_text("x = 1\n")
-    monkeypatch.setattr(evidence, "_source_files", lambda: [str(src / "a.py")])
-    monkeypatch.setattr(evidence, "_FINGERPRINT", [])
+    monkeypatch.setattr(evidence_run, "_source_files", lambda: [str(src / "a.py")])
+    monkeypatch.setattr(evidence_run, "_FINGERPRINT", [])
     first = evidence.code_fingerprint()
     (src / "a.py").write_text("x = 2\n")
-    monkeypatch.setattr(evidence, "_FINGERPRINT", [])
+    monkeypatch.setattr(evidence_run, "_FINGERPRINT", [])
     assert evidence.code_fingerprint() != first
 
 
@@ -228,7 +232,7 @@ def test_segments_are_listed_in_metrics_and_report(tmp_path, monkeypatch):
     assert len(first["segments"]) == 1 and first["segments"][0]["finished"]
     assert "## Segments" not in open(os.path.join(tmp_path, "report.md")).read()
     start_run(str(tmp_path), {"x": 1})  # a segment that stops early (no finish_run)
-    monkeypatch.setattr(evidence, "_FINGERPRINT", ["0123456789abcdef"])
+    monkeypatch.setattr(evidence_run, "_FINGERPRINT", ["0123456789abcdef"])
     run = start_run(str(tmp_path), {"x": 1})
     last = finish_run(run, {"m": 1.0}, "# r\n", [claim("c", True, "d")])
     assert [s["finished"] for s in last["segments"]] == [True, False, True]
@@ -240,7 +244,7 @@ def test_segments_are_listed_in_metrics_and_report(tmp_path, monkeypatch):
 def test_stated_commit_wins_over_a_stale_copy(monkeypatch):
     """A copy of the tree made elsewhere carried an older checkout's .git: the caller's statement is recorded, and
     what git in the copy said is kept beside it, not as the run's commit."""
-    monkeypatch.setattr(evidence, "_git", lambda *args: "1" * 40 + "\n" if args[0] == "rev-parse" else " M a.py\n")
+    monkeypatch.setattr(evidence_run, "_git", lambda *args: "1" * 40 + "\n" if args[0] == "rev-parse" else " M a.py\n")
     monkeypatch.setenv("RECON_JAX_GIT_COMMIT", "2" * 40)
     info = evidence.provenance()
     assert info["git_commit"] == "2" * 40 and "RECON_JAX_GIT_COMMIT" in info["git_commit_source"]

@@ -7,8 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from recon_jax.report import risk_cli, risk_config, risk_report, risk_setup, risk_sizes
-from recon_jax.report.risk_setup import ConfigError
+from recon_jax.report import app, command_line, setup, sizes
+from recon_jax.report.config import DESCRIPTIONS, FIELDS, VARIANTS, get_config
+from recon_jax.report.setup import ConfigError
 
 
 def _console(argv, monkeypatch, run=None):
@@ -17,15 +18,15 @@ def _console(argv, monkeypatch, run=None):
         raise AssertionError("the report started")
 
     with pytest.raises(SystemExit) as info:
-        risk_cli.console(run or no_run, risk_report.DEFAULT_CONFIG, ["recon-jax-report", *argv])
+        command_line.console(run or no_run, app.DEFAULT_CONFIG, ["recon-jax-report", *argv])
     return info.value.code
 
 
 def test_help_lists_every_field_with_its_default_and_meaning(monkeypatch, capsys):
     assert _console(["--config=smoke", "--help"], monkeypatch) == 0
     out = capsys.readouterr().out
-    smoke = risk_config.get_config("smoke")
-    for name, meaning in risk_config.DESCRIPTIONS.items():
+    smoke = get_config("smoke")
+    for name, meaning in DESCRIPTIONS.items():
         line = next(ln for ln in out.splitlines() if ln.strip().startswith(f"--config.{name}="))
         assert meaning in line, name
     assert "--config.num_shadow=96 " in out and smoke.num_shadow == 96  # the named variant's defaults
@@ -34,17 +35,17 @@ def test_help_lists_every_field_with_its_default_and_meaning(monkeypatch, capsys
 
 def test_the_fields_are_declared_once():
     """--help's lines, the validation's known fields and every variant's fields are one list."""
-    names = [name for name, _, _ in risk_config.FIELDS]
-    assert len(names) == len(set(names)) and risk_setup.KNOWN_KEYS == set(names)
-    for variant in risk_config.VARIANTS:
-        assert set(risk_config.get_config(variant).keys()) == set(names)
+    names = [name for name, _, _ in FIELDS]
+    assert len(names) == len(set(names)) and setup.KNOWN_KEYS == set(names)
+    for variant in VARIANTS:
+        assert set(get_config(variant).keys()) == set(names)
 
 
 @pytest.mark.parametrize("value,variant", [("smoke", "smoke"), (":paper", "paper"), (None, "default")])
 def test_variant_names(value, variant):
     argv = ["p", "--config.seed=1"] + ([] if value is None else [f"--config={value}"])
-    out, named = risk_cli.config_argument(argv, "/pkg/risk_config.py:default")
-    assert named == variant and out == ["p", f"--config=/pkg/risk_config.py:{variant}", "--config.seed=1"]
+    out, named = command_line.config_argument(argv, "/pkg/config.py:default")
+    assert named == variant and out == ["p", f"--config=/pkg/config.py:{variant}", "--config.seed=1"]
 
 
 def _one_line(err: str, *parts: str) -> None:
@@ -119,11 +120,11 @@ def test_data_and_model_errors_are_one_line(case, tmp_path, monkeypatch, capsys)
             model, want = "nope_module:Net", ("config.model: 'nope_module:Net': no module 'nope_module'",)
     argv = ["--config.dataset=folder", f"--config.data_path={data}", f"--config.model={model}",
             "--config.noise_multipliers=(1.0,)", f"--workdir={tmp_path / 'run'}"]
-    assert _console(argv, monkeypatch, run=risk_report.run) == 2
+    assert _console(argv, monkeypatch, run=app.run) == 2
     _one_line(capsys.readouterr().err, *want, "--debug")
     assert not (tmp_path / "run").exists()  # nothing written
     with pytest.raises(ConfigError):  # --debug: the exception itself, with its traceback
-        risk_cli.console(risk_report.run, risk_report.DEFAULT_CONFIG, ["recon-jax-report", *argv, "--debug"])
+        command_line.console(app.run, app.DEFAULT_CONFIG, ["recon-jax-report", *argv, "--debug"])
 
 
 _MODULE = '''
@@ -153,46 +154,46 @@ def test_models_resolve_from_the_current_directory(spec, tmp_path, monkeypatch):
     (tmp_path / "cwd_model_issue36.py").write_text(_MODULE)
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "cwd_model_file.py").write_text(_MODULE)
-    config = risk_config.get_config("smoke")
+    config = get_config("smoke")
     with config.unlocked():
         config.model = spec
-    module = risk_setup.build_model(config, 3)
+    module = setup.build_model(config, 3)
     assert type(module).__name__ == "Net" and module.num_classes == 3
     sys.modules.pop("cwd_model_issue36", None)
 
 
 def test_sizes_follow_the_data():
-    default = risk_config.get_config("default")
+    default = get_config("default")
     # The embedded MNIST (60,000 + 10,000) holds the default sizes: nothing changes.
-    same, split = risk_sizes.fit_sizes(default, 60000, 10000)
+    same, split = sizes.fit_sizes(default, 60000, 10000)
     assert split.fitted == () and same.to_dict() == default.to_dict()
     # 50 images (40 + 10): 40% fixed set, 10% targets, the rest shadow targets; half the test records for accuracy.
-    small, split = risk_sizes.fit_sizes(default, 40, 10)
+    small, split = sizes.fit_sizes(default, 40, 10)
     assert (small.fixed_size, small.num_shadow, small.num_targets) == (16, 20, 4)
     assert small.eval_size == 5 and tuple(small.prior_sizes) == (2, 4) and small.calibration_models == 4
-    risk_setup.validate_config(small, num_train=40, num_test=10)
+    setup.validate_config(small, num_train=40, num_test=10)
     assert "fixed set D- 16, shadow targets 20, evaluation targets 4" in split.sentence()
     # A size you set is kept; the others fill the rest.
     with default.unlocked():
         default.num_shadow = 12
-    kept, split = risk_sizes.fit_sizes(default, 40, 10)
+    kept, split = sizes.fit_sizes(default, 40, 10)
     assert kept.num_shadow == 12 and kept.fixed_size + kept.num_shadow + kept.num_targets <= 40
     assert "num_shadow" not in split.fitted
     # sizes='fixed': as given, and validation says what does not fit.
     with default.unlocked():
         default.sizes = "fixed"
-    fixed, split = risk_sizes.fit_sizes(default, 40, 10)
+    fixed, split = sizes.fit_sizes(default, 40, 10)
     assert split.fitted == () and fixed.fixed_size == 1000
     with pytest.raises(ConfigError, match="config.num_shadow: fixed_size"):
-        risk_setup.validate_config(fixed, num_train=40, num_test=10)
+        setup.validate_config(fixed, num_train=40, num_test=10)
 
 
 def test_overrides_are_the_fields_that_differ_from_the_variant():
-    config = risk_config.get_config("default")
-    assert risk_sizes.overrides(config) == {}
+    config = get_config("default")
+    assert sizes.overrides(config) == {}
     with config.unlocked():
         config.dataset, config.noise_multipliers = "folder", (1.0,)
-    assert risk_sizes.overrides(config) == {"dataset": "folder", "noise_multipliers": (1.0,)}
+    assert sizes.overrides(config) == {"dataset": "folder", "noise_multipliers": (1.0,)}
 
 
 def test_a_finished_setting_keeps_only_its_results_and_other_configs_stores_go(tmp_path):
@@ -208,7 +209,7 @@ def test_a_finished_setting_keeps_only_its_results_and_other_configs_stores_go(t
     (tmp_path / "models-old").mkdir()
     (tmp_path / "models-old" / "attack.npz").write_text("")
     (tmp_path / "report.md").write_text("")
-    risk_report._drop_intermediates(str(store))
+    app._drop_intermediates(str(store))
     assert sorted(p.name for p in store.iterdir()) == ["attack.npz", "code.json", "key.json"]
-    assert risk_report._prune_other_stores(str(tmp_path), [str(store)]) == ["models-old"]
+    assert app._prune_other_stores(str(tmp_path), [str(store)]) == ["models-old"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["models-current", "report.md"]

@@ -1,4 +1,4 @@
-"""Markdown helpers for the experiment reports."""
+"""Markdown helpers for every run's report.md (the experiments' and the risk report's)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Config of the reconstruction-risk report (:mod:`recon_jax.report.risk_report`): "how well could someone
+"""Config of the reconstruction-risk report (:mod:`recon_jax.report.app`): "how well could someone
 reconstruct a training record of my model?"
 
 Shipped inside the package so that the ``recon-jax-report`` console script finds it from an installed wheel
@@ -131,7 +131,7 @@ DESCRIPTIONS = {name: meaning for name, _, meaning in FIELDS}
 """Field -> one line of meaning (``recon-jax-report --help``; the report's known fields)."""
 
 SIZE_FIELDS = ("fixed_size", "num_shadow", "num_targets", "eval_size", "prior_sizes", "calibration_models")
-"""The fields ``sizes="auto"`` fits to the data (:func:`recon_jax.report.risk_setup.fit_sizes`)."""
+"""The fields ``sizes="auto"`` fits to the data (:func:`recon_jax.report.sizes.fit_sizes`)."""
 
 
 def get_config(variant: str = "default") -> ml_collections.ConfigDict:

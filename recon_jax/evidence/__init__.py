@@ -1,0 +1,58 @@
+"""The run harness of every experiment and of the risk report: what a run records, claims, prints and draws.
+
+- :mod:`recon_jax.evidence.run`: provenance (``config.json``), NaN refusal, keyed caches and resume points, segments,
+  ``finish_run`` (report.md, metrics.json) and ``publish``.
+- :mod:`recon_jax.evidence.claims`: claims and their verdicts (``VERDICTS``: holds, fails, undecided), comparisons.
+- :mod:`recon_jax.evidence.launcher`: the ``--config`` / ``--workdir`` flags and ``run_app`` of the launchers.
+- :mod:`recon_jax.evidence.markdown`, :mod:`recon_jax.evidence.plots`, :mod:`recon_jax.evidence.progress`: tables,
+  the figures every run draws (image grids, histograms against a reference), progress lines.
+- :mod:`recon_jax.evidence.hcr_figures`: the HCR bounds' figures (Tygert et al.), for ``experiments/tygert_hcr.py``
+  and the ``colab/hcr`` notebook; imported from that module, not exported here.
+"""
+
+from recon_jax.evidence.claims import (VERDICTS, check_claims, claim, claims_markdown, comparison, is_vacuous,
+                                       paired_comparison, student_t_half_width)
+from recon_jax.evidence.launcher import experiment_flags, forget_overrides, run_app
+from recon_jax.evidence.markdown import format_value, markdown_table
+from recon_jax.evidence.plots import histogram_vs_reference, image_grid
+from recon_jax.evidence.progress import step
+from recon_jax.evidence.run import (NonFiniteResult, ResumeAcrossCodeError, RunInfo, allow_resume_across_code,
+                                    code_fingerprint, config_to_dict, finish_run, keyed_dir, prepare_workdir,
+                                    provenance, publish, require_finite, start_run, write_run_info)
+
+__all__ = [
+    # run
+    "prepare_workdir",
+    "config_to_dict",
+    "write_run_info",
+    "RunInfo",
+    "start_run",
+    "finish_run",
+    "NonFiniteResult",
+    "require_finite",
+    "keyed_dir",
+    "code_fingerprint",
+    "allow_resume_across_code",
+    "ResumeAcrossCodeError",
+    "provenance",
+    "publish",
+    # claims
+    "VERDICTS",
+    "comparison",
+    "paired_comparison",
+    "student_t_half_width",
+    "is_vacuous",
+    "claim",
+    "check_claims",
+    "claims_markdown",
+    # launcher
+    "experiment_flags",
+    "forget_overrides",
+    "run_app",
+    # markdown, plots, progress
+    "format_value",
+    "markdown_table",
+    "histogram_vs_reference",
+    "image_grid",
+    "step",
+]
