@@ -9,21 +9,30 @@ The convention of every public numerical function:
   validation is on (the default), an invalid value raises ``ValueError`` naming the argument and the allowed
   range (:func:`check`).
 - Under ``jax.jit`` / ``jax.vmap`` / ``jax.grad`` the values are unknown when the function is traced, so no
-  exception can be raised: the result is NaN wherever an argument is invalid (:func:`invalid` builds the mask
-  from the same predicate, :func:`nan_if` applies it). NaN inputs are invalid (every comparison with NaN is
-  False), so they never turn into a plausible number.
+  exception can be raised: the result is NaN wherever an argument is invalid. NaN inputs are invalid (every
+  comparison with NaN is False), so they never turn into a plausible number.
+
+Both come from one call, :func:`guard`: it checks each ``(name, value, Range)`` (:func:`check`) and returns the mask
+of the invalid entries, built from the same ranges (:func:`invalid`), which :func:`nan_if` applies. The condition
+is written once; no function writes a NaN mask of its own beside its checks. The mask judges a concrete value in
+float64 on the host, as the check does; a function that substitutes safe points into its arguments cast to float32
+passes ``cast=`` so that the mask judges those cast values instead (see :func:`guard`).
 
 Example:
   >>> import jax, jax.numpy as jnp
-  >>> def half_inverse(sigma):
-  ...     check("sigma", sigma, POSITIVE)
-  ...     return nan_if(invalid(sigma, POSITIVE), 0.5 / jnp.asarray(sigma))
-  >>> half_inverse(-1.0)
+  >>> def scaled_inverse(sigma, eps):
+  ...     bad = guard(("sigma", sigma, POSITIVE), ("eps", eps, NONNEGATIVE))
+  ...     return nan_if(bad, jnp.exp(jnp.asarray(eps)) / jnp.asarray(sigma))
+  >>> scaled_inverse(-1.0, 0.0)
   Traceback (most recent call last):
   ...
   ValueError: sigma must be > 0; got -1.0
-  >>> bool(jnp.isnan(jax.jit(half_inverse)(-1.0)))
-  True
+  >>> scaled_inverse(2.0, [0.0, -1.0])
+  Traceback (most recent call last):
+  ...
+  ValueError: eps must be >= 0; got 1 invalid value(s), e.g. [-1.0]
+  >>> jax.jit(scaled_inverse)(2.0, jnp.array([0.0, -1.0, jnp.nan])).tolist()
+  [0.5, nan, nan]
 
 Sizes and counts (static Python integers, such as iteration counts or a dimension that fixes a shape) are
 checked by :func:`check_integer`. Besides the checks the module holds the input preparation that goes with them:
@@ -62,15 +71,10 @@ __all__ = [
     "is_concrete",
     "concrete_or_none",
     "check",
-    "check_positive",
-    "check_nonnegative",
-    "check_open_unit",
-    "check_at_least",
     "check_integer",
     "check_shapes",
+    "guard",
     "invalid",
-    "valid",
-    "all_valid",
     "log_positive",
     "floor_tiny",
     "nan_if",
@@ -141,8 +145,8 @@ def check(name: str, value, rng: Range | Callable, allowed: str | None = None, v
     """Raises ``ValueError("<name> must be <allowed>; got ...")`` if ``value`` is concrete and out of range.
 
     ``rng`` is a :class:`Range`, or a predicate with ``allowed`` its wording. NaN always fails. Tracers pass
-    unchecked (pair with :func:`invalid` + :func:`nan_if`). A value that is not numeric at all raises
-    ``ValueError`` naming the argument too. Returns ``value`` unchanged.
+    unchecked (a numerical function calls :func:`guard`, which checks and returns the NaN mask). A value that is
+    not numeric at all raises ``ValueError`` naming the argument too. Returns ``value`` unchanged.
     """
     predicate, allowed = (rng.predicate, rng.allowed) if isinstance(rng, Range) else (rng, allowed)
     if not validate or not is_concrete(value):
@@ -157,26 +161,6 @@ def check(name: str, value, rng: Range | Callable, allowed: str | None = None, v
     if not ok.all():
         raise ValueError(f"{name} must be {allowed}; got {_describe(arr, ~ok)}")
     return value
-
-
-def check_positive(name: str, value, validate: bool = True):
-    """``value > 0``."""
-    return check(name, value, POSITIVE, validate=validate)
-
-
-def check_nonnegative(name: str, value, validate: bool = True):
-    """``value >= 0``."""
-    return check(name, value, NONNEGATIVE, validate=validate)
-
-
-def check_open_unit(name: str, value, validate: bool = True):
-    """``0 < value < 1``."""
-    return check(name, value, OPEN_UNIT, validate=validate)
-
-
-def check_at_least(name: str, value, lower: float, validate: bool = True):
-    """``value >= lower``."""
-    return check(name, value, at_least(lower), validate=validate)
 
 
 def check_integer(name: str, value, lower: int | None = None, upper: int | None = None) -> int:
@@ -214,11 +198,6 @@ def invalid(value, rng: Range | Callable) -> jax.Array:
     return jnp.logical_not(predicate(jnp.asarray(value)))
 
 
-def valid(value, rng: Range | Callable) -> jax.Array:
-    """``~invalid(value, rng)``."""
-    return jnp.logical_not(invalid(value, rng))
-
-
 def check_shapes(**named) -> None:
     """Raises ``ValueError`` naming the arguments when their shapes do not broadcast together.
 
@@ -234,19 +213,60 @@ def check_shapes(**named) -> None:
         raise ValueError("shapes do not broadcast together: " + ", ".join(f"{k} {v}" for k, v in shapes.items())) from e
 
 
-def all_valid(*pairs) -> jax.Array:
-    """``valid(value_1, rng_1) & valid(value_2, rng_2) & ...`` for ``(value, rng)`` pairs of an elementwise function.
+def guard(*specs: tuple[str, object, Range], validate: bool = True, cast=None) -> jax.Array:
+    """Checks each ``(name, value, rng)`` and returns the mask of the invalid entries: the one validation call of a
+    public numerical function, ``bad = guard(...)`` then ``nan_if(bad, out)``.
 
-    Shapes that do not broadcast together raise ``ValueError`` naming them (not JAX's ``TypeError``).
+    In the order of ``specs``, a concrete value outside its :class:`Range` raises :func:`check`'s ``ValueError``
+    (unless ``validate`` is False); then shapes that do not broadcast together raise ``ValueError`` naming them
+    (not JAX's error from deep inside the computation). The mask is True where any value is outside its range
+    (NaN included), judged by the same predicates, broadcast over all the values; for values that live on
+    different axes (a batch and an RDP curve, say) call ``guard`` once per group.
+
+    Args:
+      *specs: ``(name, value, rng)`` triples; ``rng`` a :class:`Range` (its wording is the message's).
+      validate: raise for invalid concrete values; False returns the mask only.
+      cast: what the mask judges. ``None`` (default): the values as given, as :func:`invalid` does (concrete values
+        in float64 on the host, before any float32 cast). A tuple of array-likes: the values cast to the floating
+        dtype :func:`as_float` gives that tuple together (the function's own ``as_float`` arguments), so that the
+        mask agrees with the cast values a function substitutes safe points into; if ``as_float`` cannot cast the
+        tuple (a value that is not a number, which a later check or cast refuses; an int beyond int32 without
+        x64), the values are judged as given. A dtype: the values cast to it (``jnp.asarray(value, dtype)``).
+
+    Returns:
+      Boolean mask of the broadcast shape of the values, True where an entry is invalid.
+
+    >>> guard(("q", [0.5, 2.0], HALF_OPEN_UNIT), ("sigma", 1.0, POSITIVE), validate=False).tolist()
+    [False, True]
+    >>> guard(("q", np.ones(2), HALF_OPEN_UNIT), ("sigma", np.ones(3), POSITIVE))
+    Traceback (most recent call last):
+    ...
+    ValueError: the arguments' shapes [(2,), (3,)] do not broadcast together
+    >>> tiny = ("kappa", 1e-300, OPEN_UNIT)  # valid, but 0 in float32
+    >>> bool(guard(tiny)), bool(guard(tiny, cast=np.float32))
+    (False, True)
     """
-    shapes = [np.shape(value) for value, _ in pairs]
+    for name, value, rng in specs:
+        check(name, value, rng, validate=validate)
+    shapes = [np.shape(value) for _, value, _ in specs]
     try:
         np.broadcast_shapes(*shapes)
     except ValueError as e:
         raise ValueError(f"the arguments' shapes {shapes} do not broadcast together") from e
-    out = valid(*pairs[0])
-    for value, rng in pairs[1:]:
-        out = out & valid(value, rng)
+    masks = None
+    if isinstance(cast, tuple):
+        try:  # cast as as_float casts: asarray, then astype the common floating dtype
+            dtype = float_dtype(*(jnp.asarray(v) for v in cast))
+            masks = [jnp.logical_not(rng.predicate(jnp.asarray(value).astype(dtype))) for _, value, rng in specs]
+        except (TypeError, ValueError, OverflowError):  # as_float cannot cast it: judged as given
+            pass
+    elif cast is not None:
+        masks = [jnp.logical_not(rng.predicate(jnp.asarray(value, cast))) for _, value, rng in specs]
+    if masks is None:
+        masks = [invalid(value, rng) for _, value, rng in specs]
+    out = masks[0]
+    for mask in masks[1:]:
+        out = out | mask
     return out
 
 

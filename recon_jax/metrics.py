@@ -20,7 +20,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from recon_jax._validation import POSITIVE, check, invalid, nan_if
+from recon_jax._validation import POSITIVE, guard, nan_if
 
 __all__ = ["mse", "mae", "psnr", "ncc", "ssim", "aggregate", "psnr_of_mean_mse"]
 
@@ -70,15 +70,14 @@ def psnr(x: jax.Array, y: jax.Array, data_range: float = 1.0) -> jax.Array:
     >>> psnr(jnp.zeros((1, 4)), jnp.full((1, 4), 0.1))
     Array([20.], dtype=float32)
     """
-    check("data_range", data_range, POSITIVE)
-    return _psnr(x, y, data_range)
+    bad = guard(("data_range", data_range, POSITIVE), cast=(data_range,))  # as jit casts it in _psnr
+    return nan_if(bad, _psnr(x, y, data_range))
 
 
 @jax.jit
 def _psnr(x, y, data_range):
     m = mse(x, y)
-    out = 10.0 * (2.0 * jnp.log10(jnp.asarray(data_range, m.dtype)) - jnp.log10(m))
-    return nan_if(invalid(data_range, POSITIVE), out)
+    return 10.0 * (2.0 * jnp.log10(jnp.asarray(data_range, m.dtype)) - jnp.log10(m))
 
 
 @jax.jit
@@ -111,7 +110,7 @@ def ssim(x: jax.Array, y: jax.Array, data_range: float = 1.0) -> jax.Array:
     >>> ssim(jnp.ones((1, 16, 16, 1)) * 0.5, jnp.ones((1, 16, 16, 1)) * 0.5)
     Array([1.], dtype=float32)
     """
-    check("data_range", data_range, POSITIVE)
+    bad = guard(("data_range", data_range, POSITIVE))
     x, y = _check(x, y)
     if x.ndim == 3:
         x, y = x[..., None], y[..., None]
@@ -119,7 +118,7 @@ def ssim(x: jax.Array, y: jax.Array, data_range: float = 1.0) -> jax.Array:
         raise ValueError(f"ssim needs images [batch, H, W(, C)], got shape {x.shape}")
     if x.shape[0] == 0:
         return jnp.zeros((0,), x.dtype)
-    return nan_if(invalid(data_range, POSITIVE), _ssim(x, y, data_range))
+    return nan_if(bad, _ssim(x, y, data_range))
 
 
 @jax.jit
@@ -139,12 +138,12 @@ def psnr_of_mean_mse(x: jax.Array, y: jax.Array, data_range: float = 1.0) -> jax
     >>> psnr_of_mean_mse(jnp.zeros((2, 4)), jnp.full((2, 4), 0.1))
     Array(20., dtype=float32)
     """
-    check("data_range", data_range, POSITIVE)
+    bad = guard(("data_range", data_range, POSITIVE))
     if jnp.shape(x)[:1] == (0,):
         raise ValueError("x must hold at least one example for psnr_of_mean_mse; got an empty batch")
     m = jnp.mean(mse(x, y))
     out = 10.0 * (2.0 * jnp.log10(jnp.asarray(data_range, m.dtype)) - jnp.log10(m))
-    return nan_if(invalid(data_range, POSITIVE), out)
+    return nan_if(bad, out)
 
 
 def aggregate(values: jax.Array) -> dict[str, jax.Array]:

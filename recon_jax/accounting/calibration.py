@@ -28,21 +28,29 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy import special as jsp
 
-from recon_jax._validation import check, concrete_or_none
+from recon_jax._validation import HALF_OPEN_UNIT, OPEN_UNIT, Range, at_least, concrete_or_none, guard, nan_if
 from recon_jax.accounting.dpsgd import rero_dpsgd_tradeoff
 
 __all__ = ["calibrate_sigma_for_rero"]
 
 ROUTES = ("auto", "gdp", "tradeoff")
+_PROBABILITY = Range(OPEN_UNIT.predicate, "in (0, 1)")  # rero and kappa
+
+
+def _guard(rero, kappa, steps, q=1.0, validate=True):
+    """The argument checks (q: the full batch of the GDP route when not given) and the mask of the invalid entries,
+    judged in the dtype of the GDP route."""
+    return guard(("rero", rero, _PROBABILITY), ("kappa", kappa, _PROBABILITY), ("q", q, HALF_OPEN_UNIT),
+                 ("steps", steps, at_least(1)), validate=validate, cast=jnp.result_type(float))
 
 
 def _sigma_gdp(rero, kappa, steps):
+    bad = _guard(rero, kappa, steps, validate=False)
     rero, kappa, steps = (jnp.asarray(v, jnp.result_type(float)) for v in (rero, kappa, steps))
-    ok = (rero > 0) & (rero < 1) & (kappa > 0) & (kappa < 1) & (steps >= 1)
-    mu_max = jsp.ndtri(jnp.where(ok, rero, 0.5)) - jsp.ndtri(jnp.where(ok, kappa, 0.5))
+    mu_max = jsp.ndtri(jnp.where(bad, 0.5, rero)) - jsp.ndtri(jnp.where(bad, 0.5, kappa))
     safe_mu = jnp.where(mu_max > 0, mu_max, 1.0)
-    sigma = jnp.where(mu_max > 0, jnp.sqrt(jnp.where(ok, steps, 1.0)) / safe_mu, jnp.inf)
-    return jnp.where(ok, sigma, jnp.nan)
+    sigma = jnp.where(mu_max > 0, jnp.sqrt(jnp.where(bad, 1.0, steps)) / safe_mu, jnp.inf)
+    return nan_if(bad, sigma)
 
 
 def _sigma_tradeoff(rero: float, kappa: float, q: float, steps: int, rtol: float, tradeoff_kwargs: dict) -> float:
@@ -102,10 +110,7 @@ def calibrate_sigma_for_rero(rero, kappa, q, steps, *, route: str = "auto", rtol
     """
     if route not in ROUTES:
         raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
-    check("rero", rero, lambda r: (r > 0) & (r < 1), "in (0, 1)")
-    check("kappa", kappa, lambda k: (k > 0) & (k < 1), "in (0, 1)")
-    check("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
-    check("steps", steps, lambda t: t >= 1, ">= 1")
+    _guard(rero, kappa, steps, q)  # checks; the GDP route masks in _sigma_gdp
     if not rtol > 0:
         raise ValueError(f"rtol must be > 0, got {rtol}")
     q_concrete = concrete_or_none(q)

@@ -19,9 +19,12 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax._validation import check, check_shapes, invalid, nan_if
+from recon_jax._validation import (HALF_OPEN_UNIT, NONNEGATIVE, OPEN_UNIT, UNIT, UNIT_HALF_OPEN, Range, at_least,
+                                   check_shapes, greater_than, guard, nan_if)
 
 __all__ = ["eps_from_rdp", "delta_from_rdp", "amplify_dp_poisson", "kov_composition"]
+
+_DELTA = Range(OPEN_UNIT.predicate, "in (0, 1)")  # a target delta
 
 
 def _prep(orders, rdp):
@@ -30,11 +33,6 @@ def _prep(orders, rdp):
     if orders.ndim != 1 or rdp.ndim < 1 or rdp.shape[-1] != orders.shape[0]:
         raise ValueError(f"orders must be 1-D and rdp's last axis must match it; got {orders.shape} and {rdp.shape}")
     return orders, rdp
-
-
-def _bad_curve(orders, rdp):
-    """Traced-input mask: any order <= 1 or RDP value < 0 (or NaN) on the curve."""
-    return jnp.any(invalid(orders, lambda a: a > 1) | invalid(rdp, lambda r: r >= 0), axis=-1)
 
 
 def eps_from_rdp(orders, rdp, delta, *, return_order: bool = False):
@@ -58,9 +56,9 @@ def eps_from_rdp(orders, rdp, delta, *, return_order: bool = False):
     >>> bool(np.isclose(eps_from_rdp([2.0, 4.0], [0.5, 1.0], d), want, rtol=1e-6))
     True
     """
-    check("orders", orders, lambda a: a > 1, "> 1")
-    check("rdp", rdp, lambda r: r >= 0, ">= 0")
-    check("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")
+    dt = jnp.result_type(float)  # one guard each: orders, the curve and the targets lie on different axes
+    bad_orders, bad_rdp = guard(("orders", orders, greater_than(1)), cast=dt), guard(("rdp", rdp, NONNEGATIVE), cast=dt)
+    bad_delta = guard(("delta", delta, _DELTA), cast=dt)
     orders, rdp = _prep(orders, rdp)
     delta = jnp.asarray(delta, rdp.dtype)[..., None]
     eps = rdp + jnp.log1p(-1.0 / orders) - (jnp.log(delta) + jnp.log(orders)) / (orders - 1.0)
@@ -68,7 +66,7 @@ def eps_from_rdp(orders, rdp, delta, *, return_order: bool = False):
     eps = jnp.where(jnp.isnan(eps), jnp.inf, eps)
     best = jnp.argmin(eps, axis=-1)
     out = jnp.maximum(jnp.min(eps, axis=-1), 0.0)
-    out = nan_if(_bad_curve(orders, rdp) | invalid(delta[..., 0], lambda d: (d > 0) & (d < 1)), out)
+    out = nan_if(jnp.any(bad_orders | bad_rdp, axis=-1) | bad_delta, out)
     if return_order:
         return out, orders[best]
     return out
@@ -94,9 +92,9 @@ def delta_from_rdp(orders, rdp, eps, *, return_order: bool = False):
     >>> bool(np.isclose(delta_from_rdp([2.0, 4.0], [0.5, 1.0], e), 1e-5, rtol=1e-4))  # inverse of eps_from_rdp
     True
     """
-    check("orders", orders, lambda a: a > 1, "> 1")
-    check("rdp", rdp, lambda r: r >= 0, ">= 0")
-    check("eps", eps, lambda e: e >= 0, ">= 0")
+    dt = jnp.result_type(float)  # one guard each, as in eps_from_rdp
+    bad_orders, bad_rdp = guard(("orders", orders, greater_than(1)), cast=dt), guard(("rdp", rdp, NONNEGATIVE), cast=dt)
+    bad_eps = guard(("eps", eps, NONNEGATIVE), cast=dt)
     orders, rdp = _prep(orders, rdp)
     eps = jnp.asarray(eps, rdp.dtype)[..., None]
     log_delta = (orders - 1.0) * (rdp - eps + jnp.log1p(-1.0 / orders)) - jnp.log(orders)
@@ -105,7 +103,7 @@ def delta_from_rdp(orders, rdp, eps, *, return_order: bool = False):
     log_delta = jnp.where(jnp.isnan(log_delta), jnp.inf, log_delta)
     best = jnp.argmin(log_delta, axis=-1)
     out = jnp.minimum(jnp.exp(jnp.min(log_delta, axis=-1)), 1.0)
-    out = nan_if(_bad_curve(orders, rdp) | invalid(eps[..., 0], lambda e: e >= 0), out)
+    out = nan_if(jnp.any(bad_orders | bad_rdp, axis=-1) | bad_eps, out)
     if return_order:
         return out, orders[best]
     return out
@@ -131,14 +129,13 @@ def amplify_dp_poisson(eps, delta, q):
     >>> bool(np.isclose(e, np.log(1 + 0.01 * (np.e - 1)))), bool(np.isclose(d, 1e-5))
     (True, True)
     """
-    check("eps", eps, lambda e: e >= 0, ">= 0")
-    check("delta", delta, lambda d: (d >= 0) & (d <= 1), "in [0, 1]")
-    check("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
-    check_shapes(eps=np.shape(eps), delta=np.shape(delta), q=np.shape(q))
     dt = jnp.result_type(float)
+    bad_eps = guard(("eps", eps, NONNEGATIVE), cast=dt)  # one guard each: check_shapes names a shape mismatch
+    bad_delta = guard(("delta", delta, UNIT), cast=dt)
+    bad_q = guard(("q", q, HALF_OPEN_UNIT), cast=dt)
+    check_shapes(eps=np.shape(eps), delta=np.shape(delta), q=np.shape(q))
+    bad = bad_eps | bad_delta | bad_q
     eps, delta, q = (jnp.asarray(v, dt) for v in (eps, delta, q))
-    bad = invalid(eps, lambda e: e >= 0) | invalid(delta, lambda d: (d >= 0) & (d <= 1)) \
-        | invalid(q, lambda x: (x > 0) & (x <= 1))
     return nan_if(bad, jnp.log1p(q * jnp.expm1(eps))), nan_if(bad, q * delta)
 
 
@@ -167,11 +164,9 @@ def kov_composition(eps, delta, n, delta_tilde):
     >>> bool(np.isclose(e, want, rtol=1e-5)), bool(np.isclose(d, 1e-5))
     (True, True)
     """
-    check("eps", eps, lambda e: e >= 0, ">= 0")
-    check("delta", delta, lambda d: (d >= 0) & (d < 1), "in [0, 1)")
-    check("n", n, lambda k: k >= 1, ">= 1")
-    check("delta_tilde", delta_tilde, lambda d: (d >= 0) & (d < 1), "in [0, 1)")
     dt = jnp.result_type(float)
+    bad = guard(("eps", eps, NONNEGATIVE), ("delta", delta, UNIT_HALF_OPEN), ("n", n, at_least(1)),
+                ("delta_tilde", delta_tilde, UNIT_HALF_OPEN), cast=dt)
     eps, delta, n, dtl = (jnp.asarray(v, dt) for v in (eps, delta, n, delta_tilde))
     lead = n * eps * jnp.tanh(eps / 2.0)  # n eps (e^eps - 1)/(e^eps + 1)
     pos = dtl > 0
@@ -180,6 +175,4 @@ def kov_composition(eps, delta, n, delta_tilde):
     t3 = lead + eps * jnp.sqrt(2.0 * n * -jnp.log(dsafe))
     eps_tot = jnp.where(pos, jnp.minimum(n * eps, jnp.minimum(t2, t3)), n * eps)
     delta_tot = -jnp.expm1(n * jnp.log1p(-delta) + jnp.log1p(-dtl))
-    bad = invalid(eps, lambda e: e >= 0) | invalid(delta, lambda d: (d >= 0) & (d < 1)) \
-        | invalid(n, lambda k: k >= 1) | invalid(dtl, lambda d: (d >= 0) & (d < 1))
     return nan_if(bad, eps_tot), nan_if(bad, delta_tot)

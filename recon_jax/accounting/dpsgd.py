@@ -22,8 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax._validation import (check, concrete_or_none, invalid, nan_if,
-                                  pad_batch, static_orders)
+from recon_jax._validation import (HALF_OPEN_UNIT, OPEN_UNIT, POSITIVE, Range, at_least, check, concrete_or_none, guard,
+                                   nan_if, pad_batch, static_orders)
 from recon_jax.accounting.conversions import eps_from_rdp
 from recon_jax.accounting.rdp import DEFAULT_ORDERS, rdp_subsampled_gaussian
 
@@ -35,23 +35,19 @@ __all__ = [
 ]
 
 
-def _check_dpsgd(sigma, q, steps, delta):
-    check("sigma", sigma, lambda s: s > 0, "> 0")
-    check("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
-    check("steps", steps, lambda t: t >= 1, ">= 1")
-    check("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")
+_DELTA = Range(OPEN_UNIT.predicate, "in (0, 1)")  # a target delta
 
 
-def _bad_dpsgd(sigma, q, steps, delta):
-    """Traced-input mask of :func:`_check_dpsgd`."""
-    return (invalid(sigma, lambda s: s > 0) | invalid(q, lambda x: (x > 0) & (x <= 1))
-            | invalid(steps, lambda t: t >= 1) | invalid(delta, lambda d: (d > 0) & (d < 1)))
+def _dpsgd_specs(q, steps, delta) -> tuple:
+    """The :func:`~recon_jax._validation.guard` specs of the DP-SGD arguments besides sigma (or the target eps)."""
+    return ("q", q, HALF_OPEN_UNIT), ("steps", steps, at_least(1)), ("delta", delta, _DELTA)
 
 
 def _eps_rdp(sigma, q, steps, delta, orders: np.ndarray):
+    """Epsilon from the RDP of DP-SGD on valid arguments (the callers mask invalid ones)."""
     rdp = rdp_subsampled_gaussian(q, sigma, orders)  # [..., n]
     steps = jnp.asarray(steps, rdp.dtype)
-    return nan_if(_bad_dpsgd(sigma, q, steps, delta), eps_from_rdp(orders, steps[..., None] * rdp, delta))
+    return eps_from_rdp(orders, steps[..., None] * rdp, delta)
 
 
 def _pld_accountant(sigma: float, q: float, steps: int, value_discretization_interval: float):
@@ -95,10 +91,10 @@ def dpsgd_epsilon(sigma, q, steps, delta, accountant: str = "rdp", orders=None, 
     >>> bool(2.0 < float(e) < 3.0)
     True
     """
-    _check_dpsgd(sigma, q, steps, delta)
+    bad = guard(("sigma", sigma, POSITIVE), *_dpsgd_specs(q, steps, delta))
     if accountant == "rdp":
         orders_np = DEFAULT_ORDERS if orders is None else np.atleast_1d(static_orders(orders))
-        return _eps_rdp(sigma, q, steps, delta, orders_np)
+        return nan_if(bad, _eps_rdp(sigma, q, steps, delta, orders_np))
     if accountant == "pld":
         vals = [concrete_or_none(v) for v in (sigma, q, steps, delta)]
         if any(v is None for v in vals):
@@ -198,20 +194,19 @@ def calibrate_sigma(eps, q, steps, delta, orders=None, *, iters: int = 60, accou
     >>> bool(float(dpsgd_epsilon(s, 0.01, 1000, 1e-5, orders=orders)) <= 2.0)
     True
     """
-    check("eps", eps, lambda e: e > 0, "> 0")
-    _check_dpsgd(1.0, q, steps, delta)
+    dt = jnp.result_type(float)
+    bad = guard(("eps", eps, POSITIVE), *_dpsgd_specs(q, steps, delta), cast=dt)  # as cast below
     if accountant not in ("rdp", "pld"):
         raise ValueError(f"accountant must be 'rdp' or 'pld'; got {accountant!r}")
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
         raise ValueError(f"iters must be an integer >= 1; got {iters!r}")
     orders_np = DEFAULT_ORDERS if orders is None else np.atleast_1d(static_orders(orders))
-    dt = jnp.result_type(float)
     args = jnp.broadcast_arrays(*(jnp.asarray(v, dt) for v in (eps, q, steps, delta)))
     flat, n = pad_batch(*args)
     out = _calibrate_sigma_jit(*flat, tuple(float(o) for o in orders_np), iters)
     out = out[:n].reshape(args[0].shape)
     if accountant == "rdp":
-        return nan_if(invalid(args[0], lambda e: e > 0) | _bad_dpsgd(1.0, *args[1:]), out)
+        return nan_if(bad, out)
     vals = [concrete_or_none(v) for v in (eps, q, steps, delta)]
     if any(v is None for v in vals):
         raise ValueError("accountant='pld' runs on the host: eps, q, steps and delta must be concrete")
@@ -350,7 +345,7 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
     >>> bool(norm.cdf(norm.ppf(0.9) - 1.0) - 1e-3 < f[0] <= norm.cdf(norm.ppf(0.9) - 1.0))
     True
     """
-    _check_dpsgd(sigma, q, steps, 0.5)
+    guard(("sigma", sigma, POSITIVE), *_dpsgd_specs(q, steps, 0.5))  # checks only: a host-side function
     check("alphas", alphas, lambda a: (a >= 0) & (a <= 1), "in [0, 1]")
     check("value_discretization_interval", value_discretization_interval, lambda v: v > 0, "> 0")
     alphas = np.asarray(alphas, np.float64)

@@ -37,8 +37,8 @@ import numpy as np
 from jax.scipy.special import log_ndtr, logsumexp
 from scipy import special as sps
 
-from recon_jax._validation import (check, check_shapes, concrete_or_none, invalid,
-                                  nan_if, pad_batch, static_orders)
+from recon_jax._validation import (HALF_OPEN_UNIT, NONNEGATIVE, POSITIVE, Range, check_shapes, concrete_or_none,
+                                   greater_than, guard, nan_if, pad_batch, static_orders)
 from recon_jax.special import log_expm1
 
 __all__ = [
@@ -67,6 +67,7 @@ DEFAULT_ORDERS: np.ndarray = np.unique(
 # gap to the exact value shrinks like n^{-alpha-1}: with 8 pairs it is below ~2e-4 relative in the worst cases
 # we measured (alpha -> 1, q ~ 0.5, sigma ~ 1) and negligible for alpha >= 3.
 _FRAC_EXTRA_PAIRS = 8
+_RDP = Range(NONNEGATIVE.predicate, ">= 0 (inf allowed)")  # RDP values along a curve
 
 
 def _buckets(width: np.ndarray) -> list[tuple[np.ndarray, int]]:
@@ -200,13 +201,14 @@ def rdp_gaussian(sigma, orders) -> jax.Array:
     >>> np.round(np.asarray(rdp_gaussian(2.0, [2.0, 4.0])), 6).tolist()
     [0.25, 0.5]
     """
-    check("sigma", sigma, lambda s: s > 0, "> 0")
-    check("orders", orders, lambda a: a > 1, "> 1")
-    sigma = jnp.asarray(sigma, jnp.result_type(float))
+    dt = jnp.result_type(float)  # one guard each: the output is their outer product
+    bad_sigma = guard(("sigma", sigma, POSITIVE), cast=dt)
+    bad_orders = guard(("orders", orders, greater_than(1)), cast=dt)
+    sigma = jnp.asarray(sigma, dt)
     orders = jnp.asarray(orders, sigma.dtype)
     expand = (...,) + (None,) * orders.ndim
     out = orders / (2.0 * sigma[expand] ** 2)
-    return nan_if(invalid(sigma, lambda s: s > 0)[expand] | invalid(orders, lambda a: a > 1), out)
+    return nan_if(bad_sigma[expand] | bad_orders, out)
 
 
 def rdp_subsampled_gaussian(q, sigma, orders, *, extra_pairs: int = _FRAC_EXTRA_PAIRS) -> jax.Array:
@@ -236,11 +238,10 @@ def rdp_subsampled_gaussian(q, sigma, orders, *, extra_pairs: int = _FRAC_EXTRA_
     >>> bool(rdp_subsampled_gaussian(0.01, 1.0, 2.0) < 0.25)  # subsampling amplifies privacy
     True
     """
-    check("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
-    check("sigma", sigma, lambda s: s > 0, "> 0")
+    dtype = jnp.result_type(float)
+    bad = guard(("q", q, HALF_OPEN_UNIT), ("sigma", sigma, POSITIVE), cast=dtype)
     orders_np = static_orders(orders)
     flat_orders = np.atleast_1d(orders_np)
-    dtype = jnp.result_type(float)
     q_np = concrete_or_none(q)
     q, sigma = jnp.broadcast_arrays(jnp.asarray(q, dtype), jnp.asarray(sigma, dtype))
     batch = q.shape
@@ -249,7 +250,6 @@ def rdp_subsampled_gaussian(q, sigma, orders, *, extra_pairs: int = _FRAC_EXTRA_
     (qf, sf), n = pad_batch(q, sigma)
     out = _rdp_subsampled_gaussian_flat(qf, sf, tuple(flat_orders.tolist()), extra_pairs)[:n]
     out = out.reshape(batch + orders_np.shape)
-    bad = invalid(q, lambda x: (x > 0) & (x <= 1)) | invalid(sigma, lambda x: x > 0)
     return nan_if(bad[(...,) + (None,) * orders_np.ndim], out)
 
 
@@ -296,7 +296,7 @@ def interpolate_rdp(int_orders, rdp_at_int_orders, orders) -> jax.Array:
     top = int_orders[-1]
     if np.any(orders_np > top):
         raise ValueError(f"orders must be in (1, {top}] (the largest integer order given)")
-    check("rdp_at_int_orders", rdp_at_int_orders, lambda r: r >= 0, ">= 0 (inf allowed)")
+    bad = jnp.any(guard(("rdp_at_int_orders", rdp_at_int_orders, _RDP)), axis=-1)[..., None]  # the whole curve
     rdp = jnp.asarray(rdp_at_int_orders, jnp.result_type(rdp_at_int_orders, float))
     k_int = rdp * (int_orders - 1.0)
     fl, ce = np.floor(orders_np), np.ceil(orders_np)
@@ -304,7 +304,6 @@ def interpolate_rdp(int_orders, rdp_at_int_orders, orders) -> jax.Array:
     k_fl = jnp.where(fl >= 2, k_int[..., np.maximum(fl, 2).astype(int) - 2], 0.0)
     k_ce = k_int[..., np.maximum(ce, 2).astype(int) - 2]
     k = jnp.where(v == 0, k_ce, (1.0 - v) * k_fl + v * k_ce)
-    bad = jnp.any(invalid(rdp, lambda r: r >= 0), axis=-1)[..., None]  # the whole curve
     return nan_if(bad, k / (orders_np - 1.0))
 
 
@@ -337,9 +336,10 @@ def rdp_poisson_subsampled(rdp_at_integer_orders, q, orders) -> jax.Array:
     >>> np.round(np.asarray(r), 6).tolist()
     [1.0, 4.0]
     """
-    check("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
-    check("rdp_at_integer_orders", rdp_at_integer_orders, lambda r: r >= 0, ">= 0 (inf allowed)")
-    tau = jnp.asarray(rdp_at_integer_orders, jnp.result_type(float))
+    dt = jnp.result_type(float)  # one guard each: q broadcasts with the batch, the curve has its orders too
+    bad_q = guard(("q", q, HALF_OPEN_UNIT), cast=dt)
+    bad_tau = guard(("rdp_at_integer_orders", rdp_at_integer_orders, _RDP), cast=dt)
+    tau = jnp.asarray(rdp_at_integer_orders, dt)
     if tau.ndim < 1 or tau.shape[-1] < 1:
         raise ValueError("rdp_at_integer_orders must have a last axis for orders 2..L (L >= 2)")
     big_l = tau.shape[-1] + 1
@@ -365,8 +365,7 @@ def rdp_poisson_subsampled(rdp_at_integer_orders, q, orders) -> jax.Array:
     sub = jnp.maximum(k, 0.0) / (int_orders - 1.0)
     sub = jnp.where(q[..., 0] >= 1.0, tau, jnp.minimum(sub, tau))
     out = interpolate_rdp(int_orders, sub, orders)
-    bad = invalid(q[..., 0, 0], lambda x: (x > 0) & (x <= 1)) | jnp.any(invalid(tau, lambda r: r >= 0), axis=-1)
-    return nan_if(bad[..., None], out)
+    return nan_if((bad_q | jnp.any(bad_tau, axis=-1))[..., None], out)
 
 
 def compose_rdp(rdp, count) -> jax.Array:
@@ -387,11 +386,11 @@ def compose_rdp(rdp, count) -> jax.Array:
     >>> np.asarray(compose_rdp(np.array([0.5, 1.0]), 3)).tolist()
     [1.5, 3.0]
     """
-    check("count", count, lambda c: c >= 0, ">= 0")
-    check("rdp", rdp, lambda r: r >= 0, ">= 0 (inf allowed)")
-    rdp = jnp.asarray(rdp, jnp.result_type(float))
+    dt = jnp.result_type(float)  # one guard each: count broadcasts with the batch of the curve
+    bad_count, bad_rdp = guard(("count", count, NONNEGATIVE), cast=dt), guard(("rdp", rdp, _RDP), cast=dt)
+    rdp = jnp.asarray(rdp, dt)
     count = jnp.asarray(count, rdp.dtype)
     check_shapes(count=count.shape, **{"rdp batch": rdp.shape[:-1]})
     out = jnp.where(count[..., None] == 0, 0.0, count[..., None] * rdp)  # 0 compositions: 0, even for inf
-    bad = invalid(count, lambda c: c >= 0) | jnp.any(invalid(rdp, lambda r: r >= 0), axis=-1)  # whole curve
+    bad = bad_count | jnp.any(bad_rdp, axis=-1)  # the whole curve
     return nan_if(bad[..., None], out)

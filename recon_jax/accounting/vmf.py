@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax._validation import check, concrete_or_none, invalid, nan_if, pad_batch
+from recon_jax._validation import POSITIVE, at_least, check, concrete_or_none, greater_than, guard, nan_if, pad_batch
 from recon_jax.accounting.conversions import delta_from_rdp, eps_from_rdp, kov_composition
 from recon_jax.accounting.rdp import rdp_poisson_subsampled
 from recon_jax.accounting.vmf_pld import vmf_pld_epsilon
@@ -55,9 +55,9 @@ _AP1_ORDERS = 1.0 + np.logspace(-4, 4, 1601)
 _AP1_EPS_OFFSETS = np.concatenate([[0.0], np.logspace(-6, 1.5, 600)])
 
 
-def _check_vmf(kappa, dim):
-    check("kappa", kappa, lambda k: k > 0, "> 0")
-    check("dim", dim, lambda p: p >= 2, ">= 2")
+def _guard_vmf(kappa, dim):
+    """Checks kappa > 0 and dim >= 2 (broadcast together) and returns the mask of the invalid entries."""
+    return guard(("kappa", kappa, POSITIVE), ("dim", dim, at_least(2)))
 
 
 def _rdp_vmf(kappa, dim, orders):
@@ -121,14 +121,13 @@ def rdp_vmf(kappa, dim, orders) -> jax.Array:
     >>> bool(abs(float(r[0]) - np.log(np.sinh(3.0) / (3 * np.sinh(1.0)))) < 1e-5)
     True
     """
-    _check_vmf(kappa, dim)
-    check("orders", orders, lambda a: a > 1, "> 1")
-    orders_arr = jnp.asarray(orders, jnp.result_type(float))
+    bad = _guard_vmf(kappa, dim)  # traced input: NaN, not RDP 0
+    dt = jnp.result_type(float)
+    bad_orders = guard(("orders", orders, greater_than(1)), cast=dt)  # its own axis
+    orders_arr = jnp.asarray(orders, dt)
     out = _rdp_vmf_jit(kappa, dim, jnp.atleast_1d(orders_arr))
     out = out.reshape(out.shape[:-1] + orders_arr.shape)
-    bad = invalid(kappa, lambda k: k > 0) | invalid(dim, lambda p: p >= 2)  # traced input: NaN, not RDP 0
-    bad = bad[(...,) + (None,) * orders_arr.ndim] | invalid(orders_arr, lambda a: a > 1)
-    return nan_if(bad, out)
+    return nan_if(bad[(...,) + (None,) * orders_arr.ndim] | bad_orders, out)
 
 
 def rdp_vmf_multi(kappas, dims, orders) -> jax.Array:
@@ -150,8 +149,8 @@ def rdp_vmf_multi(kappas, dims, orders) -> jax.Array:
     >>> bool(two[0] >= one[0])
     True
     """
-    _check_vmf(kappas, dims)
-    check("orders", orders, lambda a: a > 1, "> 1")
+    _guard_vmf(kappas, dims)  # checks only (the blocks' RDP is summed)
+    check("orders", orders, greater_than(1))
     orders_arr = jnp.asarray(orders, jnp.result_type(float))
     per_block = _rdp_vmf_jit(kappas, dims, jnp.atleast_1d(orders_arr))  # [..., R, n]
     out = jnp.sum(per_block, axis=-2)
@@ -279,7 +278,7 @@ def vmf_epsilon(kappa, dim, q, compositions, delta, approach="best", *, interpol
     >>> bool(e[0] < e[1])
     True
     """
-    _check_vmf(kappa, dim)
+    _guard_vmf(kappa, dim)  # checks only: a host-level function
     check("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
     check("compositions", compositions, lambda c: c >= 1, ">= 1")
     check("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")

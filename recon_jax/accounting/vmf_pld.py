@@ -35,7 +35,7 @@ import math
 
 import numpy as np
 
-from recon_jax import _validation as v
+from recon_jax._validation import FINITE_POSITIVE, HALF_OPEN_UNIT, POSITIVE, check
 
 __all__ = ["vmf_pld", "vmf_pld_epsilon"]
 
@@ -179,10 +179,10 @@ def _vmf_pld_cached(kappa: float, dim: float, q: float, step: float, width: floa
 
 
 def _check(kappa, dim, q, step):
-    v.check("kappa", kappa, v.FINITE_POSITIVE)
-    v.check("dim", dim, lambda p: (p >= 2) & (p < np.inf), "finite and >= 2")
-    v.check("q", q, v.HALF_OPEN_UNIT)
-    v.check("value_discretization_interval", step, v.POSITIVE)
+    check("kappa", kappa, FINITE_POSITIVE)
+    check("dim", dim, lambda p: (p >= 2) & (p < np.inf), "finite and >= 2")
+    check("q", q, HALF_OPEN_UNIT)
+    check("value_discretization_interval", step, POSITIVE)
 
 
 def vmf_pld(kappa: float, dim: float, q: float, *, value_discretization_interval: float = 1e-3,

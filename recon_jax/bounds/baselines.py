@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from recon_jax import _validation as v
+from recon_jax._validation import POSITIVE, as_float, at_least, floor_tiny, guard, log_positive, nan_if
 from recon_jax.special import gammainc as _gammainc
 
 __all__ = ["baseline_kappa_uniform_ball", "baseline_kappa_gaussian", "baseline_kappa_gaussian_tail_bound"]
@@ -40,13 +40,11 @@ def baseline_kappa_uniform_ball(eta: ArrayLike, dim: ArrayLike, *, validate: boo
       >>> round(float(baseline_kappa_uniform_ball(0.5, 3)), 6)
       0.125
     """
-    v.check_positive("eta", eta, validate)
-    v.check_at_least("dim", dim, 1, validate)
-    ok = v.all_valid((eta, v.POSITIVE), (dim, v.at_least(1)))
-    log_eta = v.log_positive(eta, v.as_float(eta).dtype)
-    eta, dim = v.as_float(eta, dim)
-    out = v.floor_tiny(jnp.exp(dim * jnp.minimum(log_eta, 0.0)))  # 0.5^200 underflows float32: smallest normal
-    return v.nan_if(~ok, out)
+    bad = guard(("eta", eta, POSITIVE), ("dim", dim, at_least(1)), validate=validate)
+    log_eta = log_positive(eta, as_float(eta).dtype)
+    eta, dim = as_float(eta, dim)
+    out = floor_tiny(jnp.exp(dim * jnp.minimum(log_eta, 0.0)))  # 0.5^200 underflows float32: smallest normal
+    return nan_if(bad, out)
 
 
 def baseline_kappa_gaussian(eta: ArrayLike, sigma: ArrayLike, dim: ArrayLike, *, validate: bool = True) -> jax.Array:
@@ -73,14 +71,12 @@ def baseline_kappa_gaussian(eta: ArrayLike, sigma: ArrayLike, dim: ArrayLike, *,
       >>> round(float(baseline_kappa_gaussian(1.0, 1.0, 1)), 5)  # P[|N(0,1)| <= 1] = erf(1/sqrt(2))
       0.68269
     """
-    v.check_positive("eta", eta, validate)
-    v.check_positive("sigma", sigma, validate)
-    v.check_at_least("dim", dim, 1, validate)
-    eta, sigma, dim = v.as_float(eta, sigma, dim)
-    ok = (eta > 0) & (sigma > 0) & (dim >= 1)
-    ratio = jnp.where(ok, eta / sigma, 1.0)
-    out = _gammainc(jnp.where(ok, dim, 1.0) / 2.0, 0.5 * ratio * ratio)
-    return v.nan_if(~ok, out)
+    bad = guard(("eta", eta, POSITIVE), ("sigma", sigma, POSITIVE), ("dim", dim, at_least(1)), validate=validate,
+                cast=(eta, sigma, dim))
+    eta, sigma, dim = as_float(eta, sigma, dim)
+    ratio = jnp.where(bad, 1.0, eta / sigma)
+    out = _gammainc(jnp.where(bad, 1.0, dim) / 2.0, 0.5 * ratio * ratio)
+    return nan_if(bad, out)
 
 
 def baseline_kappa_gaussian_tail_bound(
@@ -107,18 +103,16 @@ def baseline_kappa_gaussian_tail_bound(
       >>> float(baseline_kappa_gaussian_tail_bound(1.0, 1.0, 100)) < 1e-60
       True
     """
-    v.check_positive("eta", eta, validate)
-    v.check_positive("sigma", sigma, validate)
-    v.check_at_least("dim", dim, 1, validate)
-    eta, sigma, dim = v.as_float(eta, sigma, dim)
-    ok = (eta > 0) & (sigma > 0) & (dim >= 1)
+    bad = guard(("eta", eta, POSITIVE), ("sigma", sigma, POSITIVE), ("dim", dim, at_least(1)), validate=validate,
+                cast=(eta, sigma, dim))
+    eta, sigma, dim = as_float(eta, sigma, dim)
     # log t = 2 log(eta / sigma) - log d, kept in log space so that t never under/overflows.
-    log_t = 2.0 * (jnp.log(jnp.where(ok, eta, 1.0)) - jnp.log(jnp.where(ok, sigma, 1.0))) - jnp.log(
-        jnp.where(ok, dim, 1.0)
+    log_t = 2.0 * (jnp.log(jnp.where(bad, 1.0, eta)) - jnp.log(jnp.where(bad, 1.0, sigma))) - jnp.log(
+        jnp.where(bad, 1.0, dim)
     )
     t = jnp.exp(jnp.minimum(log_t, 0.0))
     # 1 - t + log t = -(t - 1 - log t) <= 0; log1p form is accurate near t = 1.
     exponent = 0.5 * dim * (log_t - jnp.expm1(log_t))
     out = jnp.where(log_t >= 0, 1.0, jnp.exp(jnp.minimum(exponent, 0.0)))
     del t
-    return v.nan_if(~ok, out)
+    return nan_if(bad, out)

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from recon_jax import _validation as v
+from recon_jax._validation import POSITIVE, as_float, at_least, guard, nan_if
 from recon_jax.special import log_iv
 
 __all__ = ["log_bayes_capacity_gaussian", "log_bayes_capacity_vmf"]
@@ -106,21 +106,19 @@ def log_bayes_capacity_gaussian(
       >>> abs(float(log_bayes_capacity_gaussian(1.0, 1)) - exact) < 1e-5
       True
     """
-    v.check_positive("sigma", sigma, validate)
-    v.check_at_least("dim", dim, 1, validate)
-    v.check_positive("num_layers", num_layers, validate)
-    sigma, p, radius = v.as_float(sigma, dim, num_layers)
+    bad = guard(("sigma", sigma, POSITIVE), ("dim", dim, at_least(1)), ("num_layers", num_layers, POSITIVE),
+                validate=validate, cast=(sigma, dim, num_layers))
+    sigma, p, radius = as_float(sigma, dim, num_layers)
     sigma, p, radius = jnp.broadcast_arrays(sigma, p, radius)
-    ok = (sigma > 0) & (p >= 1) & (radius > 0)
-    sigma_s = jnp.where(ok, sigma, 1.0)
-    p_s = jnp.where(ok, p, 1.0)
-    log_rho = jnp.log(jnp.where(ok, radius, 1.0)) - jnp.log(sigma_s)
+    sigma_s = jnp.where(bad, 1.0, sigma)
+    p_s = jnp.where(bad, 1.0, p)
+    log_rho = jnp.log(jnp.where(bad, 1.0, radius)) - jnp.log(sigma_s)
     rho = jnp.exp(log_rho)
     log2 = jnp.log(2.0)
     log_ball = p_s * log_rho - 0.5 * p_s * log2 - lax.lgamma(0.5 * p_s + 1.0)
     log_shell = (1.0 - 0.5 * p_s) * log2 + _log_radial_integral(p_s, rho) - lax.lgamma(0.5 * p_s)
     out = jnp.logaddexp(log_ball, log_shell)
-    return v.nan_if(~ok, out)
+    return nan_if(bad, out)
 
 
 def log_bayes_capacity_vmf(kappa: ArrayLike, dim: ArrayLike, *, validate: bool = True) -> jax.Array:
@@ -147,12 +145,10 @@ def log_bayes_capacity_vmf(kappa: ArrayLike, dim: ArrayLike, *, validate: bool =
       >>> abs(float(log_bayes_capacity_vmf(1.0, 3)) - exact) < 1e-5
       True
     """
-    v.check_positive("kappa", kappa, validate)
-    v.check_at_least("dim", dim, 2, validate)
-    kappa, p = v.as_float(kappa, dim)
-    ok = (kappa > 0) & (p >= 2)
-    kappa_s = jnp.where(ok, kappa, 1.0)
-    p_s = jnp.where(ok, p, 2.0)
+    bad = guard(("kappa", kappa, POSITIVE), ("dim", dim, at_least(2)), validate=validate, cast=(kappa, dim))
+    kappa, p = as_float(kappa, dim)
+    kappa_s = jnp.where(bad, 1.0, kappa)
+    p_s = jnp.where(bad, 2.0, p)
     nu = 0.5 * p_s - 1.0
     log2 = jnp.log(2.0)
     direct = (
@@ -180,4 +176,4 @@ def log_bayes_capacity_vmf(kappa: ArrayLike, dim: ArrayLike, *, validate: bool =
     (_, series), _ = lax.scan(term, (jnp.ones_like(zs), jnp.zeros_like(zs)), jnp.arange(48, dtype=zs.dtype))
     out = jnp.where(use_series, kappa_s - jnp.log1p(series), direct)
     out = jnp.maximum(out, 0.0)  # C >= 1 (the peak density is at least the mean): rounding only can go below
-    return v.nan_if(~ok, out)
+    return nan_if(bad, out)

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax._validation import FINITE, FINITE_POSITIVE, check, float_dtype
+from recon_jax._validation import FINITE, FINITE_POSITIVE, check, float_dtype, guard, nan_if
 from recon_jax.bounds.dct import full_precision, to_coordinates
 
 __all__ = ["cramer_rao_variance_bound", "cramer_rao_bounds", "jacobian_rank"]
@@ -75,7 +75,13 @@ def cramer_rao_variance_bound(
     if j.ndim != 2:
         raise ValueError(f"jacobian must be 2-D [features, inputs]; got shape {j.shape}")
     check("jacobian", j, FINITE, validate=validate)
-    check("noise_sigma", noise_sigma, FINITE_POSITIVE, validate=validate)
+    try:  # the dtype of the cast below, in which the mask judges sigma
+        dtype = float_dtype(j, noise_sigma)
+    except TypeError:
+        if not validate:
+            raise
+        dtype = None  # not a number: guard's check refuses it; a list: float_dtype after the check, as before
+    bad = guard(("noise_sigma", noise_sigma, FINITE_POSITIVE), validate=validate, cast=dtype)
     dtype = float_dtype(j, noise_sigma)
     j = j.astype(dtype)
     sigma = jnp.asarray(noise_sigma, dtype)
@@ -90,7 +96,7 @@ def cramer_rao_variance_bound(
     in_rowspace = jnp.sum(vt_sq * keep[:, None], axis=0)
     identifiable = in_rowspace > 1.0 - 1e3 * float(np.finfo(np.dtype(dtype)).eps) * max(m, n)
     out = jnp.where(identifiable, sigma**2 * var, jnp.inf)
-    return jnp.where(jnp.isfinite(sigma) & (sigma > 0), out, jnp.nan)
+    return nan_if(bad, out)
 
 
 @full_precision

@@ -53,7 +53,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from recon_jax import _validation as v
+from recon_jax._validation import FINITE, FINITE_POSITIVE, NONNEGATIVE, float_dtype, guard, nan_if
 from recon_jax.special import log_expm1
 
 __all__ = ["hcr_variance_bound", "log_hcr_variance_bound"]
@@ -63,16 +63,10 @@ __all__ = ["hcr_variance_bound", "log_hcr_variance_bound"]
 # Closed form (eq. 5 with eq. 12).
 
 
-def _validate_hcr_args(input_shift, feature_shift_sq_norm, noise_sigma):
-    v.check("input_shift", input_shift, v.FINITE)
-    v.check("feature_shift_sq_norm", feature_shift_sq_norm, v.NONNEGATIVE)  # +inf allowed: the bound is then 0
-    v.check("noise_sigma", noise_sigma, v.FINITE_POSITIVE)
-
-
 @jax.jit
 def _log_hcr_core(d, s, sigma):
-    """Log-space HCR bound on validated, same-dtype arrays (jitted: also fast when called eagerly)."""
-    invalid = ~jnp.isfinite(d) | jnp.isnan(s) | (s < 0) | ~jnp.isfinite(sigma) | (sigma <= 0)
+    """Log-space HCR bound on same-dtype arrays (jitted: also fast when called eagerly); invalid entries: masked by
+    the caller."""
     abs_d = jnp.abs(d)
     s_pos = s > 0
     s_safe = jnp.where(s_pos, s, jnp.ones_like(s))
@@ -84,7 +78,7 @@ def _log_hcr_core(d, s, sigma):
     out = jnp.where(s_pos, log_num - log_den, jnp.inf)
     out = jnp.where(jnp.isinf(s) & s_pos, -jnp.inf, out)
     out = jnp.where(d_pos, out, -jnp.inf)
-    return jnp.where(invalid, jnp.nan, out)
+    return out
 
 
 def log_hcr_variance_bound(
@@ -119,12 +113,20 @@ def log_hcr_variance_bound(
     >>> round(float(log_hcr_variance_bound(1.0, 1e-30, 1.0)), 3)  # = log(1e30)
     69.078
     """
-    if validate:
-        _validate_hcr_args(input_shift, feature_shift_sq_norm, noise_sigma)
-    dtype = v.float_dtype(input_shift, feature_shift_sq_norm, noise_sigma)
-    return _log_hcr_core(
+    args = (input_shift, feature_shift_sq_norm, noise_sigma)
+    try:  # the dtype of the cast below, in which the mask judges the values
+        dtype = float_dtype(*args)
+    except TypeError:
+        if not validate:
+            raise
+        dtype = None  # not numbers: guard's checks refuse them; lists: float_dtype after the checks, as before
+    bad = guard(("input_shift", input_shift, FINITE), ("feature_shift_sq_norm", feature_shift_sq_norm, NONNEGATIVE),
+                ("noise_sigma", noise_sigma, FINITE_POSITIVE), validate=validate, cast=dtype)  # +inf s: the bound is 0
+    dtype = float_dtype(*args)
+    out = _log_hcr_core(
         jnp.asarray(input_shift, dtype), jnp.asarray(feature_shift_sq_norm, dtype), jnp.asarray(noise_sigma, dtype)
     )
+    return nan_if(bad, out)
 
 
 def hcr_variance_bound(

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import _validation as v
+from recon_jax._validation import FINITE_POSITIVE, check, check_integer, is_concrete
 from recon_jax.bounds.dct import default_dct_axes, full_precision, to_coordinates
 from recon_jax.bounds.hcr import log_hcr_variance_bound
 from recon_jax.bounds.lsqr import lsqr
@@ -52,15 +52,15 @@ class HCRInfo(NamedTuple):
 
 
 def _check_scalar(name, value):
-    v.check(name, value, v.FINITE_POSITIVE)
-    if v.is_concrete(value) and np.size(value) != 1:
+    check(name, value, FINITE_POSITIVE)
+    if is_concrete(value) and np.size(value) != 1:
         raise ValueError(f"{name} must be a scalar; got shape {np.shape(value)}")
 
 
 def _check_hcr_search_args(noise_sigma, num_restarts, num_rounds, perturbation_size):
     _check_scalar("noise_sigma", noise_sigma)
-    v.check_integer("num_restarts", num_restarts, 1)
-    v.check_integer("num_rounds", num_rounds, 1)
+    check_integer("num_restarts", num_restarts, 1)
+    check_integer("num_rounds", num_rounds, 1)
     _check_scalar("perturbation_size", perturbation_size)
 
 

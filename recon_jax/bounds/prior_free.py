@@ -29,8 +29,9 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import digamma
 
-from recon_jax import _validation as v
-from recon_jax.bounds._prior_free_common import check_noise_args, noise_variance
+from recon_jax._validation import (FINITE, HALF_OPEN_UNIT, NONNEGATIVE, OPEN_UNIT, POSITIVE, Range, as_float, at_least,
+                                   guard, log_positive, nan_if)
+from recon_jax.bounds._prior_free_common import noise_variance
 from recon_jax.bounds.prior_free_ncc import (
     expected_ncc,
     expected_ncc_at_clip,
@@ -64,6 +65,8 @@ __all__ = [
 
 ArrayLike = jax.typing.ArrayLike
 _LOG10 = 2.302585092994046
+# "finite" in JAX's dtype (jnp.isfinite casts a float64 host value to float32 without x64): eta = 1e300 is refused
+_FINITE_IN_DTYPE = Range(lambda e: jnp.isfinite(e), FINITE.allowed)
 
 
 def clip_factor(x_norm: ArrayLike, clip_norm: ArrayLike, *, validate: bool = True) -> jax.Array:
@@ -84,13 +87,12 @@ def clip_factor(x_norm: ArrayLike, clip_norm: ArrayLike, *, validate: bool = Tru
       >>> float(clip_factor(4.0, 2.0)), float(clip_factor(1.0, 2.0))
       (0.5, 1.0)
     """
-    v.check_nonnegative("x_norm", x_norm, validate)
-    v.check_positive("clip_norm", clip_norm, validate)
-    x_norm, clip_norm = v.as_float(x_norm, clip_norm)
-    ok = (x_norm >= 0) & (clip_norm > 0)
-    out = jnp.minimum(1.0, clip_norm / jnp.where(ok & (x_norm > 0), x_norm, 1.0))
+    bad = guard(("x_norm", x_norm, NONNEGATIVE), ("clip_norm", clip_norm, POSITIVE), validate=validate,
+                cast=(x_norm, clip_norm))
+    x_norm, clip_norm = as_float(x_norm, clip_norm)
+    out = jnp.minimum(1.0, clip_norm / jnp.where(~bad & (x_norm > 0), x_norm, 1.0))
     out = jnp.where(x_norm == 0, 1.0, out)
-    return v.nan_if(~ok, out)
+    return nan_if(bad, out)
 
 
 def effective_sigma(sigma: ArrayLike, steps: ArrayLike = 1, *, validate: bool = True) -> jax.Array:
@@ -100,10 +102,9 @@ def effective_sigma(sigma: ArrayLike, steps: ArrayLike = 1, *, validate: bool = 
       >>> round(float(effective_sigma(1.0, 100)), 6)
       0.1
     """
-    check_noise_args(sigma, None, steps, validate)
-    sigma, steps = v.as_float(sigma, steps)
-    ok = (sigma > 0) & (steps >= 1)
-    return v.nan_if(~ok, sigma / jnp.sqrt(jnp.where(ok, steps, 1.0)))
+    bad = guard(("sigma", sigma, POSITIVE), ("steps", steps, at_least(1)), validate=validate, cast=(sigma, steps))
+    sigma, steps = as_float(sigma, steps)
+    return nan_if(bad, sigma / jnp.sqrt(jnp.where(bad, 1.0, steps)))
 
 
 def mse_lower_bound(
@@ -127,10 +128,10 @@ def mse_lower_bound(
       >>> round(float(mse_lower_bound(1.0, 1.0, steps=10)), 6)  # Table 1, T = 10 row
       0.1
     """
-    check_noise_args(sigma, clip_norm, steps, validate)
-    sigma, clip_norm, steps = v.as_float(sigma, clip_norm, steps)
-    ok = (sigma > 0) & (clip_norm > 0) & (steps >= 1)
-    return v.nan_if(~ok, noise_variance(sigma, clip_norm, jnp.where(ok, steps, 1.0)))
+    bad = guard(("sigma", sigma, POSITIVE), ("clip_norm", clip_norm, POSITIVE), ("steps", steps, at_least(1)),
+                validate=validate, cast=(sigma, clip_norm, steps))
+    sigma, clip_norm, steps = as_float(sigma, clip_norm, steps)
+    return nan_if(bad, noise_variance(sigma, clip_norm, jnp.where(bad, 1.0, steps)))
 
 
 def expected_mse(
@@ -162,13 +163,13 @@ def expected_mse(
       >>> float(expected_mse(1.0, 1.0, mean_square=4.0, clip_factor=0.5))
       2.0
     """
-    check_noise_args(sigma, clip_norm, steps, validate)
-    v.check_nonnegative("mean_square", mean_square, validate)
-    v.check("clip_factor", clip_factor, lambda b: (b > 0) & (b <= 1), "in (0, 1]", validate)
-    sigma, clip_norm, mean_square, beta, steps = v.as_float(sigma, clip_norm, mean_square, clip_factor, steps)
-    ok = (sigma > 0) & (clip_norm > 0) & (steps >= 1) & (mean_square >= 0) & (beta > 0) & (beta <= 1)
-    out = jnp.square(1.0 - beta) * mean_square + noise_variance(sigma, clip_norm, jnp.where(ok, steps, 1.0))
-    return v.nan_if(~ok, out)
+    args = (sigma, clip_norm, mean_square, clip_factor, steps)
+    bad = guard(("sigma", sigma, POSITIVE), ("clip_norm", clip_norm, POSITIVE),
+                ("mean_square", mean_square, NONNEGATIVE), ("clip_factor", clip_factor, HALF_OPEN_UNIT),
+                ("steps", steps, at_least(1)), validate=validate, cast=args)
+    sigma, clip_norm, mean_square, beta, steps = as_float(*args)
+    out = jnp.square(1.0 - beta) * mean_square + noise_variance(sigma, clip_norm, jnp.where(bad, 1.0, steps))
+    return nan_if(bad, out)
 
 
 def psnr_upper_bound(
@@ -206,16 +207,15 @@ def psnr_upper_bound(
       >>> round(float(psnr_upper_bound(1e-2, 1.0)), 4)  # Table 1: 40.0
       40.0
     """
-    check_noise_args(sigma, clip_norm, steps, validate)
-    v.check_positive("data_range", data_range, validate)
-    ok = v.all_valid((sigma, v.POSITIVE), (clip_norm, v.POSITIVE), (steps, v.at_least(1)), (data_range, v.POSITIVE))
-    dtype = v.as_float(sigma, clip_norm, data_range, steps)[0].dtype
+    bad = guard(("sigma", sigma, POSITIVE), ("clip_norm", clip_norm, POSITIVE), ("steps", steps, at_least(1)),
+                ("data_range", data_range, POSITIVE), validate=validate)  # judged in float64, as the logs below
+    dtype = as_float(sigma, clip_norm, data_range, steps)[0].dtype
 
     def log10(a):  # logs taken in float64 for concrete input: sigma = 1e-300 is 0 in float32, its log is not
-        return jnp.where(ok, v.log_positive(a, dtype), 0.0) / _LOG10
+        return jnp.where(bad, 0.0, log_positive(a, dtype)) / _LOG10
 
     out = 20.0 * log10(data_range) + 10.0 * log10(steps) - 20.0 * log10(clip_norm) - 20.0 * log10(sigma)
-    return v.nan_if(~ok, out)
+    return nan_if(bad, out)
 
 
 def expected_psnr_exact(
@@ -256,12 +256,12 @@ def expected_psnr_exact(
       >>> round(float(expected_psnr_exact(0.1, 1.0, 2)), 3)  # the paper's expression gives 20.0
       22.507
     """
-    v.check_at_least("dim", dim, 1, validate)
+    # dim is judged cast with the other arguments, in the dtype of ``bound`` (which as_float casts it to below)
+    bad = guard(("dim", dim, at_least(1)), validate=validate, cast=(dim, sigma, clip_norm, data_range, steps))
     bound = psnr_upper_bound(sigma, clip_norm, data_range, steps, validate=validate)
-    dim, _ = v.as_float(dim, bound)
-    ok = dim >= 1
-    half = 0.5 * jnp.where(ok, dim, 2.0)
-    return v.nan_if(~ok, bound + (10.0 / _LOG10) * (jnp.log(half) - digamma(half)))
+    dim, _ = as_float(dim, bound)
+    half = 0.5 * jnp.where(bad, 2.0, dim)
+    return nan_if(bad, bound + (10.0 / _LOG10) * (jnp.log(half) - digamma(half)))
 
 
 def _gammainc_half(dim, x):
@@ -303,15 +303,14 @@ def rero_mse(
       >>> round(float(rero_mse(1.0, 1.0, 1.0, 2)), 5)  # N = 2: 1 - exp(-eta N / 2)
       0.63212
     """
-    v.check_positive("eta", eta, validate)
-    check_noise_args(sigma, clip_norm, steps, validate)
-    v.check_at_least("dim", dim, 1, validate)
-    eta, sigma, clip_norm, dim, steps = v.as_float(eta, sigma, clip_norm, dim, steps)
-    ok = (eta > 0) & (sigma > 0) & (clip_norm > 0) & (dim >= 1) & (steps >= 1)
-    noise = noise_variance(sigma, clip_norm, jnp.where(ok, steps, 1.0))
-    x = 0.5 * dim * jnp.where(ok, eta, 1.0) / jnp.where(ok, noise, 1.0)
+    args = (eta, sigma, clip_norm, dim, steps)
+    bad = guard(("eta", eta, POSITIVE), ("sigma", sigma, POSITIVE), ("clip_norm", clip_norm, POSITIVE),
+                ("dim", dim, at_least(1)), ("steps", steps, at_least(1)), validate=validate, cast=args)
+    eta, sigma, clip_norm, dim, steps = as_float(*args)
+    noise = noise_variance(sigma, clip_norm, jnp.where(bad, 1.0, steps))
+    x = 0.5 * dim * jnp.where(bad, 1.0, eta) / jnp.where(bad, 1.0, noise)
     out = _gammainc_half(jnp.where(dim >= 1, dim, 1.0), x)  # dim keeps its own shape (a scalar stays one)
-    return v.nan_if(~ok, out)
+    return nan_if(bad, out)
 
 
 def rero_psnr(
@@ -348,25 +347,24 @@ def rero_psnr(
       >>> round(float(rero_psnr(0.0, 1.0, 1.0, 2)), 5)  # eta_hat = 1: same as rero_mse(1, ...)
       0.63212
     """
-    v.check("eta", eta, lambda e: jnp.isfinite(e), "finite", validate)
-    check_noise_args(sigma, clip_norm, steps, validate)
-    v.check_at_least("dim", dim, 1, validate)
-    v.check_positive("data_range", data_range, validate)
-    eta, sigma, clip_norm, dim, data_range, steps = v.as_float(eta, sigma, clip_norm, dim, data_range, steps)
-    ok = jnp.isfinite(eta) & (sigma > 0) & (clip_norm > 0) & (dim >= 1) & (steps >= 1) & (data_range > 0)
-    s_range = jnp.where(ok, data_range, 1.0)
-    s_steps = jnp.where(ok, steps, 1.0)
+    args = (eta, sigma, clip_norm, dim, data_range, steps)
+    bad = guard(("eta", eta, _FINITE_IN_DTYPE), ("sigma", sigma, POSITIVE), ("clip_norm", clip_norm, POSITIVE),
+                ("dim", dim, at_least(1)), ("data_range", data_range, POSITIVE), ("steps", steps, at_least(1)),
+                validate=validate, cast=args)
+    eta, sigma, clip_norm, dim, data_range, steps = as_float(*args)
+    s_range = jnp.where(bad, 1.0, data_range)
+    s_steps = jnp.where(bad, 1.0, steps)
     # log of x = N eta_hat T / (2 C^2 sigma^2), assembled in log space (eta can be +-1000 dB).
     log_x = (
-        jnp.log(0.5 * jnp.where(ok, dim, 1.0))
+        jnp.log(0.5 * jnp.where(bad, 1.0, dim))
         + 2.0 * jnp.log(s_range)
-        - jnp.where(ok, eta, 0.0) * (_LOG10 / 10.0)
+        - jnp.where(bad, 0.0, eta) * (_LOG10 / 10.0)
         + jnp.log(s_steps)
-        - 2.0 * jnp.log(jnp.where(ok, clip_norm, 1.0))
-        - 2.0 * jnp.log(jnp.where(ok, sigma, 1.0))
+        - 2.0 * jnp.log(jnp.where(bad, 1.0, clip_norm))
+        - 2.0 * jnp.log(jnp.where(bad, 1.0, sigma))
     )
     out = _gammainc_half(jnp.where(dim >= 1, dim, 1.0), jnp.exp(log_x))
-    return v.nan_if(~ok, out)
+    return nan_if(bad, out)
 
 
 def worst_case_success(kappa: ArrayLike, sigma: ArrayLike, steps: ArrayLike = 1, *, validate: bool = True) -> jax.Array:
@@ -391,9 +389,9 @@ def worst_case_success(kappa: ArrayLike, sigma: ArrayLike, steps: ArrayLike = 1,
       >>> round(float(worst_case_success(0.1, 1.0, steps=10)), 3)  # Table 1: 97.0%
       0.97
     """
-    v.check_open_unit("kappa", kappa, validate)
-    check_noise_args(sigma, None, steps, validate)
-    kappa, sigma, steps = v.as_float(kappa, sigma, steps)
-    ok = (sigma > 0) & (steps >= 1)
-    mu = jnp.sqrt(jnp.where(ok, steps, 1.0)) / jnp.where(ok, sigma, 1.0)
-    return v.nan_if(~ok, rero_gdp(kappa, mu, validate=False))
+    args = (kappa, sigma, steps)
+    bad = guard(("kappa", kappa, OPEN_UNIT), ("sigma", sigma, POSITIVE), ("steps", steps, at_least(1)),
+                validate=validate, cast=args)  # an invalid kappa: NaN from rero_gdp as well
+    kappa, sigma, steps = as_float(*args)
+    mu = jnp.sqrt(jnp.where(bad, 1.0, steps)) / jnp.where(bad, 1.0, sigma)
+    return nan_if(bad, rero_gdp(kappa, mu, validate=False))

@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from recon_jax import _validation as v
-from recon_jax.bounds._prior_free_common import check_noise_args, noise_variance
+from recon_jax._validation import HALF_OPEN_UNIT, NONNEGATIVE, POSITIVE, as_float, at_least, guard, nan_if
+from recon_jax.bounds._prior_free_common import noise_variance
 
 __all__ = [
     "expected_ncc",
@@ -61,17 +61,17 @@ def expected_ncc(
       >>> round(float(expected_ncc(1.0, 1.0, 1.0, 1.0)), 6)  # 1 / sqrt(2)
       0.707107
     """
-    check_noise_args(sigma, clip_norm, steps, validate)
-    v.check_nonnegative("signal_variance", signal_variance, validate)
-    v.check("clip_factor", clip_factor, lambda b: (b > 0) & (b <= 1), "in (0, 1]", validate)
-    var, beta, sigma, clip_norm, steps = v.as_float(signal_variance, clip_factor, sigma, clip_norm, steps)
-    ok = (sigma > 0) & (clip_norm > 0) & (steps >= 1) & (var >= 0) & (beta > 0) & (beta <= 1)
+    args = (signal_variance, clip_factor, sigma, clip_norm, steps)
+    bad = guard(("signal_variance", signal_variance, NONNEGATIVE), ("clip_factor", clip_factor, HALF_OPEN_UNIT),
+                ("sigma", sigma, POSITIVE), ("clip_norm", clip_norm, POSITIVE), ("steps", steps, at_least(1)),
+                validate=validate, cast=args)
+    var, beta, sigma, clip_norm, steps = as_float(*args)
     signal = jnp.square(beta) * var
-    noise = noise_variance(sigma, clip_norm, jnp.where(ok, steps, 1.0))
+    noise = noise_variance(sigma, clip_norm, jnp.where(bad, 1.0, steps))
     # sqrt(s / (s + n)) = 1 / sqrt(1 + n / s); written with rsqrt to stay finite when s + n overflows.
     safe_signal = jnp.where(signal > 0, signal, 1.0)
     out = jnp.where(signal > 0, lax.rsqrt(1.0 + noise / safe_signal), 0.0)
-    return v.nan_if(~ok, out)
+    return nan_if(bad, out)
 
 
 def ncc_upper_bound(sigma: ArrayLike, dim: ArrayLike, steps: ArrayLike = 1, *, validate: bool = True) -> jax.Array:
@@ -100,12 +100,11 @@ def ncc_upper_bound(sigma: ArrayLike, dim: ArrayLike, steps: ArrayLike = 1, *, v
       >>> round(float(ncc_upper_bound(1.0, 1000)), 4)  # Table 1 first row: 3.2%
       0.0316
     """
-    check_noise_args(sigma, None, steps, validate)
-    v.check_at_least("dim", dim, 1, validate)
-    sigma, dim, steps = v.as_float(sigma, dim, steps)
-    ok = (sigma > 0) & (dim >= 1) & (steps >= 1)
-    ratio = dim * jnp.square(sigma) / jnp.where(ok, steps, 1.0)
-    return v.nan_if(~ok, lax.rsqrt(1.0 + ratio))
+    bad = guard(("sigma", sigma, POSITIVE), ("dim", dim, at_least(1)), ("steps", steps, at_least(1)),
+                validate=validate, cast=(sigma, dim, steps))
+    sigma, dim, steps = as_float(sigma, dim, steps)
+    ratio = dim * jnp.square(sigma) / jnp.where(bad, 1.0, steps)
+    return nan_if(bad, lax.rsqrt(1.0 + ratio))
 
 
 def ncc_upper_bound_dimension_free(sigma: ArrayLike, steps: ArrayLike = 1, *, validate: bool = True) -> jax.Array:
@@ -187,16 +186,16 @@ def expected_ncc_exact(
       >>> round(float(expected_ncc_exact(0.5, 1.0, 1.0, 1.0, 2)), 4)  # N = 2, r = 1: NCC = +-1, E = 2 Phi(1) - 1
       0.6827
     """
-    check_noise_args(sigma, clip_norm, steps, validate)
-    v.check_nonnegative("signal_variance", signal_variance, validate)
-    v.check("clip_factor", clip_factor, lambda b: (b > 0) & (b <= 1), "in (0, 1]", validate)
-    v.check_at_least("dim", dim, 2, validate)
-    var, beta, sigma, clip_norm, dim, steps = v.as_float(signal_variance, clip_factor, sigma, clip_norm, dim, steps)
-    ok = (sigma > 0) & (clip_norm > 0) & (steps >= 1) & (var >= 0) & (beta > 0) & (beta <= 1) & (dim >= 2)
-    s_dim = jnp.where(ok, dim, 2.0)
-    noise_std = jnp.sqrt(noise_variance(jnp.where(ok, sigma, 1.0), jnp.where(ok, clip_norm, 1.0), jnp.where(ok, steps, 1.0)))
-    snr = jnp.where(ok, beta * jnp.sqrt(s_dim * jnp.maximum(var, 0.0)), 0.0) / noise_std
-    return v.nan_if(~ok, _expected_ncc_snr(snr, s_dim))
+    args = (signal_variance, clip_factor, sigma, clip_norm, dim, steps)
+    bad = guard(("signal_variance", signal_variance, NONNEGATIVE), ("clip_factor", clip_factor, HALF_OPEN_UNIT),
+                ("sigma", sigma, POSITIVE), ("clip_norm", clip_norm, POSITIVE), ("dim", dim, at_least(2)),
+                ("steps", steps, at_least(1)), validate=validate, cast=args)
+    var, beta, sigma, clip_norm, dim, steps = as_float(*args)
+    s_dim = jnp.where(bad, 2.0, dim)
+    noise_std = jnp.sqrt(noise_variance(jnp.where(bad, 1.0, sigma), jnp.where(bad, 1.0, clip_norm),
+                                        jnp.where(bad, 1.0, steps)))
+    snr = jnp.where(bad, 0.0, beta * jnp.sqrt(s_dim * jnp.maximum(var, 0.0))) / noise_std
+    return nan_if(bad, _expected_ncc_snr(snr, s_dim))
 
 
 def expected_ncc_at_clip(sigma: ArrayLike, dim: ArrayLike, steps: ArrayLike = 1, *, validate: bool = True) -> jax.Array:
@@ -221,12 +220,11 @@ def expected_ncc_at_clip(sigma: ArrayLike, dim: ArrayLike, steps: ArrayLike = 1,
       >>> round(float(expected_ncc_at_clip(0.3, 10)), 3), round(float(ncc_upper_bound(0.3, 10)), 3)
       (0.749, 0.725)
     """
-    check_noise_args(sigma, None, steps, validate)
-    v.check_at_least("dim", dim, 2, validate)
-    sigma, dim, steps = v.as_float(sigma, dim, steps)
-    ok = (sigma > 0) & (dim >= 2) & (steps >= 1)
-    snr = jnp.sqrt(jnp.where(ok, steps, 1.0)) / jnp.where(ok, sigma, 1.0)
-    return v.nan_if(~ok, _expected_ncc_snr(snr, jnp.where(ok, dim, 2.0)))
+    bad = guard(("sigma", sigma, POSITIVE), ("dim", dim, at_least(2)), ("steps", steps, at_least(1)),
+                validate=validate, cast=(sigma, dim, steps))
+    sigma, dim, steps = as_float(sigma, dim, steps)
+    snr = jnp.sqrt(jnp.where(bad, 1.0, steps)) / jnp.where(bad, 1.0, sigma)
+    return nan_if(bad, _expected_ncc_snr(snr, jnp.where(bad, 2.0, dim)))
 
 
 def _ncc_rows(x: jax.Array, x_hat: jax.Array) -> jax.Array:
@@ -276,15 +274,15 @@ def ncc_samples(
       >>> bool(jnp.all(s > 0.999))
       True
     """
-    check_noise_args(sigma, clip_norm, steps, validate)
+    bad = guard(("sigma", sigma, POSITIVE), ("clip_norm", clip_norm, POSITIVE), ("steps", steps, at_least(1)),
+                validate=validate, cast=(x, sigma, clip_norm, steps))  # in x's precision, as cast below
     if int(num_samples) < 1:
         raise ValueError(f"num_samples must be >= 1; got {num_samples}")
     x = jnp.asarray(x)
-    x, sigma, clip_norm, steps = v.as_float(x, sigma, clip_norm, steps)
+    x, sigma, clip_norm, steps = as_float(x, sigma, clip_norm, steps)
     x = x.reshape(-1)
-    ok = (sigma > 0) & (clip_norm > 0) & (steps >= 1)
     beta = jnp.minimum(1.0, clip_norm / jnp.maximum(jnp.linalg.norm(x), jnp.finfo(x.dtype).tiny))
-    noise_std = clip_norm * sigma / jnp.sqrt(jnp.where(ok, steps, 1.0))
+    noise_std = clip_norm * sigma / jnp.sqrt(jnp.where(bad, 1.0, steps))
     chunk = int(min(int(chunk_size), int(num_samples)))
     num_chunks = -(-int(num_samples) // chunk)
 
@@ -294,7 +292,7 @@ def ncc_samples(
 
     _, out = lax.scan(body, None, jnp.arange(num_chunks))
     out = out.reshape(-1)[: int(num_samples)]
-    return v.nan_if(~ok, out)
+    return nan_if(bad, out)
 
 
 def ncc_cdf(

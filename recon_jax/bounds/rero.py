@@ -33,7 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy import special as jsp
 
-from recon_jax import _validation as v
+from recon_jax._validation import (NONNEGATIVE, OPEN_UNIT, UNIT, Range, as_float, concrete_or_none, floor_tiny, guard,
+                                   log_positive, nan_if)
 from recon_jax.bounds.baselines import (
     baseline_kappa_gaussian,
     baseline_kappa_gaussian_tail_bound,
@@ -59,7 +60,7 @@ ArrayLike = jax.typing.ArrayLike
 def _log1m(kappa, dtype):
     """``log(1 - kappa)`` in ``dtype``, in float64 on the host for concrete ``kappa`` (1 - 1e-9 is 1 in float32);
     entries outside (0, 1) give ``log(1/2)``: mask them with ``nan_if``."""
-    host = v.concrete_or_none(kappa)
+    host = concrete_or_none(kappa)
     if host is not None:
         return jnp.asarray(np.log1p(-np.where((host > 0) & (host < 1), host, 0.5)), dtype)
     k = jnp.asarray(kappa, dtype)
@@ -181,16 +182,14 @@ def rero_from_dp(kappa: ArrayLike, eps: ArrayLike, *, validate: bool = True) -> 
       >>> round(float(rero_from_dp(0.1, 3.0)), 6)  # second branch: 1 - 0.9 e^-3 (Cor. 3 would give 1)
       0.955192
     """
-    v.check_open_unit("kappa", kappa, validate)
-    v.check_nonnegative("eps", eps, validate)
-    ok = v.all_valid((kappa, v.OPEN_UNIT), (eps, v.NONNEGATIVE))  # judged before the float32 cast
-    log_kappa = v.log_positive(kappa, v.as_float(kappa, eps)[0].dtype)  # float64 log: kappa = 1e-40 is 0 in float32
+    bad = guard(("kappa", kappa, OPEN_UNIT), ("eps", eps, NONNEGATIVE), validate=validate)  # before the float32 cast
+    log_kappa = log_positive(kappa, as_float(kappa, eps)[0].dtype)  # float64 log: kappa = 1e-40 is 0 in float32
     log1m_kappa = _log1m(kappa, log_kappa.dtype)  # likewise: 1 - 1e-9 is 1 in float32
-    kappa, eps = v.as_float(kappa, eps)
+    kappa, eps = as_float(kappa, eps)
     half = jnp.log(jnp.asarray(0.5, log_kappa.dtype))
-    out = v.floor_tiny(_dp_gamma(jnp.where(ok, log_kappa, half), jnp.where(ok, log1m_kappa, half),
-                                 jnp.where(ok, eps, 0.0)))
-    return v.nan_if(~ok, out)
+    out = floor_tiny(_dp_gamma(jnp.where(bad, half, log_kappa), jnp.where(bad, half, log1m_kappa),
+                               jnp.where(bad, 0.0, eps)))
+    return nan_if(bad, out)
 
 
 def rero_from_approx_dp(kappa: ArrayLike, eps: ArrayLike, delta: ArrayLike, *, validate: bool = True) -> jax.Array:
@@ -218,21 +217,17 @@ def rero_from_approx_dp(kappa: ArrayLike, eps: ArrayLike, delta: ArrayLike, *, v
       >>> round(float(rero_from_approx_dp(0.01, 1.0, 1e-3)), 6)
       0.028183
     """
-    v.check_open_unit("kappa", kappa, validate)
-    v.check_nonnegative("eps", eps, validate)
-    v.check("delta", delta, lambda d: (d >= 0) & (d <= 1), "in [0, 1]", validate)
-    ok = v.all_valid((kappa, v.OPEN_UNIT), (eps, v.NONNEGATIVE), (delta, v.UNIT))
-    log_kappa = v.log_positive(kappa, v.as_float(kappa, eps, delta)[0].dtype)
-    kappa, eps, delta = v.as_float(kappa, eps, delta)
-    log_first = jnp.minimum(jnp.where(ok, log_kappa, 0.0) + eps, 0.0)
-    k = jnp.where(ok, kappa, 0.5)
+    bad = guard(("kappa", kappa, OPEN_UNIT), ("eps", eps, NONNEGATIVE), ("delta", delta, UNIT), validate=validate)
+    log_kappa = log_positive(kappa, as_float(kappa, eps, delta)[0].dtype)
+    kappa, eps, delta = as_float(kappa, eps, delta)
+    log_first = jnp.minimum(jnp.where(bad, 0.0, log_kappa) + eps, 0.0)
+    k = jnp.where(bad, 0.5, kappa)
     second = 1.0 - jnp.exp(-eps) * jnp.maximum(1.0 - delta - k, 0.0)
-    out = v.floor_tiny(jnp.minimum(jnp.minimum(jnp.exp(log_first) + delta, 1.0), second))
-    return v.nan_if(~ok, out)
+    out = floor_tiny(jnp.minimum(jnp.minimum(jnp.exp(log_first) + delta, 1.0), second))
+    return nan_if(bad, out)
 
 
-def _check_order(order, validate):
-    v.check("order", order, lambda a: a > 1, "> 1 (inf allowed)", validate)
+_ORDER = Range(lambda a: a > 1, "> 1 (inf allowed)")  # a Renyi order
 
 
 def rero_from_rdp(kappa: ArrayLike, eps: ArrayLike, order: ArrayLike, *, method: str = "optimal",
@@ -270,24 +265,21 @@ def rero_from_rdp(kappa: ArrayLike, eps: ArrayLike, order: ArrayLike, *, method:
       0.1404
     """
     _check_method(method)
-    v.check_open_unit("kappa", kappa, validate)
-    v.check_nonnegative("eps", eps, validate)
-    _check_order(order, validate)
-    ok = v.all_valid((kappa, v.OPEN_UNIT), (eps, v.NONNEGATIVE), (order, v.greater_than(1)))
-    log_kappa = v.log_positive(kappa, v.as_float(kappa, eps, order)[0].dtype)
+    bad = guard(("kappa", kappa, OPEN_UNIT), ("eps", eps, NONNEGATIVE), ("order", order, _ORDER), validate=validate)
+    log_kappa = log_positive(kappa, as_float(kappa, eps, order)[0].dtype)
     kappa_in = kappa
-    kappa, eps, order = v.as_float(kappa, eps, order)
-    safe_order = jnp.where(ok & (order > 1), order, 2.0)  # order 1 + 1e-12 rounds to 1 in float32: trivial bound
-    safe_eps = jnp.where(ok, eps, 0.0)
+    kappa, eps, order = as_float(kappa, eps, order)
+    safe_order = jnp.where(~bad & (order > 1), order, 2.0)  # order 1 + 1e-12 rounds to 1 in float32: trivial bound
+    safe_eps = jnp.where(bad, 0.0, eps)
     half = jnp.log(jnp.asarray(0.5, log_kappa.dtype))
-    lk = jnp.where(ok, log_kappa, half)
+    lk = jnp.where(bad, half, log_kappa)
     if method == "balle":
         out = jnp.exp(jnp.minimum((1.0 - 1.0 / safe_order) * (lk + safe_eps), 0.0))
     else:
-        l1k = jnp.where(ok, _log1m(kappa_in, log_kappa.dtype), half)
+        l1k = jnp.where(bad, half, _log1m(kappa_in, log_kappa.dtype))
         out = jnp.maximum(_rdp_gamma(lk, l1k, safe_order, safe_eps), jnp.exp(lk))  # gamma >= kappa
-    out = v.floor_tiny(jnp.where(order > 1, out, 1.0))
-    return v.nan_if(~ok, out)
+    out = floor_tiny(jnp.where(order > 1, out, 1.0))
+    return nan_if(bad, out)
 
 
 def rero_from_rdp_curve(kappa: ArrayLike, orders: ArrayLike, rdp: ArrayLike, *, method: str = "optimal",
@@ -322,23 +314,21 @@ def rero_from_rdp_curve(kappa: ArrayLike, orders: ArrayLike, rdp: ArrayLike, *, 
       True
     """
     _check_method(method)
-    v.check_open_unit("kappa", kappa, validate)
-    _check_order(orders, validate)
-    v.check_nonnegative("rdp", rdp, validate)
-    kappa, orders, rdp = v.as_float(kappa, orders, rdp, broadcast=False)  # kappa: leading axes only
+    # kappa: the leading axes; orders and rdp: the curve. Both judged as cast below (safe points replace them there).
+    bad_kappa = guard(("kappa", kappa, OPEN_UNIT), validate=validate, cast=(kappa, orders, rdp))
+    bad_point = guard(("order", orders, _ORDER), ("rdp", rdp, NONNEGATIVE), validate=validate,  # "order": message kept
+                      cast=(kappa, orders, rdp))
+    kappa, orders, rdp = as_float(kappa, orders, rdp, broadcast=False)  # kappa: leading axes only
     orders, rdp = jnp.broadcast_arrays(orders, rdp)
-    kappa_b = kappa[..., None]
-    ok_k = (kappa > 0) & (kappa < 1)
-    ok_curve = jnp.all((orders > 1) & (rdp >= 0), axis=-1)
-    safe_orders = jnp.where(orders > 1, orders, 2.0)
-    safe_rdp = jnp.where(rdp >= 0, rdp, 0.0)
-    k = jnp.where((kappa_b > 0) & (kappa_b < 1), kappa_b, 0.5)
+    safe_orders = jnp.where(bad_point, 2.0, orders)
+    safe_rdp = jnp.where(bad_point, 0.0, rdp)
+    k = jnp.where(bad_kappa[..., None], 0.5, kappa[..., None])
     if method == "balle":
         log_gamma = (1.0 - 1.0 / safe_orders) * (jnp.log(k) + safe_rdp)
         out = jnp.exp(jnp.minimum(jnp.min(log_gamma, axis=-1), 0.0))
     else:
         out = jnp.maximum(jnp.min(_rdp_gamma(jnp.log(k), jnp.log1p(-k), safe_orders, safe_rdp), axis=-1), k[..., 0])
-    return v.nan_if(~(ok_k & ok_curve), out)
+    return nan_if(bad_kappa | jnp.any(bad_point, axis=-1), out)
 
 
 _ZCDP_LOG_ORDER_GRID = np.linspace(-16.0, 8.0, 97)  # log(alpha - 1): alpha in 1 + [1.1e-7, 2981]
@@ -406,20 +396,18 @@ def rero_from_zcdp(kappa: ArrayLike, rho: ArrayLike, *, method: str = "optimal",
       True
     """
     _check_method(method)
-    v.check_open_unit("kappa", kappa, validate)
-    v.check_nonnegative("rho", rho, validate)
-    kappa, rho = v.as_float(kappa, rho)
-    ok = (kappa > 0) & (kappa < 1) & (rho >= 0)
+    bad = guard(("kappa", kappa, OPEN_UNIT), ("rho", rho, NONNEGATIVE), validate=validate, cast=(kappa, rho))
+    kappa, rho = as_float(kappa, rho)
     kappa, rho = jnp.broadcast_arrays(kappa, rho)
-    log_k = jnp.log(jnp.where(ok, kappa, 0.5))
-    safe_rho = jnp.where(ok, rho, 0.0)
+    log_k = jnp.log(jnp.where(bad, 0.5, kappa))
+    safe_rho = jnp.where(bad, 0.0, rho)
     if method == "balle":
         gap = jnp.sqrt(-log_k) - jnp.sqrt(safe_rho)
         out = jnp.where(gap > 0, jnp.exp(-jnp.square(jnp.maximum(gap, 0.0))), 1.0)
     else:
-        k = jnp.where(ok, kappa, 0.5)
+        k = jnp.where(bad, 0.5, kappa)
         out = jnp.maximum(_zcdp_gamma(log_k, jnp.log1p(-k), safe_rho), k)  # gamma >= kappa in any precision
-    return v.nan_if(~ok, out)
+    return nan_if(bad, out)
 
 
 def dp_from_rero(eps: ArrayLike, gamma: ArrayLike, *, validate: bool = True) -> jax.Array:
@@ -442,16 +430,14 @@ def dp_from_rero(eps: ArrayLike, gamma: ArrayLike, *, validate: bool = True) -> 
       >>> round(float(dp_from_rero(0.0, 0.75)), 6)
       0.5
     """
-    v.check_nonnegative("eps", eps, validate)
-    v.check("gamma", gamma, lambda g: (g >= 0) & (g <= 1), "in [0, 1]", validate)
-    eps, gamma = v.as_float(eps, gamma)
-    ok = (eps >= 0) & (gamma >= 0) & (gamma <= 1)
+    bad = guard(("eps", eps, NONNEGATIVE), ("gamma", gamma, UNIT), validate=validate, cast=(eps, gamma))
+    eps, gamma = as_float(eps, gamma)
     one_minus = 1.0 - gamma
     # (1 - gamma) e^eps in log space; gamma = 1 gives exactly 1.
     log_second = jnp.log(jnp.where(one_minus > 0, one_minus, 1.0)) + eps
     second = jnp.where(one_minus > 0, jnp.exp(jnp.minimum(log_second, 700.0)), 0.0)
     out = jnp.maximum(gamma - second, 0.0)
-    return v.nan_if(~ok, out)
+    return nan_if(bad, out)
 
 
 def rero_gdp(kappa: ArrayLike, mu: ArrayLike, *, validate: bool = True) -> jax.Array:
@@ -477,11 +463,9 @@ def rero_gdp(kappa: ArrayLike, mu: ArrayLike, *, validate: bool = True) -> jax.A
       >>> round(float(rero_gdp(0.1, 1.0)), 4)  # Ziller et al. Table 1, first row: 38.9%
       0.3891
     """
-    v.check_open_unit("kappa", kappa, validate)
-    v.check_nonnegative("mu", mu, validate)
-    ok = v.all_valid((kappa, v.OPEN_UNIT), (mu, v.NONNEGATIVE))  # judged before the float32 cast
-    kappa, mu = v.as_float(kappa, mu)
+    bad = guard(("kappa", kappa, OPEN_UNIT), ("mu", mu, NONNEGATIVE), validate=validate)  # before the float32 cast
+    kappa, mu = as_float(kappa, mu)
     kappa = jnp.maximum(kappa, jnp.finfo(kappa.dtype).tiny)  # raising kappa (1e-40 flushes to 0) is conservative
-    out = jsp.ndtr(jsp.ndtri(jnp.where(ok, kappa, 0.5)) + jnp.where(ok, mu, 0.0))
-    out = v.floor_tiny(jnp.where(mu == jnp.inf, 1.0, out))
-    return v.nan_if(~ok, out)
+    out = jsp.ndtr(jsp.ndtri(jnp.where(bad, 0.5, kappa)) + jnp.where(bad, 0.0, mu))
+    out = floor_tiny(jnp.where(mu == jnp.inf, 1.0, out))
+    return nan_if(bad, out)

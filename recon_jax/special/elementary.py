@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import _validation as v
+from recon_jax._validation import NONNEGATIVE, Range, as_float, guard, nan_if
 
 __all__ = ["log_expm1"]
 
@@ -17,6 +17,7 @@ __all__ = ["log_expm1"]
 
 _LOG_EXPM1_SMALL = -40.0 * np.log(2.0)  # log t below this (t <= 2^-40): log t + t/2
 _LOG_EXPM1_LARGE = 30.0  # t above this: t + log1p(-exp(-t))
+_LOG_T = Range(lambda a: a <= np.inf, "a number (not NaN)")  # log t, log_input=True
 
 
 def log_expm1(x: jax.typing.ArrayLike, *, log_input: bool = False, validate: bool = True) -> jax.Array:
@@ -54,9 +55,8 @@ def log_expm1(x: jax.typing.ArrayLike, *, log_input: bool = False, validate: boo
       >>> round(float(log_expm1(-1000.0, log_input=True)), 2)  # t = exp(-1000) underflows; log t + t/2 does not
       -1000.0
     """
-    v.check("x", x, (lambda a: a <= np.inf) if log_input else v.NONNEGATIVE,
-            "a number (not NaN)" if log_input else None, validate=validate)
-    x = v.as_float(x)
+    bad = guard(("x", x, _LOG_T if log_input else NONNEGATIVE), validate=validate, cast=(x,))
+    x = as_float(x)
     if log_input:
         log_t = x
         t = jnp.exp(log_t)
@@ -73,5 +73,5 @@ def log_expm1(x: jax.typing.ArrayLike, *, log_input: bool = False, validate: boo
     big = t_large + jnp.log1p(-jnp.exp(-t_large))
     out = jnp.where(small, log_t + 0.5 * t, jnp.where(large, big, mid))
     if log_input:
-        return out
-    return jnp.where(t > 0, out, jnp.where(t == 0, -jnp.inf, jnp.nan))
+        return out  # NaN (the only invalid log t) gives NaN
+    return nan_if(bad, jnp.where(t > 0, out, -jnp.inf))

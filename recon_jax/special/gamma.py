@@ -11,7 +11,7 @@ import numpy as np
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
-from recon_jax import _validation as v
+from recon_jax._validation import as_float
 
 __all__ = ["gammainc", "gammaincc"]
 
@@ -271,7 +271,7 @@ _gammainc_q.defjvp(lambda primals, tangents: _gammainc_jvp(1, primals, tangents)
 
 
 def _as_float_pair(a: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> tuple[jax.Array, jax.Array]:
-    return v.as_float(a, x, broadcast=False)
+    return as_float(a, x, broadcast=False)
 
 
 @jax.jit
