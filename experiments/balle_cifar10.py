@@ -19,14 +19,13 @@ import os
 import jax
 import numpy as np
 
-from experiments.common import claim, experiment_flags, finish_run, keyed_dir, require_finite, run_app, start_run
+from experiments.common import claim, finish_run, keyed_dir, launch, require_finite, start_run
 import recon_jax
 from recon_jax import models, training
 from recon_jax.attacks import informed
 from recon_jax.models.reconstructors import patchgan_discriminator, transposed_conv_decoder
 from recon_jax.evidence import histogram_vs_reference, image_grid, markdown_table
 
-_CONFIG, _WORKDIR = experiment_flags("experiments/configs/balle_cifar10.py:default", "runs/balle_cifar10")
 
 # Table II, CIFAR-10 column: (mean MSE, ✓/✗); fixed set 5K.
 PAPER = {"nn_oracle": 0.0291, "default": (0.0049, True), "layer_subset": (0.0257, True), "logits": (0.0198, True)}
@@ -112,10 +111,5 @@ def run(config, workdir: str) -> dict:
     return result
 
 
-def main(argv):
-    del argv
-    run(_CONFIG.value, _WORKDIR.value)
-
-
 if __name__ == "__main__":
-    run_app(main)
+    launch(run, "experiments/configs/balle_cifar10.py:default", "runs/balle_cifar10")

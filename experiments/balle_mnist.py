@@ -33,8 +33,8 @@ import jax
 import numpy as np
 
 from experiments import balle_figures
-from experiments.common import (claim, comparison, experiment_flags, finish_run, is_vacuous, keyed_dir,
-                                paired_comparison, require_finite, run_app, start_run, student_t_half_width)
+from experiments.common import (claim, comparison, finish_run, is_vacuous, keyed_dir, launch, paired_comparison,
+                                require_finite, start_run, student_t_half_width)
 import recon_jax
 from recon_jax import models, training
 from recon_jax.attacks import informed, mia, oracle
@@ -42,7 +42,6 @@ from recon_jax.attacks.audit import clopper_pearson
 from recon_jax.io import atomic_write_json, strict_json
 from recon_jax.evidence import histogram_vs_reference, image_grid, markdown_table
 
-_CONFIG, _WORKDIR = experiment_flags("experiments/configs/balle_mnist.py:default", "runs/balle_mnist")
 
 PAPER_ORACLE_MSE = 0.0232  # Fig. 3a / Table II: mean NN-oracle MSE over 1K targets, 69K pool
 
@@ -568,10 +567,5 @@ def _report(c, rows, oracle_summary, mia_summary, dp_points, classifier_acc, fig
     return "\n".join(lines) + "\n"
 
 
-def main(argv):
-    del argv
-    run(_CONFIG.value, _WORKDIR.value)
-
-
 if __name__ == "__main__":
-    run_app(main)
+    launch(run, "experiments/configs/balle_mnist.py:default", "runs/balle_mnist")

@@ -32,12 +32,9 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-from experiments.common import (claim, comparison, experiment_flags, finish_run, keyed_dir, require_finite, run_app,
-                                start_run)
+from experiments.common import claim, comparison, finish_run, keyed_dir, launch, require_finite, start_run
 from recon_jax.io import atomic_write_json
 
-_CONFIG, _WORKDIR = experiment_flags("experiments/configs/biswas_gaussian_vs_vmf.py:default",
-                                     "runs/biswas_gaussian_vs_vmf")
 
 # Paper values (Biswas et al.) printed next to ours.
 PAPER_TABLE_II = {  # mechanism -> dataset -> (SSIM, MSE); batch 128, 10,000 IG iterations, normalised images
@@ -526,11 +523,5 @@ def _report(config, results) -> str:
     return "\n".join(L) + "\n"
 
 
-def main(argv):
-    del argv
-    res = run(_CONFIG.value, _WORKDIR.value)
-    print(json.dumps(res.get("claims", []), indent=1))
-
-
 if __name__ == "__main__":
-    run_app(main)
+    launch(run, "experiments/configs/biswas_gaussian_vs_vmf.py:default", "runs/biswas_gaussian_vs_vmf")

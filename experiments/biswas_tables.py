@@ -14,11 +14,10 @@ import time
 import jax
 import numpy as np
 
-from experiments.common import claim, comparison, experiment_flags, finish_run, require_finite, run_app, start_run
+from experiments.common import claim, comparison, finish_run, launch, require_finite, start_run
 from recon_jax import accounting
 from recon_jax.evidence import markdown_table
 
-_CONFIG, _WORKDIR = experiment_flags("experiments/configs/biswas_tables.py:default", "runs/biswas_tables")
 
 _NOTES_I = {
     25: "approach 1 with the exact root of the leftover delta; the paper searched a coarse grid",
@@ -204,10 +203,5 @@ Details: experiments/biswas_tables.md. Runtime {elapsed:.1f} s.
     return finish_run(run_info, result, report, claims)
 
 
-def main(argv):
-    del argv
-    run(_CONFIG.value, _WORKDIR.value)
-
-
 if __name__ == "__main__":
-    run_app(main)
+    launch(run, "experiments/configs/biswas_tables.py:default", "runs/biswas_tables")

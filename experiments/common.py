@@ -1,14 +1,19 @@
 """Helpers shared by the experiment entry points, re-exported from the package.
 
 The evidence helpers (provenance, NaN refusal, keyed caches, publishing) live in :mod:`recon_jax.evidence.run`,
-claims and their verdicts in :mod:`recon_jax.evidence.claims`, the ``--config`` / ``--workdir`` flags and
-``run_app`` in :mod:`recon_jax.evidence.launcher`; every experiment imports them from here. Every experiment's
-``run(config, workdir)`` follows the same shape::
+claims and their verdicts in :mod:`recon_jax.evidence.claims`, the command line (``--config`` / ``--workdir``,
+:func:`~recon_jax.evidence.launcher.launch`) in :mod:`recon_jax.evidence.launcher`; every experiment imports them
+from here. Every experiment's ``run(config, workdir)`` follows the same shape::
 
     run_info = start_run(workdir, config, seed=config.seed)   # config.json with commit, machine, versions
     ...                                                       # require_finite(...) on losses, models, metrics
     claims = [claim("attack beats the oracle", mse < oracle, f"mean MSE {mse:.4f} vs oracle {oracle:.4f}")]
     return finish_run(run_info, metrics, report_text, claims)  # report.md (+ Claims), metrics.json, wall time
+
+and ends with the command line, written once in :func:`~recon_jax.evidence.launcher.launch`::
+
+    if __name__ == "__main__":
+        launch(run, "experiments/configs/<name>.py:default", "runs/<name>")
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import recon_jax.evidence.launcher
 import recon_jax.evidence.run
 from recon_jax.evidence.claims import (VERDICTS, check_claims, claim, claims_markdown, comparison, is_vacuous,
                                        paired_comparison, student_t_half_width)
-from recon_jax.evidence.launcher import experiment_flags, forget_overrides, run_app
+from recon_jax.evidence.launcher import experiment_flags, forget_overrides, launch, run_app, run_summary
 from recon_jax.evidence.run import (NonFiniteResult, ResumeAcrossCodeError, RunInfo, allow_resume_across_code,
                                     code_fingerprint, config_to_dict, finish_run, keyed_dir, prepare_workdir,
                                     provenance, publish, require_finite, start_run, write_run_info)

@@ -10,7 +10,6 @@ and degrades when the victim stops early.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -19,14 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from experiments.common import (claim, comparison, experiment_flags, finish_run, paired_comparison, require_finite,
-                                run_app, start_run)
+from experiments.common import claim, comparison, finish_run, launch, paired_comparison, require_finite, start_run
 import recon_jax
 from recon_jax import metrics
 from recon_jax.attacks import glm
 from recon_jax.evidence import image_grid, markdown_table
-
-_CONFIG, _WORKDIR = experiment_flags("experiments/configs/glm_attack.py:default", "runs/glm_attack")
 
 
 def run(config, workdir: str) -> dict:
@@ -154,10 +150,5 @@ def _claims(config, rows) -> list[dict]:
     return claims
 
 
-def main(argv):
-    del argv
-    run(_CONFIG.value, _WORKDIR.value)
-
-
 if __name__ == "__main__":
-    run_app(main)
+    launch(run, "experiments/configs/glm_attack.py:default", "runs/glm_attack")

@@ -40,14 +40,13 @@ import time
 import jax
 import numpy as np
 
-from experiments.common import (claim, comparison, config_to_dict, experiment_flags, finish_run, keyed_dir,
-                                paired_comparison, require_finite, run_app, start_run)
+from experiments.common import (claim, comparison, config_to_dict, finish_run, keyed_dir, launch, paired_comparison,
+                                require_finite, start_run)
 from recon_jax.attacks import dimred
 from recon_jax.attacks.dimred_embed import METHODS
 from recon_jax.attacks.reconn import reconstruct
 from recon_jax.io import atomic_save_npz, atomic_write_json
 
-_CONFIG, _WORKDIR = experiment_flags("experiments/configs/lumbut_dimred.py:default", "runs/lumbut_dimred")
 
 # Paper values (Lumbut & Ponnoprat, Table 4, MNIST, |D-| = 199): (mean, std) of the test MSE.
 PAPER_TABLE4 = {
@@ -569,11 +568,5 @@ def _figures(results, metrics, config, workdir, points_dir):
     plt.close(fig)
 
 
-def main(argv):
-    del argv
-    metrics = run(_CONFIG.value, _WORKDIR.value)
-    print(json.dumps({"seconds_total": metrics["seconds_total"], "grid_points": metrics["grid_points"]}))
-
-
 if __name__ == "__main__":
-    run_app(main)
+    launch(run, "experiments/configs/lumbut_dimred.py:default", "runs/lumbut_dimred")

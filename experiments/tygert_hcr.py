@@ -31,8 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from experiments.common import (claim, comparison, experiment_flags, finish_run, keyed_dir, require_finite, run_app,
-                                start_run)
+from experiments.common import claim, comparison, finish_run, keyed_dir, launch, require_finite, start_run
 from recon_jax import data
 from recon_jax.attacks.audit import clopper_pearson
 from recon_jax.bounds import cramer_rao, hcr_eval
@@ -49,8 +48,6 @@ PAPER = {"mnist": {"clean": 0.979, "dithered": 0.951}, "cifar10": {"clean": 0.70
 PAPER_FIG1_RANGE = {"all": 1.0, "low_freq": 1.5}
 QUANTILES = (10, 25, 50, 75, 90)
 ISTOP_LIMIT = 7  # LSQR's "iteration limit reached"
-
-_CONFIG, _WORKDIR = experiment_flags("experiments/configs/tygert_hcr.py:default", "runs/tygert_hcr")
 
 
 def _load(config, split):
@@ -362,12 +359,5 @@ def _report(config, m) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv):
-    del argv
-    metrics = run(_CONFIG.value, _WORKDIR.value)
-    print(f"accuracy clean {metrics['accuracy_clean']:.4f} dithered {metrics['accuracy_dithered']:.4f}; "
-          f"report in {_WORKDIR.value}/report.md")
-
-
 if __name__ == "__main__":
-    run_app(main)
+    launch(run, "experiments/configs/tygert_hcr.py:default", "runs/tygert_hcr")

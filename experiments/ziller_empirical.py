@@ -23,7 +23,6 @@ sigma = 1, T = 1 as in the paper), the empirical CDF of ``fig2_draws`` attacks b
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 
@@ -32,13 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.stats
 
-from experiments.common import (claim, comparison, experiment_flags, finish_run, require_finite, run_app, start_run,
-                                student_t_half_width)
+from experiments.common import claim, comparison, finish_run, launch, require_finite, start_run, student_t_half_width
 from recon_jax import bounds, metrics
 from recon_jax.attacks.gradient import linear_layer_attack, linear_layer_observations
 from recon_jax.mechanisms import GaussianMechanism
-
-_CONFIG, _WORKDIR = experiment_flags("experiments/configs/ziller_empirical.py:default", "runs/ziller_empirical")
 
 
 def _resize(images: np.ndarray, resolution: int) -> np.ndarray:
@@ -439,11 +435,5 @@ def _report(config, res) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv):
-    del argv
-    res = run(_CONFIG.value, _WORKDIR.value)
-    print(json.dumps({k: v for k, v in res.items() if k not in ("grid", "fig3")}, indent=1))
-
-
 if __name__ == "__main__":
-    run_app(main)
+    launch(run, "experiments/configs/ziller_empirical.py:default", "runs/ziller_empirical")

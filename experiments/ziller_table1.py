@@ -14,10 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import claim, comparison, experiment_flags, finish_run, run_app, start_run
+from experiments.common import claim, comparison, finish_run, launch, start_run
 from recon_jax import bounds
 
-_CONFIG, _WORKDIR = experiment_flags("experiments/configs/ziller_table1.py:default", "runs/ziller_table1")
 
 # Ziller et al., Table 1, as printed: (varying, sigma, C, N, T, kappa, worst-case %, min E[MSE], max E[PSNR],
 # max E[NCC] %). These are the paper's values (data to compare against), not inputs to the computation.
@@ -194,10 +193,5 @@ def run(config, workdir: str) -> dict:
     return metrics
 
 
-def main(argv):
-    del argv
-    run(_CONFIG.value, _WORKDIR.value)
-
-
 if __name__ == "__main__":
-    run_app(main)
+    launch(run, "experiments/configs/ziller_table1.py:default", "runs/ziller_table1")

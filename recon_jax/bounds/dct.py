@@ -162,6 +162,22 @@ def default_dct_axes(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(range(len(shape)))
 
 
+def _change_basis(v, coordinates, dct_axes, inverse: bool) -> jax.Array:
+    """``v`` in the coordinates ``coordinates`` names (``inverse``: back from them); see :func:`to_coordinates`."""
+    v = jnp.asarray(v)
+    if isinstance(coordinates, str):
+        if coordinates == "dct":
+            axes = dct_axes if dct_axes is not None else default_dct_axes(v.shape)
+            return idctn_ortho(v, axes) if inverse else dctn_ortho(v, axes)
+        if coordinates == "pixel":
+            return v
+        raise ValueError(f"coordinates must be 'dct', 'pixel' or an orthogonal matrix; got {coordinates!r}")
+    q = jnp.asarray(coordinates)
+    if q.shape != (v.size, v.size):
+        raise ValueError(f"coordinates matrix must have shape {(v.size, v.size)}; got {q.shape}")
+    return jnp.matmul(q.T if inverse else q, v.reshape(-1), precision=_EXACT).reshape(v.shape)
+
+
 def to_coordinates(v: jax.Array, coordinates="dct", dct_axes=None) -> jax.Array:
     """Expresses an input-space vector in the coordinate system of the bounds.
 
@@ -181,17 +197,7 @@ def to_coordinates(v: jax.Array, coordinates="dct", dct_axes=None) -> jax.Array:
     >>> to_coordinates(jnp.ones(4), "pixel").tolist()
     [1.0, 1.0, 1.0, 1.0]
     """
-    v = jnp.asarray(v)
-    if isinstance(coordinates, str):
-        if coordinates == "dct":
-            return dctn_ortho(v, dct_axes if dct_axes is not None else default_dct_axes(v.shape))
-        if coordinates == "pixel":
-            return v
-        raise ValueError(f"coordinates must be 'dct', 'pixel' or an orthogonal matrix; got {coordinates!r}")
-    q = jnp.asarray(coordinates)
-    if q.shape != (v.size, v.size):
-        raise ValueError(f"coordinates matrix must have shape {(v.size, v.size)}; got {q.shape}")
-    return jnp.matmul(q, v.reshape(-1), precision=_EXACT).reshape(v.shape)
+    return _change_basis(v, coordinates, dct_axes, inverse=False)
 
 
 def from_coordinates(c: jax.Array, coordinates="dct", dct_axes=None) -> jax.Array:
@@ -201,14 +207,4 @@ def from_coordinates(c: jax.Array, coordinates="dct", dct_axes=None) -> jax.Arra
     >>> bool(jnp.allclose(from_coordinates(to_coordinates(v)), v, atol=1e-5))
     True
     """
-    c = jnp.asarray(c)
-    if isinstance(coordinates, str):
-        if coordinates == "dct":
-            return idctn_ortho(c, dct_axes if dct_axes is not None else default_dct_axes(c.shape))
-        if coordinates == "pixel":
-            return c
-        raise ValueError(f"coordinates must be 'dct', 'pixel' or an orthogonal matrix; got {coordinates!r}")
-    q = jnp.asarray(coordinates)
-    if q.shape != (c.size, c.size):
-        raise ValueError(f"coordinates matrix must have shape {(c.size, c.size)}; got {q.shape}")
-    return jnp.matmul(q.T, c.reshape(-1), precision=_EXACT).reshape(c.shape)
+    return _change_basis(c, coordinates, dct_axes, inverse=True)

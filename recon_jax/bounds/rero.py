@@ -28,6 +28,8 @@ validated when concrete (``ValueError``); under ``jit`` invalid values give NaN 
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -351,7 +353,7 @@ def _zcdp_gamma(log_kappa, log1m_kappa, rho):
     best = jnp.argmin(vals, axis=-1)
     u_best = jnp.take_along_axis(us, best[..., None], axis=-1)
     step = grid[1] - grid[0]
-    invphi = (np.sqrt(5.0) - 1.0) / 2.0
+    invphi = (math.sqrt(5.0) - 1.0) / 2.0  # a Python float: weakly typed, keeps float32 input float32 under x64
 
     def body(_, carry):
         lo, hi, fbest = carry

@@ -3,7 +3,8 @@
 - :mod:`recon_jax.evidence.run`: provenance (``config.json``), NaN refusal, keyed caches and resume points, segments,
   ``finish_run`` (report.md, metrics.json) and ``publish``.
 - :mod:`recon_jax.evidence.claims`: claims and their verdicts (``VERDICTS``: holds, fails, undecided), comparisons.
-- :mod:`recon_jax.evidence.launcher`: the ``--config`` / ``--workdir`` flags and ``run_app`` of the launchers.
+- :mod:`recon_jax.evidence.launcher`: the ``--config`` / ``--workdir`` flags and ``run_app`` of the launchers, and
+  ``launch``, every experiment's command line.
 - :mod:`recon_jax.evidence.markdown`, :mod:`recon_jax.evidence.plots`, :mod:`recon_jax.evidence.progress`: tables,
   the figures every run draws (image grids, histograms against a reference), progress lines.
 - :mod:`recon_jax.evidence.hcr_figures`: the HCR bounds' figures (Tygert et al.), for ``experiments/tygert_hcr.py``
@@ -12,7 +13,7 @@
 
 from recon_jax.evidence.claims import (VERDICTS, check_claims, claim, claims_markdown, comparison, is_vacuous,
                                        paired_comparison, student_t_half_width)
-from recon_jax.evidence.launcher import experiment_flags, forget_overrides, run_app
+from recon_jax.evidence.launcher import experiment_flags, forget_overrides, launch, run_app, run_summary
 from recon_jax.evidence.markdown import format_value, markdown_table
 from recon_jax.evidence.plots import histogram_vs_reference, image_grid
 from recon_jax.evidence.progress import step
@@ -49,6 +50,8 @@ __all__ = [
     "experiment_flags",
     "forget_overrides",
     "run_app",
+    "launch",
+    "run_summary",
     # markdown, plots, progress
     "format_value",
     "markdown_table",

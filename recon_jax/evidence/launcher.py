@@ -1,12 +1,14 @@
 """The launchers' command line, for the experiments and the risk report (:mod:`recon_jax.report.command_line`):
-``--config`` / ``--workdir`` flags and ``run_app``."""
+``--config`` / ``--workdir`` flags, ``run_app``, and :func:`launch`, the one command line every experiment shares."""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Mapping
+from typing import Any
 
-__all__ = ["experiment_flags", "forget_overrides", "run_app"]
+__all__ = ["experiment_flags", "forget_overrides", "run_app", "launch", "run_summary"]
 
 
 def experiment_flags(default_config: str | None, default_workdir: str | None):
@@ -87,3 +89,36 @@ def run_app(main, argv: list[str] | None = None) -> None:
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
     app.run(main, argv=argv, flags_parser=_parse_flags)
+
+
+def run_summary(metrics: Mapping[str, Any], workdir: str) -> str:
+    """One line after a run: where its report is and how its claims came out, e.g.
+    ``report: runs/x/report.md; claims: holds 3, fails 1, undecided 1``.
+
+    >>> run_summary({"claims": [{"verdict": "holds"}, {"verdict": "undecided"}, {"holds": False}]}, "w")
+    'report: w/report.md; claims: holds 1, fails 1, undecided 1'
+    """
+    counts = {"holds": 0, "fails": 0, "undecided": 0}
+    for c in metrics.get("claims", []):
+        counts[c.get("verdict") or ("holds" if c.get("holds") else "fails")] += 1
+    return f"report: {os.path.join(workdir, 'report.md')}; claims: " + ", ".join(f"{k} {n}" for k, n in counts.items())
+
+
+def launch(run: Callable[[Any, str], Mapping[str, Any]], default_config: str, default_workdir: str) -> None:
+    """An experiment's command line, written once (the ``train_and_evaluate(config, workdir)`` pattern of the flax
+    examples): ``python -m experiments.<name> --config=experiments/configs/<name>.py:<variant> --workdir=DIR``
+    runs ``run(config, workdir)`` and prints :func:`run_summary`. The command line is ``sys.argv`` (ml_collections
+    reads the ``--config.<field>`` overrides from there).
+
+    An experiment module ends with::
+
+        if __name__ == "__main__":
+            launch(run, "experiments/configs/<name>.py:default", "runs/<name>")
+    """
+    config, workdir = experiment_flags(default_config, default_workdir)
+
+    def main(args):
+        del args
+        print(run_summary(run(config.value, workdir.value), workdir.value))
+
+    run_app(main)

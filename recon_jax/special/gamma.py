@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import jax
@@ -144,7 +145,7 @@ def _eta_and_prefactor(a: jax.Array, x: jax.Array, all_big: bool) -> tuple[jax.A
     prod = jnp.ones_like(a)
     for j in range(1, _STIRLING_SHIFT):
         prod = prod * (a + j)
-    log_gamma_a1 = (z - 0.5) * jnp.log(z) - z + 0.5 * np.log(2.0 * np.pi) + log_gamma_star - jnp.log(prod)
+    log_gamma_a1 = (z - 0.5) * jnp.log(z) - z + 0.5 * math.log(2.0 * math.pi) + log_gamma_star - jnp.log(prod)
     log_pref = jnp.where(
         big, -a_half_eta2 - 0.5 * jnp.log(2.0 * jnp.pi * a) - log_gamma_star, a * log_x - x - log_gamma_a1
     )

@@ -98,3 +98,28 @@ def test_shape_mismatch_is_a_value_error_naming_the_shapes():
         bounds.rero_gdp(np.full(2, 0.1), np.ones(3))
     with pytest.raises(ValueError, match="do not broadcast"):
         bounds.psnr_upper_bound(np.ones(2), np.ones(3))
+
+
+@pytest.mark.parametrize("name,args", [
+    ("gammainc", (2.0, 1.0)),  # a < 20: the small-a prefactor
+    ("gammaincc", (30.0, 25.0)),
+    ("rero_mse", (0.1, 1.0, 1.0, 10)),
+    ("baseline_kappa_gaussian", (1.0, 1.0, 1)),
+    ("rero_from_zcdp", (0.01, 0.5)),  # the golden-section search's carry
+])
+def test_float32_input_under_x64_stays_float32(name, args):
+    """With x64 on, float32 arguments give a float32 result (no float64 constant promotes one branch of a cond or a
+    loop carry, which JAX refuses), equal to SciPy's float64 value to float32 rounding."""
+    from recon_jax import special
+
+    fn = getattr(special, name, None) or getattr(bounds, name)
+    ref = {"gammainc": lambda a, x: sps.gammainc(a, x), "gammaincc": lambda a, x: sps.gammaincc(a, x),
+           "rero_mse": lambda eta, s, c, d: sps.gammainc(d / 2, d * eta / (2 * c * c * s * s)),
+           "baseline_kappa_gaussian": lambda eta, s, d: sps.gammainc(d / 2, 0.5 * (eta / s) ** 2)}
+    with jax.enable_x64(True):
+        got = fn(*[np.float32(a) for a in args])
+        exact = float(fn(*[np.float64(a) for a in args]))
+    assert got.dtype == np.float32
+    want = ref[name](*args) if name in ref else exact  # rero_from_zcdp: its float64 value (checked in test_rero)
+    np.testing.assert_allclose(float(got), want, rtol=2e-6)
+    np.testing.assert_allclose(exact, want, rtol=1e-12)
