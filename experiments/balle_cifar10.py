@@ -55,14 +55,14 @@ def run(config, workdir: str) -> dict:
                                     num_targets=config.num_targets, eval_size=config.eval_size,
                                     key_or_seed=config.seed)
     del images, labels
-    fns = models.from_flax(models.balle_cifar_cnn(config.activation))
+    fns = models.from_flax(models.balle_cifar_cnn(**config.model))
     p0 = training.initial_params(fns, jax.random.fold_in(key, 0), sp.fixed_images)
-    alg = training.full_batch_gd(learning_rate=config.learning_rate, momentum=config.momentum, epochs=config.epochs)
+    alg = training.full_batch_gd(**config.train)
     features = _features(config)
     store = keyed_dir(os.path.join(workdir, "shadow"), "default", {
         "dataset": config.dataset, "seed": config.seed, "fixed_size": config.fixed_size,
         "num_shadow": config.num_shadow, "num_targets": config.num_targets, "eval_size": config.eval_size,
-        "probe_size": config.probe_size if features == "logits" else 0, "activation": config.activation,
+        "probe_size": config.probe_size if features == "logits" else 0, "activation": config.model.activation,
         "algorithm": alg.describe()})
     ms = informed.train_model_sets(
         fns, alg, sp, key, init_params=p0,
@@ -70,11 +70,8 @@ def run(config, workdir: str) -> dict:
         run=informed.RunOptions(store=store, chunk_size=config.chunk_size))
     require_finite(ms.shadow.params, "shadow-model parameters", "released-model learning rate too large?")
     spec = informed.ReconstructorSpec(
-        epochs=config.recon_epochs, batch_size=config.recon_batch_size, learning_rate=config.recon_learning_rate,
-        validation_size=config.recon_validation_size, model=transposed_conv_decoder(32, 3),
-        discriminator=patchgan_discriminator() if config.use_discriminator else None,
-        adversarial_weight=config.adversarial_weight,
-        discriminator_learning_rate=config.discriminator_learning_rate)
+        **config.reconstructor, model=transposed_conv_decoder(32, 3),
+        discriminator=patchgan_discriminator() if config.use_discriminator else None)
     orc = informed.oracle_for(sp)
     res = informed.informed_attack(sp, ms, jax.random.fold_in(key, 3), oracle=orc, features=features,
                                    reconstructor=spec, checkpoint_dir=os.path.join(store, "reconstructor"))

@@ -96,42 +96,40 @@ class _Sets:
 
     def spec(self, name):
         c = self.config
-        gd = functools.partial(training.full_batch_gd, learning_rate=c.learning_rate, momentum=c.momentum,
-                               epochs=c.epochs)
-        hidden, activation, alg, extra = c.hidden, c.activation, gd(), {}
+        gd = functools.partial(training.full_batch_gd, **c.train)
+        arch, alg, extra = dict(c.model), gd(), {}
         primary = name in ("default",)
         if name == "wide":
-            hidden = c.wide_hidden
+            arch["hidden"] = c.wide_hidden
         elif name == "epochs250":
             alg = gd(epochs=c.long_epochs)
         elif name == "relu":
-            activation = "relu"
+            arch["activation"] = "relu"
         elif name == "random_init":
             alg = gd(init="random")
         elif name in ("minibatch_known", "minibatch_unknown"):
             alg = training.minibatch_sgd(c.minibatch_size, learning_rate=c.minibatch_learning_rate,
-                                         momentum=c.minibatch_momentum, epochs=c.epochs,
+                                         momentum=c.minibatch_momentum, epochs=c.train.epochs,
                                          shuffle="known" if name == "minibatch_known" else "fresh")
         elif name.startswith("dp_eps="):
             eps = float(name.split("=")[1])
-            sigma = float(recon_jax.accounting.calibrate_sigma(eps, 1.0, c.epochs, c.dp_delta))
-            alg = training.dp_gd(c.dp_clip_norm, noise_multiplier=sigma, learning_rate=c.learning_rate,
-                                 momentum=c.momentum, epochs=c.epochs)
+            sigma = float(recon_jax.accounting.calibrate_sigma(eps, 1.0, c.train.epochs, c.dp_delta))
+            alg = training.dp_gd(c.dp_clip_norm, noise_multiplier=sigma, **c.train)
             extra = {"eps": eps, "delta": c.dp_delta, "noise_multiplier": sigma, "clip_norm": c.dp_clip_norm}
         elif name != "default":
             raise ValueError(f"unknown model set {name!r}")
-        fns = models.from_flax(models.balle_mnist_mlp(hidden, activation))
+        fns = models.from_flax(models.balle_mnist_mlp(**arch))
         secondary = c.set_num_shadow.get(name, c.secondary_num_shadow)  # per-set override, else the common size
         num_shadow = c.num_shadow if primary else min(secondary, c.num_shadow)
         num_targets = c.num_targets if primary else min(c.secondary_num_targets, c.num_targets)
         probe = c.probe_size if primary and "logits" in c.settings else 0
-        return fns, alg, hidden, activation, num_shadow, num_targets, probe, extra
+        return fns, alg, arch, num_shadow, num_targets, probe, extra
 
     def get(self, name):
         if name in self.cache:
             return self.cache[name]
         c, sp = self.config, self.splits
-        fns, alg, hidden, activation, num_shadow, num_targets, probe, extra = self.spec(name)
+        fns, alg, arch, num_shadow, num_targets, probe, extra = self.spec(name)
         set_key = jax.random.fold_in(self.key, _stable_id(name))  # independent draws (init, noise) per set
         p0 = None if alg.init == "random" else training.initial_params(fns, jax.random.fold_in(self.key, 0),
                                                                        sp.fixed_images)
@@ -140,8 +138,8 @@ class _Sets:
         store = keyed_dir(self.config.store_dir or os.path.join(self.workdir, "shadow"), name.replace("=", "_"), {
             "set": name, "seed": c.seed, "dataset": c.dataset, "fixed_size": c.fixed_size,
             "pool_num_shadow": c.num_shadow, "pool_num_targets": c.num_targets, "eval_size": c.eval_size,
-            "num_shadow": num_shadow, "num_targets": num_targets, "probe_size": probe, "hidden": hidden,
-            "activation": activation, "algorithm": alg.describe()})
+            "num_shadow": num_shadow, "num_targets": num_targets, "probe_size": probe, "hidden": arch["hidden"],
+            "activation": arch["activation"], "algorithm": alg.describe()})
         ms = informed.train_model_sets(
             fns, alg, sp, set_key, init_params=p0, shuffle_key=shuffle_key,
             sizes=informed.ModelSetSizes(num_shadow=num_shadow, num_targets=num_targets, probe_size=probe),
@@ -169,9 +167,7 @@ def run(config, workdir: str) -> dict:
     sets = _Sets(c, sp, key, workdir)
     if c.sets_only:
         return _train_sets_only(c, sets, run_info)
-    spec = informed.ReconstructorSpec(hidden=tuple(c.recon_hidden), epochs=c.recon_epochs,
-                                      batch_size=c.recon_batch_size, learning_rate=c.recon_learning_rate,
-                                      validation_size=c.recon_validation_size, patience=c.recon_patience)
+    spec = informed.ReconstructorSpec(**c.reconstructor)
 
     # NN oracle over everything the adversary has (the pool), Fig. 3 order statistics.
     orc = informed.oracle_for(sp, c.num_targets, bins=80, max_mse=0.3)
@@ -250,7 +246,7 @@ def run(config, workdir: str) -> dict:
             name = f"dp_eps={eps:g}"
             _, _, set_extra = sets.get(name)
             _, row = attack(name, name, kappa=kappa, eta=eta,
-                            **_rero_bounds(kappa, set_extra["noise_multiplier"], c.epochs, c.dp_delta,
+                            **_rero_bounds(kappa, set_extra["noise_multiplier"], c.train.epochs, c.dp_delta,
                                            c.dp_clip_norm, int(np.prod(sp.pool_images.shape[1:]))))
             row["success_at_eta"] = float(np.mean(results[name].mse <= eta))
             dp_points.append(row)
@@ -425,9 +421,8 @@ def _ordering_claim(res, alpha) -> dict:
 def _informed_mia(c, sp, key):
     """Informed MIA, known vs random initialisation (App. A, Fig. 11), per fixed-set size and candidate."""
     mia_pool, mia_pool_y = sp.pool_images, sp.pool_labels  # D- = the first n pool records
-    fns = models.from_flax(models.balle_mnist_mlp(c.hidden, c.activation))
-    gd = functools.partial(training.full_batch_gd, learning_rate=c.learning_rate, momentum=c.momentum,
-                           epochs=c.epochs)
+    fns = models.from_flax(models.balle_mnist_mlp(**c.model))
+    gd = functools.partial(training.full_batch_gd, **c.train)
     summary, rows, panels = {}, [], {}
     for n_fixed in c.mia_fixed_sizes:
         if n_fixed > len(mia_pool):
@@ -513,16 +508,16 @@ def _report(c, rows, oracle_summary, mia_summary, dp_points, classifier_acc, fig
     cols = ["setting", "mean_mse", "paper_mse", "ours", "paper", "mean_oracle_mse", "success_rate", "mean_ssim",
             "mean_kl", "released_test_accuracy", "num_shadow_models", "num_targets", "feature_dim",
             "reconstructor_epochs", "seconds"]
+    m, t, rec = c.model, c.train, c.reconstructor
     lines = [
         f"# Balle et al. informed-adversary reconstruction on MNIST ({c.variant})", "",
         f"MNIST train + test (70,000 records): {c.num_targets} evaluation targets, the other "
         f"{oracle_summary['pool_size']} records form the adversary's pool (NN oracle); fixed set {c.fixed_size}, "
-        f"up to {c.num_shadow} shadow targets. Released model 784-{c.hidden}-10 ({c.activation}), full-batch GD "
-        f"lr {c.learning_rate} momentum {c.momentum}, {c.epochs} epochs, known initialisation unless stated. "
-        f"Reconstructor MLP {tuple(c.recon_hidden)}, MAE+MSE, RMSProp {c.recon_learning_rate}, batch "
-        f"{c.recon_batch_size}, at most {c.recon_epochs} epochs"
-        + (f", early stopping (patience {c.recon_patience})" if c.recon_patience else "")
-        + f" on the validation MSE of the last {c.recon_validation_size} shadow models of each row (held out; "
+        f"up to {c.num_shadow} shadow targets. Released model 784-{m.hidden}-10 ({m.activation}), full-batch GD "
+        f"lr {t.learning_rate} momentum {t.momentum}, {t.epochs} epochs, known initialisation unless stated. "
+        f"Reconstructor MLP {tuple(rec.hidden)}, MAE+MSE, RMSProp {rec.learning_rate}, batch {rec.batch_size}, at "
+        f"most {rec.epochs} epochs" + (f", early stopping (patience {rec.patience})" if rec.patience else "")
+        + f" on the validation MSE of the last {rec.validation_size} shadow models of each row (held out; "
         "a tenth of them for rows with fewer shadow models). "
         f"Rows outside the default shadow set use {min(c.secondary_num_shadow, c.num_shadow)} shadow models"
         + "".join(f" ({k}: {min(v, c.num_shadow)})" for k, v in sorted(c.set_num_shadow.items()))
@@ -550,7 +545,7 @@ def _report(c, rows, oracle_summary, mia_summary, dp_points, classifier_acc, fig
                                                               "num_models_per_phase"])]
     if dp_points:
         lines += ["", f"DP-GD rows: clip {c.dp_clip_norm}, noise multiplier calibrated with "
-                  f"`recon_jax.accounting.calibrate_sigma` (q = 1, {c.epochs} steps, delta {c.dp_delta}), "
+                  f"`recon_jax.accounting.calibrate_sigma` (q = 1, {t.epochs} steps, delta {c.dp_delta}), "
                   "independent noise per eps. ReRo: empirical prior = uniform over 4,000 random pool records, kappa from "
                   "`oracle.estimate_kappa` (guesses: the records, their mean and class means), "
                   f"eta = mean NN-oracle MSE {dp_points[0]['eta']:.4f}, kappa = {dp_points[0]['kappa']:.4g}; "

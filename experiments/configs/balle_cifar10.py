@@ -11,6 +11,13 @@ Variants and the sizes they really use:
   59,800-record pool, convolution-layer features, decoder for 30 epochs (CPU hours; meant for an accelerator).
 - ``paper``: fixed set 5,000, 44,000 shadow models (1,000 held out), 1,000 targets, 59,000-record pool (Fig.
   3b), all 55K parameters into the Table VII decoder, PatchGAN loss, 100 epochs (accelerator).
+
+Sections that map one-to-one onto library structures (built with ``**``; override as e.g.
+``--config.reconstructor.epochs=5``): ``model``, the arguments of :func:`recon_jax.models.balle_cifar_cnn`
+(``activation``); ``train``, those of :func:`recon_jax.training.full_batch_gd` (``learning_rate``, ``momentum``,
+``epochs``); ``reconstructor``, fields of :class:`recon_jax.attacks.reconn.ReconstructorSpec` (``epochs``,
+``batch_size``, ``learning_rate``, ``validation_size``, ``adversarial_weight``, ``discriminator_learning_rate``;
+the experiment adds the decoder and, with ``use_discriminator``, the PatchGAN).
 """
 
 import ml_collections
@@ -28,24 +35,22 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.eval_size = 1000
     c.probe_size = 500  # Sec. VI-C: 500 probe images for CIFAR-10 black-box features
 
-    # Released model (Table VI): conv 16@4x4/2, conv 32@4x4/1, dense 10, ELU; full-batch GD + momentum.
-    c.activation = "elu"
-    c.learning_rate = 0.2
-    c.momentum = 0.9
-    c.epochs = 100
+    # Released model (Table VI): conv 16@4x4/2, conv 32@4x4/1, dense 10, ELU; full-batch GD + momentum. `model`:
+    # the arguments of models.balle_cifar_cnn; `train`: those of training.full_batch_gd.
+    c.model = ml_collections.ConfigDict({"activation": "elu"})
+    c.train = ml_collections.ConfigDict({"learning_rate": 0.2, "momentum": 0.9, "epochs": 100})
     c.chunk_size = 64
 
     # Features: "params" (all 55K), "logits" (probe logits) or comma-separated layer paths (App. F / Table II
     # "released layers": the convolutions).
     c.features = "Conv_0,Conv_1"
-    # Reconstructor (Table VII decoder) and optional PatchGAN (Table VIII).
-    c.recon_epochs = 30
-    c.recon_batch_size = 128
-    c.recon_learning_rate = 1e-3
-    c.recon_validation_size = 500  # the last shadow models, held out for the validation MSE
+    # Reconstructor (Table VII decoder) and optional PatchGAN (Table VIII): fields of informed.ReconstructorSpec
+    # (the experiment adds the decoder, and the discriminator when `use_discriminator`). validation_size: the last
+    # shadow models, held out for the validation MSE.
+    c.reconstructor = ml_collections.ConfigDict({"epochs": 30, "batch_size": 128, "learning_rate": 1e-3,
+                                                 "validation_size": 500, "adversarial_weight": 0.01,
+                                                 "discriminator_learning_rate": 1e-5})
     c.use_discriminator = False
-    c.adversarial_weight = 0.01
-    c.discriminator_learning_rate = 1e-5
     c.grid_columns = 10
 
     if variant == "smoke":
@@ -55,12 +60,10 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.num_targets = 4
         c.eval_size = 16
         c.probe_size = 8
-        c.epochs = 2
+        c.train.epochs = 2
         c.chunk_size = 16
         c.features = "logits"
-        c.recon_epochs = 2
-        c.recon_batch_size = 16
-        c.recon_validation_size = 8
+        c.reconstructor.update(epochs=2, batch_size=16, validation_size=8)
         c.use_discriminator = True
         c.grid_columns = 6
     elif variant == "paper":
@@ -68,10 +71,9 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.num_shadow = 44000
         c.num_targets = 1000
         c.eval_size = 1000
-        c.recon_validation_size = 1000
+        c.reconstructor.update(epochs=100, validation_size=1000)
         c.chunk_size = 512
         c.features = "params"
-        c.recon_epochs = 100
         c.use_discriminator = True
     elif variant != "default":
         raise ValueError(f"unknown variant {variant!r}; choose smoke, default or paper")

@@ -34,9 +34,22 @@ Variants and the sizes they really use:
 
 Shadow sets and reconstructor checkpoints are keyed by what determines them, so variants run in one workdir
 share whatever they have in common and never reuse anything else.
+
+Sections that map one-to-one onto library structures (the experiment builds them with ``**``; an override names
+the section, e.g. ``--config.reconstructor.epochs=50`` or ``--config.train.epochs=20``):
+
+- ``model``: the arguments of :func:`recon_jax.models.balle_mnist_mlp` (``hidden``, ``activation``) for the
+  released and shadow models; the width-100 and ReLU rows replace one of them.
+- ``train``: the arguments of :func:`recon_jax.training.full_batch_gd` (``learning_rate``, ``momentum``,
+  ``epochs``); the 250-epoch and random-init rows override one, DP-GD adds clipping and noise calibrated over
+  ``train.epochs`` steps, minibatch SGD keeps ``train.epochs`` with its own ``minibatch_*`` rate and momentum.
+- ``reconstructor``: the fields of :class:`recon_jax.attacks.reconn.ReconstructorSpec` (``hidden``, ``epochs``,
+  ``batch_size``, ``learning_rate``, ``validation_size``, ``patience``); rows with fewer shadow models hold out at
+  most a tenth of them.
 """
 
 import ml_collections
+from ml_collections import config_dict
 
 VARIANTS = ("smoke", "default", "table2", "paper", "gpu")
 
@@ -56,23 +69,20 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.eval_size = 1000  # pool records outside the fixed set, for the released models' test accuracy
     c.probe_size = 200
 
-    # Released / shadow model training (Table V).
-    c.hidden = 10
-    c.activation = "elu"
-    c.learning_rate = 0.2
-    c.momentum = 0.9
-    c.epochs = 100
+    # Released / shadow models (Table V): `model` holds the arguments of models.balle_mnist_mlp, `train` those of
+    # training.full_batch_gd (the DP-GD rows train with the same, the minibatch rows with the same epochs).
+    c.model = ml_collections.ConfigDict({"hidden": 10, "activation": "elu"})
+    c.train = ml_collections.ConfigDict({"learning_rate": 0.2, "momentum": 0.9, "epochs": 100})
     c.chunk_size = 256
 
-    # Reconstructor (Table V: 2 x 1000 ReLU, sigmoid, MAE+MSE, RMSProp 1e-3, batch 128, 100 epochs). The last
-    # `recon_validation_size` shadow models of each row are held out for the validation MSE; with
-    # `recon_patience` set, training stops once it has not improved for that many epochs.
-    c.recon_hidden = (1000, 1000)
-    c.recon_epochs = 30
-    c.recon_batch_size = 128
-    c.recon_learning_rate = 1e-3
-    c.recon_validation_size = 500
-    c.recon_patience = 5
+    # Reconstructor (Table V: 2 x 1000 ReLU, sigmoid, MAE+MSE, RMSProp 1e-3, batch 128, 100 epochs): fields of
+    # informed.ReconstructorSpec. The last `validation_size` shadow models of each row are held out for the
+    # validation MSE; with `patience` set, training stops once it has not improved for that many epochs (None:
+    # every epoch; typed int, so --config.reconstructor.patience=10 works on a variant where it is None).
+    c.reconstructor = ml_collections.ConfigDict({"hidden": (1000, 1000), "epochs": 30, "batch_size": 128,
+                                                 "learning_rate": 1e-3, "validation_size": 500,
+                                                 "patience": config_dict.placeholder(int)})
+    c.reconstructor.patience = 5
 
     # Table II rows. "default", "logits" and "fewer_shadow" share the default shadow set ("num_shadow" models);
     # "width100" and "layer_subset" share one set of width-`wide_hidden` released models; every other row
@@ -129,13 +139,9 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.num_targets = 16
         c.eval_size = 100
         c.probe_size = 20
-        c.epochs = 10
+        c.train.epochs = 10
         c.chunk_size = 128
-        c.recon_hidden = (256,)
-        c.recon_epochs = 15
-        c.recon_batch_size = 32
-        c.recon_validation_size = 30
-        c.recon_patience = None
+        c.reconstructor.update(hidden=(256,), epochs=15, batch_size=32, validation_size=30, patience=None)
         c.settings = ("default", "fewer_shadow")
         c.wide_hidden = 20
         c.long_epochs = 20
@@ -151,9 +157,7 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.grid_columns = 6
     elif variant == "table2":
         c.num_shadow = 20000
-        c.recon_epochs = 100
-        c.recon_validation_size = 1000
-        c.recon_patience = 10
+        c.reconstructor.update(epochs=100, validation_size=1000, patience=10)
         c.chunk_size = 1024
         c.settings = ("default", "logits", "layer_subset", "width100", "epochs250", "relu", "random_init",
                       "minibatch_known", "minibatch_unknown", "fewer_shadow", "dp")
@@ -170,9 +174,7 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.num_shadow = 59000
         c.secondary_num_shadow = 59000
         c.secondary_num_targets = 1000
-        c.recon_epochs = 100
-        c.recon_validation_size = 1000
-        c.recon_patience = 10
+        c.reconstructor.update(epochs=100, validation_size=1000, patience=10)
         c.chunk_size = 4096
         c.settings = ("default", "logits", "layer_subset", "width100", "epochs250", "relu", "random_init",
                       "minibatch_known", "minibatch_unknown", "dp")
@@ -180,9 +182,7 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
         c.mia_num_models = 0
     elif variant == "paper":
         c.num_shadow = 59000
-        c.recon_epochs = 100
-        c.recon_validation_size = 1000
-        c.recon_patience = 10
+        c.reconstructor.update(epochs=100, validation_size=1000, patience=10)
         c.chunk_size = 1024
         c.settings = ("default", "logits", "fewer_shadow")
         c.fewer_shadow_counts = (100, 1000, 8000, 20000)

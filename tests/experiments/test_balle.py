@@ -100,12 +100,11 @@ def test_balle_mnist_every_row(tmp_path, claim_problems):
 
     config = get_config("table2")
     smoke = get_config("smoke")
-    for k in ("fixed_size", "num_shadow", "num_targets", "eval_size", "probe_size", "epochs", "chunk_size",
-              "recon_hidden", "recon_epochs", "recon_batch_size", "recon_validation_size", "wide_hidden",
-              "long_epochs", "minibatch_size", "fewer_shadow_counts", "secondary_num_shadow",
+    for k in ("fixed_size", "num_shadow", "num_targets", "eval_size", "probe_size", "chunk_size", "reconstructor",
+              "wide_hidden", "long_epochs", "minibatch_size", "fewer_shadow_counts", "secondary_num_shadow",
               "secondary_num_targets", "set_num_shadow", "grid_columns"):
         config[k] = smoke[k]
-    config.recon_patience = None
+    config.train.epochs = smoke.train.epochs
     config.dp_eps = (10.0,)
     config.mia_num_models, config.mia_num_candidates, config.mia_fixed_sizes = 8, 1, (50,)
     config.kl_classifier_epochs, config.kl_classifier_size = 1, 500
@@ -151,7 +150,8 @@ def test_paper_and_table2_variants_reach_the_papers_layout():
         # 1K evaluation targets and a 69K pool (Fig. 3a); Table II's 1K fixed set.
         assert (len(sp.fixed_idx), len(sp.shadow_idx), len(sp.target_idx), len(sp.pool_idx)) == (
             1000, num_shadow, 1000, 69000)
-        assert c.recon_epochs == 100 and c.recon_hidden == (1000, 1000) and c.recon_patience is not None
+        assert c.reconstructor.epochs == 100 and c.reconstructor.hidden == (1000, 1000)
+        assert c.reconstructor.patience is not None
     c = get_config("table2")
     # Every secondary set says its size: the per-set overrides name sets that exist and stay below the default's.
     assert set(c.set_num_shadow) <= {"wide", "minibatch_known", "minibatch_unknown", "epochs250", "relu",
@@ -159,3 +159,25 @@ def test_paper_and_table2_variants_reach_the_papers_layout():
     assert all(0 < v <= c.num_shadow for v in c.set_num_shadow.values())
     with pytest.raises(ValueError, match="variant"):
         get_config("full")
+
+
+def test_config_sections_are_the_library_structures():
+    """``model``, ``train`` and ``reconstructor`` hold exactly the arguments of what they configure (issue 37): every
+    variant builds them with ``**``, and ``reconstructor.patience`` takes None and an int in either order."""
+    from experiments.configs import balle_cifar10, balle_mnist
+
+    from recon_jax import models, training
+    from recon_jax.attacks import informed
+
+    for cfg, variants, model in ((balle_mnist, balle_mnist.VARIANTS, models.balle_mnist_mlp),
+                                 (balle_cifar10, ("smoke", "default", "paper"), models.balle_cifar_cnn)):
+        for variant in variants:
+            c = cfg.get_config(variant)
+            assert dict(c.reconstructor) == {k: getattr(informed.ReconstructorSpec(**c.reconstructor), k)
+                                             for k in c.reconstructor}
+            assert training.full_batch_gd(**c.train).epochs == c.train.epochs
+            assert model(**c.model) is not None
+    c = balle_mnist.get_config("smoke")
+    assert c.reconstructor.patience is None
+    c.reconstructor.patience = 10
+    c.reconstructor.patience = None
