@@ -11,6 +11,7 @@
   and the ``colab/hcr`` notebook; imported from that module, not exported here.
 """
 
+from recon_jax.evidence import claims, launcher, markdown, plots, progress, run
 from recon_jax.evidence.claims import (VERDICTS, check_claims, claim, claims_markdown, comparison, is_vacuous,
                                        paired_comparison, student_t_half_width)
 from recon_jax.evidence.launcher import experiment_flags, forget_overrides, launch, run_app, run_summary
@@ -21,41 +22,4 @@ from recon_jax.evidence.run import (NonFiniteResult, ResumeAcrossCodeError, RunI
                                     code_fingerprint, config_to_dict, finish_run, keyed_dir, prepare_workdir,
                                     provenance, publish, require_finite, start_run, write_run_info)
 
-__all__ = [
-    # run
-    "prepare_workdir",
-    "config_to_dict",
-    "write_run_info",
-    "RunInfo",
-    "start_run",
-    "finish_run",
-    "NonFiniteResult",
-    "require_finite",
-    "keyed_dir",
-    "code_fingerprint",
-    "allow_resume_across_code",
-    "ResumeAcrossCodeError",
-    "provenance",
-    "publish",
-    # claims
-    "VERDICTS",
-    "comparison",
-    "paired_comparison",
-    "student_t_half_width",
-    "is_vacuous",
-    "claim",
-    "check_claims",
-    "claims_markdown",
-    # launcher
-    "experiment_flags",
-    "forget_overrides",
-    "run_app",
-    "launch",
-    "run_summary",
-    # markdown, plots, progress
-    "format_value",
-    "markdown_table",
-    "histogram_vs_reference",
-    "image_grid",
-    "step",
-]
+__all__ = [*run.__all__, *claims.__all__, *launcher.__all__, *markdown.__all__, *plots.__all__, *progress.__all__]
