@@ -78,10 +78,11 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     # Reconstructor (Table V: 2 x 1000 ReLU, sigmoid, MAE+MSE, RMSProp 1e-3, batch 128, 100 epochs): fields of
     # informed.ReconstructorSpec. The last `validation_size` shadow models of each row are held out for the
     # validation MSE; with `patience` set, training stops once it has not improved for that many epochs (None:
-    # every epoch; typed int, so --config.reconstructor.patience=10 works on a variant where it is None).
+    # every epoch). A placeholder of type object, so the command line takes both --config.reconstructor.patience=10
+    # and =None on any variant (an int-typed field would refuse None there); train_reconstructor checks the value.
     c.reconstructor = ml_collections.ConfigDict({"hidden": (1000, 1000), "epochs": 30, "batch_size": 128,
                                                  "learning_rate": 1e-3, "validation_size": 500,
-                                                 "patience": config_dict.placeholder(int)})
+                                                 "patience": config_dict.placeholder(object)})
     c.reconstructor.patience = 5
 
     # Table II rows. "default", "logits" and "fewer_shadow" share the default shadow set ("num_shadow" models);

@@ -2,7 +2,9 @@
 
 import json
 import os
+import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -181,3 +183,28 @@ def test_config_sections_are_the_library_structures():
     assert c.reconstructor.patience is None
     c.reconstructor.patience = 10
     c.reconstructor.patience = None
+
+
+def test_patience_override_takes_none_and_an_int_on_the_command_line():
+    """``--config.reconstructor.patience`` accepts ``None`` and an int on a variant whose default is either (an
+    int-typed ml_collections field refuses ``None`` on the command line); a bad value reaches the library's check."""
+    import subprocess
+
+    from recon_jax.attacks import informed, reconn
+
+    script = ("from absl import app\nfrom ml_collections import config_flags\n"
+              "cfg = config_flags.DEFINE_config_file('config')\n"
+              "app.run(lambda _: print(repr(cfg.value.reconstructor.patience)))\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for variant, default in (("smoke", None), ("paper", 10)):
+        for given, want in (("None", None), ("7", 7), (None, default)):
+            argv = [sys.executable, "-c", script, f"--config=experiments/configs/balle_mnist.py:{variant}"]
+            argv += [] if given is None else [f"--config.reconstructor.patience={given}"]
+            out = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stderr[-2000:]
+            assert out.stdout.strip() == repr(want), (variant, given, out.stdout)
+    spec = informed.ReconstructorSpec(hidden=(4,), epochs=1, patience="ten")
+    f = np.zeros((8, 3), np.float32)
+    with pytest.raises(ValueError, match="patience"):
+        reconn.train_reconstructor(f, np.zeros((8, 2), np.float32), spec, jax.random.key(0), eval_set=(f, f[:, :2]),
+                                   progress=False)
