@@ -25,7 +25,8 @@ class EpochCheckpoint:
 
     The file name is a hash of everything that determines the state after epoch ``e`` (model, optimiser
     settings, key, data digests, batch size, ...), not of ``epochs`` or ``patience``: a run can be resumed with
-    more epochs, and a different configuration never picks up another's state.
+    more epochs, and a different configuration never picks up another's state. A state saved past the epoch where
+    a later call stops is not used by that call (:func:`recon_jax.attacks.reconn.train_reconstructor` starts over).
     """
 
     def __init__(self, directory: str, key_description: dict):

@@ -196,6 +196,17 @@ def early_stopping(history: Sequence[float], patience: int | None = None,
     return best, patience is not None and len(history) - best >= patience
 
 
+def _stop_point(saved: dict, epochs: int, patience: int | None, min_delta: float, monitor: str) -> int:
+    """The number of epochs a call with these settings runs when its history starts as ``saved``'s: the first
+    ``k`` with ``k == epochs`` or the early-stopping rule met after ``k`` epochs (``len(saved)`` or more when the
+    saved history never meets either, so the call goes on from it)."""
+    monitored = saved["eval_mse"] if monitor == "mse" else saved["eval_loss"]
+    for k in range(len(saved["losses"]) + 1):
+        if k >= epochs or (patience is not None and early_stopping(monitored[:k], patience, min_delta)[1]):
+            return k
+    return len(saved["losses"])
+
+
 @dataclasses.dataclass(frozen=True)
 class ReconstructorFit:
     """A trained reconstructor.
@@ -272,7 +283,9 @@ def train_reconstructor(features, targets, spec: ReconstructorSpec, key: jax.Arr
       checkpoint_dir: save the training state atomically in this directory (after the last epoch, and every
         ``CHECKPOINT_SECONDS`` of training before it), under a name
         hashed from everything that determines it; a later call with the same arguments resumes after the last
-        saved epoch (``spec.epochs`` may be larger) and gives the same result as an uninterrupted run.
+        saved epoch (``spec.epochs`` may be larger) and gives the same result as an uninterrupted run. A checkpoint
+        that ran past where this call stops (smaller ``spec.epochs``, or a ``spec.patience`` that stops sooner) is
+        not used: the call trains from the start and replaces it.
       checkpoint_key: JSON-able description of what the hash cannot see; required with ``checkpoint_dir`` when
         ``spec.optimizer`` or ``spec.perceptual_fn`` is given (functions have no stable hash).
       stream_rows: rows gathered per block (rounded down to a multiple of the batch size; default 2,048).
@@ -382,6 +395,10 @@ def train_reconstructor(features, targets, spec: ReconstructorSpec, key: jax.Arr
             "dtype": str(dtype), "extra": checkpoint_key, "train_flag": bool(train_flag), "monitor": monitor}
         ckpt = EpochCheckpoint(checkpoint_dir, description)
         saved = ckpt.load(state, best)
+        if saved is not None and _stop_point(saved, epochs, patience, min_delta, monitor) < len(saved["losses"]):
+            # The checkpoint ran past where this call stops (fewer epochs, or a patience that stops sooner): its
+            # state cannot be rolled back, so this call trains from the start and its saves replace that file.
+            saved = None
         if saved is not None:
             state, best = saved["state"], saved["best"]
             losses, eval_mse, best_epoch = saved["losses"], saved["eval_mse"], saved["best_epoch"]

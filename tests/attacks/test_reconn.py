@@ -303,6 +303,28 @@ def test_resume_after_stop_equals_uninterrupted_run(tmp_path):
     assert other.resumed_from == 0 and len(list(tmp_path.iterdir())) == 2
 
 
+def test_checkpoint_past_this_calls_stop_is_not_used(tmp_path):
+    """A checkpoint that ran further than a later call would (fewer epochs, or a patience that stops sooner) cannot
+    be rolled back: the call equals a fresh run of its own settings, never the longer run's state."""
+    f, t = _toy_task(200)
+    t_noise = np.random.default_rng(1).uniform(size=t.shape).astype(np.float32)
+    long = _fit(f, t, epochs=4, checkpoint_dir=str(tmp_path / "a"))
+    assert long.epochs_run == 4
+    short = _fit(f, t, epochs=2, checkpoint_dir=str(tmp_path / "a"))
+    assert short.epochs_run == 2 and short.resumed_from == 0
+    _same_fit(_fit(f, t, epochs=2), short)
+    assert _fit(f, t, epochs=2, checkpoint_dir=str(tmp_path / "a")).resumed_from == 2  # its saves replaced the file
+    # Patience: 12 epochs without early stopping, then patience 1, which stops at the first epoch without improvement.
+    opt = optax.adam(3e-2)
+    ran = _fit(f, t_noise, epochs=12, optimizer=opt, checkpoint_dir=str(tmp_path / "b"), checkpoint_key={"o": 1})
+    stops = _fit(f, t_noise, epochs=12, patience=1, optimizer=opt)
+    assert stops.stopped_early and stops.epochs_run < ran.epochs_run
+    again = _fit(f, t_noise, epochs=12, patience=1, optimizer=opt, checkpoint_dir=str(tmp_path / "b"),
+                 checkpoint_key={"o": 1})
+    assert again.resumed_from == 0 and again.epochs_run == stops.epochs_run
+    _same_fit(stops, again)
+
+
 def test_early_stopping_returns_best_epoch():
     f, t = _toy_task(200)
     # Noise targets: the held-out MSE cannot keep improving, so patience 2 stops the run early.
