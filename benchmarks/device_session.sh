@@ -15,8 +15,8 @@
 # to FINISH_WAIT seconds after its own start for what is still running, and copies everything to OUT again.
 # Background processes start their own session (setsid), so they outlive call 1 on a warm machine. The state
 # lives in RJ_STATE (default /tmp/rj_session); the run's folder in /dev/shm when it has room (the stores take
-# ~40 GB), else /tmp. Without an accelerator it is a dry run of the same steps (device_check.sh's tiny sizes;
-# tests/test_device_check.py runs it with TABLE2=0).
+# ~40 GB), else /tmp. Without an accelerator it is a dry run of the same steps (device_check.sh's tiny sizes, Table
+# II at the smoke variant unless CONFIG is set; tests/test_device_check.py runs it with TABLE2=0).
 #
 # Sizes measured on one H100 (results/device/h100): the benchmarks take ~130 s alone; the suite with 14 workers
 # reached 96% in 420 s. With TABLE2=0 the suite gets device_check.sh's defaults, 14 workers for 480 s, so that
@@ -44,7 +44,12 @@ else
   echo "$work" > "$state/workroot"
 fi
 mkdir -p "$work"
-config=${CONFIG:-experiments/configs/balle_mnist.py:gpu}
+# Table II at the paper's scale on an accelerator; without one (a dry run) at smoke sizes unless CONFIG says otherwise.
+if [ -z "${CONFIG:-}" ] && [ "$("$PYTHON" -c 'import jax; print(jax.default_backend())' 2>/dev/null)" = cpu ]; then
+  config=experiments/configs/balle_mnist.py:smoke
+else
+  config=${CONFIG:-experiments/configs/balle_mnist.py:gpu}
+fi
 
 pack() {
   # A suite still running has written no summary of its own yet: summarise its log so far.

@@ -19,7 +19,9 @@
 # network* from (shadow parameters -> image), and applies it to the released model. Success means the
 # reconstruction is closer (in MSE) to the target than the nearest image the adversary already had (the NN
 # oracle). The same adversary also wins the informed membership game when it knows the initialisation.
-# `RECON_JAX_SMOKE=1` picks tiny sizes (CI); the full study (Table II) is `python -m experiments.balle_mnist`.
+# `RECON_JAX_SMOKE=1` picks tiny sizes (CI); the experiment is `python -m experiments.balle_mnist` (its default
+# variant: 10,000 shadow models), and the whole Table II column `--config=experiments/configs/balle_mnist.py:table2`
+# (CPU) or `:gpu` (the paper's 59,000 per row).
 # Everything below runs the library pipeline `recon_jax.attacks.informed`, the same code as the experiments.
 
 # %%

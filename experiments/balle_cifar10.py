@@ -19,7 +19,7 @@ import os
 import jax
 import numpy as np
 
-from experiments.common import claim, finish_run, keyed_dir, launch, require_finite, start_run
+from experiments.common import claim, finish_run, keyed_dir, launch, paired_comparison, require_finite, start_run
 import recon_jax
 from recon_jax import models, training
 from recon_jax.attacks import informed
@@ -91,9 +91,15 @@ def run(config, workdir: str) -> dict:
                "oracle": {"mean_nn_mse": res.mean_oracle_mse, "pool_size": int(len(sp.pool_images)),
                           "paper_nn_mse": PAPER["nn_oracle"]},
                "reconstructor_losses": res.train_loss.tolist(), "figures": [os.path.basename(f) for f in figs]}
-    claims = [claim(f"{setting}: {'✓' if paper_ok else '✗'} as in Table II (CIFAR-10)", res.row_success == paper_ok,
-                    f"mean MSE {res.mean_mse:.4f} vs mean oracle {res.mean_oracle_mse:.4f} (paper {paper_mse} vs "
-                    f"{PAPER['nn_oracle']}); {res.num_shadow} shadow models, {len(res.mse)} targets")]
+    k = paired_comparison(f"{setting}: MSE - NN-oracle MSE", res.mse, res.oracle_mse, "<=" if paper_ok else ">=",
+                          alpha=float(config.claim_alpha))
+    lo, hi = k["interval"]
+    claims = [claim(f"{setting}: {'✓' if paper_ok else '✗'} as in Table II (CIFAR-10)",
+                    detail=f"mean MSE {res.mean_mse:.4f} vs mean oracle {res.mean_oracle_mse:.4f} (paper {paper_mse} vs "
+                           f"{PAPER['nn_oracle']}); {res.num_shadow} shadow models, {len(res.mse)} targets; paired "
+                           f"difference {k['value']:+.4f} " + ("too few targets" if lo is None else
+                                                               f"[{lo:+.4f}, {hi:+.4f}]"),
+                    comparisons=[k])]
     text = (f"# Balle et al. RecoNN on CIFAR-10 ({config.variant}, dataset {config.dataset})\n\n"
             f"Fixed set {config.fixed_size}, {config.num_shadow} shadow models, {config.num_targets} targets, "
             f"adversary pool {len(sp.pool_images)} records; features {config.features}; Table VII decoder"
@@ -102,7 +108,10 @@ def run(config, workdir: str) -> dict:
             + markdown_table([row], ["setting", "mean_mse", "paper_mse", "ours", "paper", "mean_oracle_mse",
                                      "success_rate", "mean_ssim", "released_test_accuracy", "num_shadow_models",
                                      "num_targets", "feature_dim", "discriminator"])
-            + "\n\nNo LPIPS term (no pretrained LPIPS network).\n")
+            + "\n\nNo LPIPS term (no pretrained LPIPS network).\n\n"
+            + "".join(f"![{name}]({os.path.basename(f)})\n\n" for name, f in
+                      zip(("targets, reconstructions and NN-oracle matches", "MSE histogram, RecoNN vs NN oracle"),
+                          figs)))
     result = finish_run(run_info, metrics, text, claims)
     print(text)
     return result

@@ -7,7 +7,9 @@ from here. Every experiment's ``run(config, workdir)`` follows the same shape::
 
     run_info = start_run(workdir, config, seed=config.seed)   # config.json with commit, machine, versions
     ...                                                       # require_finite(...) on losses, models, metrics
-    claims = [claim("attack beats the oracle", mse < oracle, f"mean MSE {mse:.4f} vs oracle {oracle:.4f}")]
+    claims = [claim("attack beats the oracle", detail=f"mean MSE {mse:.4f} vs oracle {oracle:.4f}",
+                    comparisons=[paired_comparison("MSE - oracle MSE", mse_per_target, oracle_per_target, "<=",
+                                                   alpha=config.claim_alpha)])]  # holds / fails / undecided
     return finish_run(run_info, metrics, report_text, claims)  # report.md (+ Claims), metrics.json, wall time
 
 and ends with the command line, written once in :func:`~recon_jax.evidence.launcher.launch`::

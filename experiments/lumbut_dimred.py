@@ -289,7 +289,10 @@ def _lookup(metrics, method, policy, size, net):
 
 
 def _fmt(s):
-    return "—" if s is None else f"{s['mean']:.4f} ± {s['std']:.4f} (r={s['repeats']})"
+    """A cell: mean ± spread over the repeats (one repeat has no spread to show)."""
+    if s is None:
+        return "—"
+    return f"{s['mean']:.4f} (r=1)" if s["repeats"] < 2 else f"{s['mean']:.4f} ± {s['std']:.4f} (r={s['repeats']})"
 
 
 def _paper(net, label):

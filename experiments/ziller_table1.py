@@ -164,7 +164,7 @@ def run(config, workdir: str) -> dict:
         rows, matches = table1()
     routes = route_table(config)
     fig = plot(config, workdir)
-    text = _markdown(rows, matches, routes)
+    text = _markdown(rows, matches, routes) + f"\n![ReRo bounds of each route against sigma]({os.path.basename(fig)})\n"
     gdp_tightest = sum(r["tightest"] == "GDP" for r in routes)
     others = ["(eps,delta)-DP", "RDP curve", "zCDP"]
     gdp_ratio = max(r["GDP"] / min(r[k] for k in others) for r in routes)

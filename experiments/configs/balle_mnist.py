@@ -99,7 +99,8 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.secondary_num_shadow = 2000
     c.secondary_num_targets = 200
     # Per-set overrides of secondary_num_shadow (set names: wide, epochs250, relu, random_init, minibatch_known,
-    # minibatch_unknown, dp_eps=<eps>), for the sets whose models or reconstructor inputs cost most.
+    # minibatch_unknown, dp_eps=<eps>), for the sets whose models or reconstructor inputs cost most. On the command
+    # line as a dict literal, which replaces the variant's: --config.set_num_shadow="{'epochs250': 20000}".
     c.set_num_shadow = ml_collections.ConfigDict()
 
     # DP-GD (Sec. VI-D, Fig. 9): clip 1, Gaussian noise calibrated to (eps, delta) over `epochs` full-batch steps;

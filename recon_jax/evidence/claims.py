@@ -193,8 +193,8 @@ def claim(name: str, holds: Any = None, detail: str = "", *, verdict: str | None
 
     Three forms:
 
-    - ``claim(name, holds, detail)``: decided on the numbers in ``detail`` (the form of the earlier results; no
-      verdict field);
+    - ``claim(name, holds, detail)``: decided on the numbers in ``detail`` (the form of the results committed
+      before verdicts existed; no verdict field, and :func:`~recon_jax.evidence.run.finish_run` refuses it);
     - ``claim(name, detail=..., comparisons=[comparison(...), ...])``: the verdict is "fails" if any comparison
       fails, "holds" if all hold, "undecided" otherwise; ``holds = (verdict == "holds")``. A vacuous comparison
       (:func:`is_vacuous`) is refused: a claim must be able to fail;
@@ -259,8 +259,9 @@ def claims_markdown(claims: list[dict]) -> str:
     if claims and all("verdict" in c for c in claims):
         failed = sum(c["verdict"] == "fails" for c in claims)
         undecided = sum(c["verdict"] == "undecided" for c in claims)
-        lines = ["## Claims", "", f"{head} ({failed} fail{'s' if failed == 1 else ''}, {undecided} undecided: the "
-                                   "data cannot decide them at this run's sample sizes).", "",
+        why = ": the data cannot decide them at this run's sample sizes" if undecided else ""
+        lines = ["## Claims", "", f"{head} ({failed} fail{'s' if failed == 1 else ''}, {undecided} undecided{why}).",
+                 "",
                  "| claim | verdict | numbers |", "|---|---|---|"]
         marks = {"holds": "holds", "fails": "**fails**", "undecided": "*undecided*"}
         lines += [f"| {c['name']} | {marks[c['verdict']]} | {c['detail']} |" for c in claims]

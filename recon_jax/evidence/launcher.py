@@ -57,10 +57,24 @@ def _parse_flags(argv: list[str]) -> list[str]:
             allow_resume_across_code(True)
         return rest
     except flags.Error as err:
-        print(f"{os.path.basename(argv[0])}: {err} (--helpfull lists the flags)", file=sys.stderr)
+        print(f"{os.path.basename(argv[0])}: {_one_line(str(err))} (--helpfull lists the flags)", file=sys.stderr)
         sys.exit(2)
     except (AttributeError, KeyError) as err:  # ml_collections: an override names a field the config lacks
         _unknown_field(argv, err)
+
+
+def _one_line(message: str) -> str:
+    r"""absl's message for a flag, without the traceback ml_collections embeds when the config file itself raises
+    (e.g. an unknown variant): its first line and the exception's last.
+
+    >>> _one_line("flag --config=c.py:smok: Error whilst parsing config file:\n\nTraceback (most recent call "
+    ...           "last):\n  File ...\nValueError: unknown variant 'smok'\n")
+    "flag --config=c.py:smok: Error whilst parsing config file: ValueError: unknown variant 'smok'"
+    """
+    if "Traceback (most recent call last)" not in message:
+        return message
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    return f"{lines[0]} {lines[-1]}"
 
 
 def _unknown_field(argv: list[str], err: Exception) -> None:
@@ -78,7 +92,8 @@ def _unknown_field(argv: list[str], err: Exception) -> None:
 
 
 def run_app(main, argv: list[str] | None = None) -> None:
-    """``absl.app.run(main)`` with readable errors for malformed ``--config.<field>`` overrides.
+    """``absl.app.run(main)`` with one-line errors (exit status 2) for malformed ``--config.<field>`` overrides, a
+    config file that raises (an unknown variant) and a ``--workdir`` that is a file.
 
     absl shows INFO logs on stderr; JAX's backend probe logs there that no TPU library was found on every
     machine without one, which only tells a user what they already know, so that one logger is kept at WARNING.
@@ -87,8 +102,19 @@ def run_app(main, argv: list[str] | None = None) -> None:
 
     from absl import app
 
+    from absl import flags
+
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
-    app.run(main, argv=argv, flags_parser=_parse_flags)
+
+    def checked(args):
+        workdir = flags.FLAGS["workdir"].value if "workdir" in flags.FLAGS else None
+        if workdir and os.path.exists(workdir) and not os.path.isdir(workdir):
+            print(f"{os.path.basename(sys.argv[0] if argv is None else argv[0])}: --workdir={workdir} is a file, not a "
+                  "folder (give a new or existing folder for the report, metrics and caches)", file=sys.stderr)
+            sys.exit(2)
+        return main(args)
+
+    app.run(checked, argv=argv, flags_parser=_parse_flags)
 
 
 def run_summary(metrics: Mapping[str, Any], workdir: str) -> str:

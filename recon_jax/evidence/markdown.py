@@ -8,12 +8,15 @@ __all__ = ["markdown_table", "format_value"]
 
 
 def format_value(v: Any, digits: int = 4) -> str:
-    """Formats numbers compactly for tables (4 significant digits by default); integers in full; others with ``str``.
+    """Formats numbers compactly for tables (4 significant digits by default); integers in full; None (no value,
+    e.g. a paper that gives a figure only) as an em dash; others with ``str``.
 
-    >>> format_value(0.000123456), format_value(12.0), format_value(10000), format_value("x")
-    ('0.0001235', '12', '10000', 'x')
+    >>> format_value(0.000123456), format_value(12.0), format_value(10000), format_value("x"), format_value(None)
+    ('0.0001235', '12', '10000', 'x', '—')
     """
-    if isinstance(v, bool) or v is None:
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
         return str(v)
     if isinstance(v, int) or (hasattr(v, "dtype") and getattr(v.dtype, "kind", "") in "iu" and getattr(v, "ndim", 1) == 0):
         return str(int(v))

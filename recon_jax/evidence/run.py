@@ -5,7 +5,9 @@ experiment of the repository. Every run's ``run(config, workdir)`` follows the s
 
     run_info = start_run(workdir, config, seed=config.seed)   # config.json with commit, machine, versions
     ...                                                       # require_finite(...) on losses, models, metrics
-    claims = [claim("attack beats the oracle", mse < oracle, f"mean MSE {mse:.4f} vs oracle {oracle:.4f}")]
+    claims = [claim("attack beats the oracle", detail=f"mean MSE {mse:.4f} vs oracle {oracle:.4f}",
+                    comparisons=[paired_comparison("MSE - oracle MSE", mse_per_target, oracle_per_target, "<=",
+                                                   alpha=0.05)])]           # verdict: holds / fails / undecided
     return finish_run(run_info, metrics, report_text, claims)  # report.md (+ Claims), metrics.json, wall time
 
 Claims and their verdicts (``claim``, ``comparison``) live in :mod:`recon_jax.evidence.claims`; the package
@@ -69,8 +71,14 @@ def config_to_dict(config: Any) -> dict:
 
 
 def prepare_workdir(workdir: str) -> str:
-    """Creates ``workdir`` (and parents) and returns its absolute path."""
+    """Creates ``workdir`` (and parents) and returns its absolute path.
+
+    Raises:
+      ValueError: ``workdir`` is an existing file.
+    """
     workdir = os.path.abspath(workdir)
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise ValueError(f"workdir {workdir} is a file, not a folder")
     os.makedirs(workdir, exist_ok=True)
     return workdir
 
@@ -291,13 +299,24 @@ def require_finite(value: Any, what: str, hint: str = "") -> None:
         raise NonFiniteResult(msg + (f"; {hint}" if hint else ""))
 
 
-def finish_run(run: RunInfo, metrics: dict, report: str, claims: list[dict]) -> dict:
+def finish_run(run: RunInfo, metrics: dict, report: str, claims: list[dict], *, smoke_banner: bool = True) -> dict:
     """Writes the run's outputs: report.md with a Claims section, metrics.json (with ``claims``; strict JSON,
     NaN refused naming its key, +-inf as ``"inf"``/``"-inf"``), and the wall time into config.json.
 
+    Every claim carries a verdict (holds / fails / undecided: :func:`~recon_jax.evidence.claims.claim` with
+    ``comparisons`` or ``verdict``); the verdict-less form ``claim(name, holds, detail)`` survives only in results
+    committed before verdicts existed, and a new run is refused it. A run of a ``smoke`` variant says under its
+    report's title that its verdicts describe the run, not the paper's findings (``smoke_banner=False``: the
+    report says how far it can decide in its own words, as the risk report does).
+
     Returns the metrics as written.
+
+    Raises:
+      ValueError: a claim without a verdict.
     """
-    check_claims(claims)
+    if claims and not check_claims(claims):
+        raise ValueError("every claim of a run needs a verdict: claim(name, detail=..., comparisons=[...]) or "
+                         f"claim(name, holds, detail, verdict=...); got {claims[0]['name']!r} without one")
     metrics = dict(metrics)
     metrics["claims"] = list(claims)
     wall = time.perf_counter() - run.start
@@ -310,8 +329,9 @@ def finish_run(run: RunInfo, metrics: dict, report: str, claims: list[dict]) -> 
         safe = strict_json(metrics)
     except ValueError as err:
         raise NonFiniteResult(f"{err} (in metrics.json of {run.workdir})") from None
-    text = (report.rstrip("\n") + "\n\n" + claims_markdown(claims) + _segments_markdown(segments)
-            + _machine_markdown(run.info))
+    report = report.rstrip("\n")
+    text = ((_with_smoke_banner(report, run.info) if smoke_banner else report) + "\n\n" + claims_markdown(claims)
+            + _segments_markdown(segments) + _machine_markdown(run.info))
     atomic_write_text(os.path.join(run.workdir, "report.md"), text)
     atomic_write_json(os.path.join(run.workdir, "metrics.json"), safe)
     info = dict(run.info, wall_time_s=round(wall, 1), finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -319,6 +339,20 @@ def finish_run(run: RunInfo, metrics: dict, report: str, claims: list[dict]) -> 
     atomic_write_json(os.path.join(run.workdir, "config.json"), strict_json(info))
     run.info = info
     return safe
+
+
+_SMOKE_BANNER = ("**Smoke sizes.** The `smoke` variant is a wiring check, sized to finish in minutes on a CPU and "
+                "far below the paper's sizes: its numbers and verdicts describe this run only and do not test the "
+                "paper's findings (the `default` and `paper` variants do).")
+
+
+def _with_smoke_banner(report: str, info: dict) -> str:
+    """``report`` with the smoke banner after its title line when the run's config is a ``smoke`` variant."""
+    if (info.get("config") or {}).get("variant") != "smoke":
+        return report
+    title, _, rest = report.partition("\n") if report.startswith("#") else ("", "", report)
+    body = f"{_SMOKE_BANNER}\n\n{rest.lstrip(chr(10))}"
+    return f"{title}\n\n{body}" if title else body
 
 
 def _machine_markdown(info: dict) -> str:

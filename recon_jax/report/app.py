@@ -312,7 +312,7 @@ def run(config, workdir: str) -> dict:
               "overrides": changed, "split": {**dataclasses.asdict(split), "sentence": split.sentence()}}
     claims = risk_claims(config, result)
     report = report_markdown(config, result, s, num_params, q, steps, recon_name, claims=claims)
-    metrics = finish_run(run_info, result, report, claims)
+    metrics = finish_run(run_info, result, report, claims, smoke_banner=False)  # its own decidability banner
     gone = _prune_other_stores(workdir, stores)
     if gone:
         print(f"removed {len(gone)} cached model folder(s) of other configs from {workdir}: {', '.join(gone)}")

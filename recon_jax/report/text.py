@@ -446,15 +446,23 @@ def calibration_sentence(cal, rows) -> str:
 def interpretation(rows, kappa_eta, config=None) -> str:
     """The report's plain-language reading of the rows (attack without DP, bound and attack under DP).
 
+    The sentence without DP follows the interval of the success share, as its claim does: "can" when the whole
+    interval is at least 0.5, "mostly cannot" when it is below, and says that the run cannot tell otherwise.
+
     >>> interpretation([{"noise_multiplier": 0, "success_rate": 0.8, "mean_mse": 0.02, "mean_oracle_mse": 0.03}],
     ...                0.1)[:56]
     'Without DP, an informed adversary can reconstruct traini'
+    >>> interpretation([{"noise_multiplier": 0, "success_rate": 0.25, "success_rate_ci": [0.03, 0.65],
+    ...                  "mean_mse": 0.04, "mean_oracle_mse": 0.03}], 0.1)[:70]
+    'Without DP, an informed adversary may or may not (too few targets to t'
     """
     lines = []
     np_rows = [r for r in rows if r["noise_multiplier"] == 0]
     if np_rows:
         r = np_rows[0]
-        verdict = "can" if r["success_rate"] >= 0.5 else "mostly cannot"
+        low, high = r.get("success_rate_ci") or (r["success_rate"], r["success_rate"])
+        verdict = ("can" if low >= 0.5 else "mostly cannot" if high < 0.5 else
+                   f"may or may not (too few targets to tell: the interval of the share is {low:.2f}-{high:.2f})")
         lines.append(f"Without DP, an informed adversary {verdict} reconstruct training records: "
                      f"{100 * r['success_rate']:.0f}% of reconstructions beat the nearest known record "
                      f"(mean MSE {r['mean_mse']:.4f} vs oracle {r['mean_oracle_mse']:.4f}).")

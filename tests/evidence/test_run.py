@@ -20,7 +20,8 @@ def _config():
 
 def test_finish_run_writes_claims_provenance_and_strict_json(tmp_path):
     run = start_run(str(tmp_path / "w"), _config(), seed=3)
-    claims = [claim("beats oracle", True, "0.01 < 0.02"), claim("more shadows help", False, "0.03 vs 0.02")]
+    claims = [claim("beats oracle", True, "0.01 < 0.02", verdict="holds"),
+              claim("more shadows help", False, "0.03 vs 0.02", verdict="fails")]
     out = finish_run(run, {"mse": np.float32(0.5), "bound": float("inf"), "rows": [1.0, 2.0]}, "# Report\n", claims)
     assert out["bound"] == "inf"
     with open(tmp_path / "w" / "metrics.json") as f:
@@ -29,7 +30,7 @@ def test_finish_run_writes_claims_provenance_and_strict_json(tmp_path):
     metrics = json.loads(text)
     assert metrics["claims"] == claims
     report = (tmp_path / "w" / "report.md").read_text()
-    assert "1 of 2 paper findings" in report and "**NO**" in report and "0.03 vs 0.02" in report
+    assert "1 of 2 paper findings" in report and "| **fails** | 0.03 vs 0.02 |" in report
     info = json.loads((tmp_path / "w" / "config.json").read_text())
     assert info["wall_time_s"] >= 0 and info["config"] == _config() and info["seed"] == 3
     assert info["machine"]["cpu_count"] >= 1 and info["versions"]["jax"]
@@ -139,6 +140,11 @@ def test_structured_claims_aggregate_and_refuse_vacuous_or_inconsistent(tmp_path
     assert "| open | *undecided* | d2 |" in report and "| held | holds | d1 |" in report
     with pytest.raises(ValueError, match="all carry verdicts or none"):
         finish_run(start_run(str(tmp_path / "v"), _config()), {}, "r", [claims[0], claim("old", True, "x")])
+    with pytest.raises(ValueError, match="needs a verdict.*'old'"):  # the pre-verdict form: committed results only
+        finish_run(start_run(str(tmp_path / "u"), _config()), {}, "r", [claim("old", True, "x")])
+    run = start_run(str(tmp_path / "t"), _config())
+    finish_run(run, {}, "# R\n", [claims[0]])
+    assert "(0 fail, 0 undecided)." in (tmp_path / "t" / "report.md").read_text()
 
 
 def test_keyed_dir_separates_configs(tmp_path):
@@ -154,7 +160,7 @@ def test_publish_copies_finished_runs_only(tmp_path):
     run = start_run(work, _config())
     with pytest.raises(ValueError, match="no finished run"):
         publish(work, res)  # started, not finished
-    finish_run(run, {"m": 1.0}, "r", [claim("c", True, "d")])
+    finish_run(run, {"m": 1.0}, "r", [claim("c", True, "d", verdict="holds")])
     (tmp_path / "run" / "fig.png").write_bytes(b"png")
     os.makedirs(tmp_path / "run" / "cache-123")
     assert publish(work, res) == ["report.md", "metrics.json", "config.json", "fig.png"]
@@ -172,6 +178,27 @@ def test_unknown_config_field_gives_a_clear_error():
     assert out.returncode != 0
     assert "unknown config field 'learning_rat' in --config.learning_rat" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--config=experiments/configs/ziller_table1.py:smok"], "ValueError: unknown variant 'smok'"),
+    (["--config=experiments/configs/ziller_table1.py:smoke", "--workdir={file}"], "is a file, not a folder")])
+def test_command_line_mistakes_give_one_line(tmp_path, args, message):
+    """An unknown variant (the config file raises while absl parses it) and a --workdir that is a file: one line on
+    stderr and exit status 2, no traceback, nothing written."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    file = tmp_path / "a_file"
+    file.write_text("x")
+    args = [a.format(file=file) for a in args]
+    args += [] if any(a.startswith("--workdir") for a in args) else [f"--workdir={tmp_path / 'w'}"]
+    out = subprocess.run([sys.executable, "-m", "experiments.ziller_table1", *args], cwd=root, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert file.read_text() == "x" and not (tmp_path / "w").exists()
 
 
 def test_launch_runs_the_experiment_with_the_command_line_config(tmp_path):
@@ -203,7 +230,13 @@ def test_experiments_common_reexports_the_package_helpers():
     assert sorted(common.__all__) == sorted(n for home in homes for n in home.__all__)
     for name in common.__all__:
         home = next(h for h in homes if name in h.__all__)
-        assert getattr(common, name) is getattr(home, name) is getattr(evidence, name), name
+        # By name, not identity: pytest's doctest collection (--import-mode=importlib) may import a second copy of
+        # a home module into this process, which the package and experiments.common then hold one each of.
+        for ours in (getattr(common, name), getattr(evidence, name)):
+            if hasattr(ours, "__module__") and hasattr(ours, "__qualname__"):
+                assert (ours.__module__, ours.__qualname__) == (home.__name__, name), name
+            else:
+                assert ours == getattr(home, name), name
 
 
 def test_dirty_files_keep_the_first_path_whole_and_skip_results():
@@ -248,13 +281,13 @@ def test_code_fingerprint_follows_the_source(tmp_path, monkeypatch):
 
 def test_segments_are_listed_in_metrics_and_report(tmp_path, monkeypatch):
     run = start_run(str(tmp_path), {"x": 1})
-    first = finish_run(run, {"m": 1.0}, "# r\n", [claim("c", True, "d")])
+    first = finish_run(run, {"m": 1.0}, "# r\n", [claim("c", True, "d", verdict="holds")])
     assert len(first["segments"]) == 1 and first["segments"][0]["finished"]
     assert "## Segments" not in open(os.path.join(tmp_path, "report.md")).read()
     start_run(str(tmp_path), {"x": 1})  # a segment that stops early (no finish_run)
     monkeypatch.setattr(evidence_run, "_FINGERPRINT", ["0123456789abcdef"])
     run = start_run(str(tmp_path), {"x": 1})
-    last = finish_run(run, {"m": 1.0}, "# r\n", [claim("c", True, "d")])
+    last = finish_run(run, {"m": 1.0}, "# r\n", [claim("c", True, "d", verdict="holds")])
     assert [s["finished"] for s in last["segments"]] == [True, False, True]
     assert last["segments"][1]["seconds"] is None and last["segments"][2]["code_hash"] == "0123456789abcdef"
     report = open(os.path.join(tmp_path, "report.md")).read()
@@ -271,3 +304,16 @@ def test_stated_commit_wins_over_a_stale_copy(monkeypatch):
     assert info["git_view_of_this_copy"]["head"] == "1" * 40 and info["git_dirty_files"] is None
     monkeypatch.delenv("RECON_JAX_GIT_COMMIT")
     assert evidence.provenance()["git_commit"] == "1" * 40
+
+
+def test_smoke_variant_reports_say_so_under_their_title(tmp_path):
+    """A ``smoke`` run's report says, under its title, that its verdicts describe the run, not the paper's findings;
+    other variants carry no such line."""
+    held = claim("c", True, "d", verdict="holds")
+    for variant, expect in (("smoke", True), ("default", False)):
+        run = start_run(str(tmp_path / variant), {"variant": variant, "seed": 0})
+        finish_run(run, {}, "# Title\n\nBody.\n", [held])
+        lines = (tmp_path / variant / "report.md").read_text().splitlines()
+        assert lines[0] == "# Title"
+        assert (lines[2].startswith("**Smoke sizes.**") and "do not test the paper's findings" in lines[2]) == expect
+        assert ("Body." in lines[2:5]) and sum("Smoke sizes" in line for line in lines) == int(expect)

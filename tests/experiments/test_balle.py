@@ -138,6 +138,10 @@ def test_balle_cifar10_smoke(tmp_path):
     row = metrics["rows"][0]
     assert row["setting"] == "logits" and row["num_shadow_models"] == 40 and row["num_validation_models"] == 8
     assert metrics["oracle"]["pool_size"] == 80 and len(metrics["claims"]) == 1
+    (c,) = metrics["claims"]  # decided by the paired test over the targets, like balle_mnist's rows
+    assert c["verdict"] in ("holds", "fails", "undecided") and c["comparisons"][0]["what"].startswith("logits: MSE")
+    report = (tmp_path / "report.md").read_text()
+    assert "](reconstructions.png)" in report and "](mse_histogram.png)" in report and "**Smoke sizes.**" in report
 
 
 def test_paper_and_table2_variants_reach_the_papers_layout():
