@@ -209,6 +209,12 @@ def _label(r: dict, mech: str) -> str:
     return f"{mech.upper() if mech == 'vmf' else 'Gauss'} {r['accounting']} eps={r['eps']:.3g} {par}"
 
 
+def _item(r: dict | None, mech: str | None, label: str) -> str:
+    """A cache item's name: the row's label and its parameters in full (two settings the rounded label shows alike,
+    eps 8.0 and 8.0004, never share an item)."""
+    return label if r is None else f"{label} [{r['eps']!r} {r['kappa']!r} {r['sigma']!r} {mech}]"
+
+
 def run(config, workdir: str) -> dict:
     """Runs the study; writes report.md, metrics.json (with claims), config.json and figures to ``workdir``."""
     import matplotlib
@@ -262,7 +268,7 @@ def run(config, workdir: str) -> dict:
         grid = [(r, m) for r in pairs if r["batch_size"] in config.batch_sizes for m in ("gauss", "vmf")]
         for i, (r, mech) in enumerate(tqdm(grid, desc=f"{short}: DP-SGD training")):
             name = _label(r, mech)
-            item = f"{short}/train/{name}/B{r['batch_size']}"
+            item = f"{short}/train/{_item(r, mech, name)}/B{r['batch_size']}"
             if cache.get(item) is None:
                 alg = training.dp_sgd(r["batch_size"], config.clip_norm, mechanism=mechanism(r, mech),
                                       epochs=config.epochs, optimizer=_optimizer(config), optimizer_id="adam+l2")
@@ -283,7 +289,7 @@ def run(config, workdir: str) -> dict:
                 grid += [("None", None, None, b, j), ("None Clip", None, None, b, j)]
                 grid += [(_label(r, m), r, m, b, j) for r in pairs if r["batch_size"] == b for m in ("gauss", "vmf")]
         for i, (name, r, mech, b, j) in enumerate(tqdm(grid, desc=f"{short}: IG attacks")):
-            item = f"{short}/attack/{name}/B{b}/{j}"
+            item = f"{short}/attack/{_item(r, mech, name)}/B{b}/{j}"
             if cache.get(item) is not None:
                 att_rows.append(cache.get(item))
                 continue

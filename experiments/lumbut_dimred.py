@@ -45,7 +45,7 @@ from experiments.common import (claim, comparison, config_to_dict, finish_run, k
 from recon_jax.attacks import dimred
 from recon_jax.attacks.dimred_embed import METHODS
 from recon_jax.attacks.reconn import reconstruct
-from recon_jax.io import atomic_save_npz, atomic_write_json
+from recon_jax.io import array_digest, atomic_save_npz, atomic_write_json
 
 
 # Paper values (Lumbut & Ponnoprat, Table 4, MNIST, |D-| = 199): (mean, std) of the test MSE.
@@ -147,9 +147,10 @@ def run(config, workdir: str) -> dict:
     base_key = jax.random.key(config.seed)
     cfg = config_to_dict(config)
     # Every grid point and shadow store lives under a directory keyed by the config (execution-only fields
-    # aside), so a run with another config never finds, and never reports, old results.
-    cache = keyed_dir(workdir, "cache", {k: v for k, v in cfg.items()
-                                         if k not in _EXECUTION_FIELDS + _CLAIM_FIELDS})
+    # aside) and the images' digest (a folder is named in the config by its path only), so a run with another
+    # config or other images never finds, and never reports, old results.
+    key = {k: v for k, v in cfg.items() if k not in _EXECUTION_FIELDS + _CLAIM_FIELDS}
+    cache = keyed_dir(workdir, "cache", {**key, "images": array_digest(images)})
     points_dir = os.path.join(cache, "points")
     os.makedirs(points_dir, exist_ok=True)
     mean_image = images[tr_idx].mean(axis=0)

@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 __all__ = [
+    "callable_identity",
     "atomic_write_bytes",
     "atomic_write_text",
     "atomic_write_json",
@@ -131,6 +132,74 @@ def array_digest(a, block_rows: int = 4096) -> str:
     for start in range(0, a.shape[0] if a.ndim else 0, block_rows):
         h.update(np.ascontiguousarray(a[start:start + block_rows]).tobytes())
     return h.hexdigest()
+
+
+def callable_identity(fn: Any) -> str:
+    """A function's identity for cache and store keys: ``module.qualname#digest``, the digest covering what decides
+    what it computes beyond its name: its code (bytecode, constants, names), defaults and the values its closure
+    captured (arrays by value, functions recursively), and a ``functools.partial``'s arguments.
+
+    Two closures from one factory (``scaled(1.0)``, ``scaled(0.0)``) or two lambdas share a qualname but not an
+    identity. A captured object without a stable description (its ``repr`` shows a memory address) makes the
+    identity differ between processes: such a store is recomputed, never reused wrongly.
+
+    >>> def scaled(c):
+    ...     return lambda x: c * x
+    >>> callable_identity(scaled(1.0)) == callable_identity(scaled(1.0)) != callable_identity(scaled(0.0))
+    True
+    >>> callable_identity(len).split("#")[0]
+    'builtins.len'
+    """
+    return _identity(fn, depth=0)
+
+
+def _identity(fn: Any, depth: int) -> str:
+    import functools
+    import inspect
+
+    if isinstance(fn, functools.partial):
+        return stable_hash({"partial": _identity(fn.func, depth + 1), "args": [_value(v, depth) for v in fn.args],
+                            "keywords": {k: _value(v, depth) for k, v in sorted(fn.keywords.items())}})
+    inner = inspect.unwrap(fn) if callable(fn) else fn  # jax.jit and functools.wraps wrappers
+    name = f"{getattr(inner, '__module__', '')}.{getattr(inner, '__qualname__', type(inner).__qualname__)}"
+    code = getattr(inner, "__code__", None)
+    if code is None:  # a builtin, a class or a callable object: its type and its repr
+        return f"{name}#{stable_hash([type(inner).__qualname__, repr(inner)])[:16]}"
+    cells = [c.cell_contents if _cell_filled(c) else None for c in (inner.__closure__ or ())]
+    parts = [_code_parts(code), [_value(v, depth) for v in inner.__defaults__ or ()],
+             {k: _value(v, depth) for k, v in sorted((inner.__kwdefaults__ or {}).items())},
+             [_value(v, depth) for v in cells]]
+    return f"{name}#{stable_hash(parts)[:16]}"
+
+
+def _cell_filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell (a name assigned after the closure was made)
+        return False
+    return True
+
+
+def _code_parts(code) -> list:
+    consts = [_code_parts(c) if hasattr(c, "co_code") else repr(c) for c in code.co_consts]
+    return [code.co_code.hex(), consts, list(code.co_names)]
+
+
+def _value(v: Any, depth: int) -> Any:
+    """A captured value's description: JSON scalars as they are, arrays by digest, containers elementwise,
+    functions by :func:`callable_identity` (to depth 8: deeper, or a cycle, by name only), anything else by
+    ``repr``."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (np.ndarray, jax.Array, np.generic)):
+        return array_digest(np.asarray(v))
+    if isinstance(v, (list, tuple)):
+        return [_value(x, depth) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _value(x, depth) for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))}
+    if callable(v) and not isinstance(v, type):
+        return _identity(v, depth + 1) if depth < 8 else f"{getattr(v, '__module__', '')}.{getattr(v, '__qualname__', '')}"
+    return repr(v)
 
 
 def strict_json(obj: Any, path: str = "") -> Any:

@@ -24,7 +24,8 @@ class EpochCheckpoint:
     """Per-epoch training state in ``directory/reconstructor-<hash>.npz``, written atomically.
 
     The file name is a hash of everything that determines the state after epoch ``e`` (model, optimiser
-    settings, key, data digests, batch size, ...), not of ``epochs`` or ``patience``: a run can be resumed with
+    settings, key, data digests, batch size, the ``min_delta`` that picks the best epoch, ...), not of ``epochs`` or
+    ``patience``: a run can be resumed with
     more epochs, and a different configuration never picks up another's state. A state saved past the epoch where
     a later call stops is not used by that call (:func:`recon_jax.attacks.reconn.train_reconstructor` starts over).
     """

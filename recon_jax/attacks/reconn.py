@@ -392,7 +392,8 @@ def train_reconstructor(features, targets, spec: ReconstructorSpec, key: jax.Arr
             "targets": array_digest(t), "standardizer": tree_digest(tuple(scaler)),
             "init_params": None if init_params is None else tree_digest(init_params),
             "eval_set": None if eval_set is None else [array_digest(ef), array_digest(et)],
-            "dtype": str(dtype), "extra": checkpoint_key, "train_flag": bool(train_flag), "monitor": monitor}
+            "dtype": str(dtype), "extra": checkpoint_key, "train_flag": bool(train_flag), "monitor": monitor,
+            "min_delta": float(min_delta)}  # it picks the saved best epoch
         ckpt = EpochCheckpoint(checkpoint_dir, description)
         saved = ckpt.load(state, best)
         if saved is not None and _stop_point(saved, epochs, patience, min_delta, monitor) < len(saved["losses"]):

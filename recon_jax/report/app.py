@@ -46,6 +46,7 @@ from recon_jax.accounting import privacy_bounds, tightest_rero
 from recon_jax.attacks import audit, informed, reconn
 from recon_jax.attacks import oracle as roracle
 from recon_jax.evidence.markdown import markdown_table
+from recon_jax.io import array_digest
 from recon_jax.evidence.plots import image_grid
 from recon_jax.evidence.progress import step
 from recon_jax.evidence.run import config_to_dict, finish_run, keyed_dir, require_finite, start_run
@@ -96,13 +97,21 @@ def _ci(successes: int, trials: int, confidence: float) -> list[float]:
     return [float(lo), float(hi)]
 
 
-def _model_store(workdir, config, name, sigma):
+def _model_store(workdir, config, name, sigma, inputs):
     """The stored shadow and released models (and reconstructor checkpoint, then the attack's results) of one
     setting, keyed by the whole config (but ``keep_intermediates``, which changes what is kept, not what is
-    computed) and the setting."""
+    computed), the setting and ``inputs``: what the config names only by path (the model a ``model=file.py:Name``
+    file defines, the images of a ``data_path`` folder), by identity and content digest."""
     fields = {k: v for k, v in config_to_dict(config).items() if k != "keep_intermediates"}
-    key = {"config": fields, "setting": name, "noise_multiplier": sigma}
+    key = {"config": fields, "setting": name, "noise_multiplier": sigma, "inputs": inputs}
     return keyed_dir(workdir, "models", key)
+
+
+def _inputs_identity(fns, train, evaluation) -> dict:
+    """The model's identity (:func:`recon_jax.models.model_identity`) and digests of the training and evaluation
+    arrays, for the stores' keys."""
+    return {"model": models.model_identity(fns, train[0][:1]),
+            "data": [array_digest(np.asarray(a)) for a in (*train, *evaluation)]}
 
 
 _ATTACK = "attack.npz"
@@ -203,12 +212,13 @@ def run(config, workdir: str) -> dict:
     dp_settings = [(n, sg) for n, sg in settings if sg is not None]
     rows, recon_images, stores = [], {}, []
     timings = {}
+    inputs = _inputs_identity(fns, (train_x, train_y), eval_set)
     for si, (name, sigma) in enumerate(settings):
         print(f"== setting: {name} ==", flush=True)
         t_set = time.time()
         # Independent randomness per setting: its shadow and released models draw their noise (and fresh
         # shuffles) from fold_in(k_models, si) (the library pipeline folds in 1 for shadow, 2 for released models).
-        store = _model_store(workdir, config, name, sigma)
+        store = _model_store(workdir, config, name, sigma, inputs)
         stores.append(store)
         attack_file = os.path.join(store, _ATTACK)
         if os.path.exists(attack_file):  # finished by an earlier run of this config: its results, as saved

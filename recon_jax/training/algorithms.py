@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import optax
 
+from recon_jax.io import callable_identity
 from recon_jax.mechanisms.base import GaussianMechanism, Mechanism, NoNoise
 from recon_jax.models.losses import softmax_cross_entropy
 #: Per-example clipping: the whole gradient to C (``"flat"``) or each of L layers to C / sqrt(L) (``"per_layer"``).
@@ -176,8 +177,8 @@ class Algorithm:
             if f.name == "mechanism" and v is not None:
                 v = {"type": type(v).__name__,
                      **(dataclasses.asdict(v) if dataclasses.is_dataclass(v) else {"repr": repr(v)})}
-            elif callable(v):
-                v = f"{getattr(v, '__module__', '')}.{getattr(v, '__qualname__', repr(v))}"
+            elif callable(v):  # e.g. loss_fn: its name and a digest of its code and captured values
+                v = callable_identity(v)
             out[f.name] = v
         return out
 

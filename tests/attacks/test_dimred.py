@@ -451,3 +451,29 @@ def test_smoke_experiment_runs(tmp_path, claim_problems):
         written = json.load(f)
     assert written["grid_points"] == metrics["grid_points"]
     assert len(written["claims"]) == 2 and not claim_problems(written["claims"])
+
+
+def test_experiment_cache_is_keyed_by_the_images_not_their_folders_path(tmp_path, monkeypatch):
+    """A folder dataset is named in the config by its path: the grid-point cache's key carries the images' digest,
+    so other images under the same path never restore the old points (an outside audit saw them restored)."""
+    from experiments import lumbut_dimred
+    from experiments.configs.lumbut_dimred import get_config
+
+    class Keyed(Exception):
+        pass
+
+    keys = []
+
+    def capture(workdir, name, key):
+        keys.append(key)
+        raise Keyed
+
+    config = get_config("ci")
+    rng = np.random.default_rng(0)
+    monkeypatch.setattr(lumbut_dimred, "keyed_dir", capture)
+    for images in (rng.uniform(size=(2000, 28, 28)), rng.uniform(size=(2000, 28, 28))):
+        monkeypatch.setattr(lumbut_dimred, "_load_images", lambda config, n, images=images: images[:n])
+        with pytest.raises(Keyed):
+            lumbut_dimred.run(config, str(tmp_path))
+    assert len(keys) == 2 and keys[0]["images"] != keys[1]["images"]
+    assert {k: v for k, v in keys[0].items() if k != "images"} == {k: v for k, v in keys[1].items() if k != "images"}

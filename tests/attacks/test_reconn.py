@@ -325,6 +325,18 @@ def test_checkpoint_past_this_calls_stop_is_not_used(tmp_path):
     _same_fit(stops, again)
 
 
+def test_checkpoint_of_another_min_delta_is_not_resumed(tmp_path):
+    """min_delta picks the saved best epoch, so it is part of the checkpoint's name: a call with another one trains
+    afresh and returns its own best epoch's parameters."""
+    f, t = _toy_task(200)
+    first = _fit(f, t, epochs=5, patience=100, checkpoint_dir=str(tmp_path))
+    fresh = _fit(f, t, epochs=5, patience=100, min_delta=1e9)  # nothing improves by 1e9: the best epoch is the first
+    again = _fit(f, t, epochs=5, patience=100, min_delta=1e9, checkpoint_dir=str(tmp_path))
+    assert first.best_epoch > 1 and fresh.best_epoch == 1
+    assert again.resumed_from == 0 and again.best_epoch == 1
+    _same_fit(fresh, again)
+
+
 def test_early_stopping_returns_best_epoch():
     f, t = _toy_task(200)
     # Noise targets: the held-out MSE cannot keep improving, so patience 2 stops the run early.

@@ -491,3 +491,26 @@ def test_familywise_audit_bounds_are_bonferroni_bounds():
     assert out["audit_one_run_eps_familywise"] == audit_one_run.one_run_audit(one_run, included, config.delta,
                                                                               confidence=fw).eps_lower
     assert out["audit_rigorous_ceiling_familywise"] < out["audit_rigorous_ceiling"]
+
+
+def test_stores_are_keyed_by_the_model_and_the_data_not_their_paths(tmp_path):
+    """A model file or image folder is named in the config by its path only: the stores' keys carry the model's
+    identity and the data's digests, so editing the file or the images between two runs recomputes instead of
+    returning the earlier run's attack results (an outside audit saw a width-16 model's results reported for
+    width 64)."""
+    from recon_jax import models
+    from recon_jax.report import app
+    from recon_jax.report.config import get_config
+
+    config = get_config("smoke")
+    x = np.random.default_rng(0).uniform(size=(6, 4, 4, 1)).astype(np.float32)
+    y = np.arange(6, dtype=np.int32) % 2
+    narrow, wide = (models.from_flax(models.MLP(features=(w, 2))) for w in (16, 64))
+    base = app._inputs_identity(narrow, (x, y), (x[:2], y[:2]))
+    assert base == app._inputs_identity(narrow, (x, y), (x[:2], y[:2]))
+    others = [app._inputs_identity(wide, (x, y), (x[:2], y[:2])),
+              app._inputs_identity(narrow, (x + 0.5, y), (x[:2], y[:2])),
+              app._inputs_identity(narrow, (x, y), (x[2:4], y[2:4]))]
+    dirs = {app._model_store(str(tmp_path), config, "DP sigma=1", 1.0, ins) for ins in [base, *others]}
+    assert len(dirs) == 4
+    assert app._model_store(str(tmp_path), config, "DP sigma=1", 1.0, base) in dirs

@@ -177,6 +177,27 @@ def test_store_resume_after_interruption_equals_uninterrupted(tmp_path, monkeypa
              alg=training.full_batch_gd(learning_rate=0.3, momentum=0.9, epochs=6))
 
 
+def test_store_tells_apart_losses_that_share_a_name(tmp_path):
+    """Two closures of one loss factory (same qualname, different captured scale) describe differently, so the
+    second is refused the first's store instead of silently receiving its models."""
+    from recon_jax.models.losses import softmax_cross_entropy
+
+    def scaled(c):
+        def loss(logits, labels):
+            return c * softmax_cross_entropy(logits, labels)
+        return loss
+
+    fixed, targets, probe = _data(k=3)
+    d = str(tmp_path / "store")
+    alg = lambda c: training.full_batch_gd(learning_rate=0.3, epochs=3, loss_fn=scaled(c))  # noqa: E731
+    assert alg(1.0).describe() == alg(1.0).describe() != alg(0.0).describe()
+    first = _gen(fixed, targets, probe, outputs=("params",), store=d, alg=alg(1.0))
+    with pytest.raises(shadow.ShadowStoreMismatchError, match="different configuration"):
+        _gen(fixed, targets, probe, outputs=("params",), store=d, alg=alg(0.0))
+    again = _gen(fixed, targets, probe, outputs=("params",), store=d, alg=alg(1.0))  # an equal closure: accepted
+    np.testing.assert_array_equal(again["params"], first["params"])
+
+
 def test_invalid_arguments():
     fixed, targets, probe = _data(k=2)
     p0 = training.initial_params(FNS, jax.random.key(0), fixed[0])
