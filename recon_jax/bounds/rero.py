@@ -339,10 +339,18 @@ _ZCDP_GOLDEN_ITERS = 24
 
 @jax.jit
 def _zcdp_gamma(log_kappa, log1m_kappa, rho):
-    """min over alpha > 1 of the optimal per-order bound at eps = rho alpha: grid, Cor. 4's order, golden section."""
-    def at(u):  # u = log(alpha - 1)
+    """min over alpha > 1 of the optimal per-order bound at eps = rho alpha: grid, Cor. 4's order, golden section.
+
+    The order is searched on stopped gradients and the bound evaluated once more at the order found, so the
+    derivative in kappa and rho is the envelope theorem's (the bound's partial derivatives at the optimal order):
+    differentiating through the search itself sent NaN from extreme grid orders through the minimum.
+    """
+    live = (log_kappa, log1m_kappa, rho)
+    log_kappa, log1m_kappa, rho = (jax.lax.stop_gradient(v) for v in live)
+
+    def at(u, lk=log_kappa, l1k=log1m_kappa, r=rho):  # u = log(alpha - 1)
         a = 1.0 + jnp.exp(u)
-        return _rdp_gamma(log_kappa[..., None], log1m_kappa[..., None], a, rho[..., None] * a)
+        return _rdp_gamma(lk[..., None], l1k[..., None], a, r[..., None] * a)
 
     grid = jnp.asarray(_ZCDP_LOG_ORDER_GRID, rho.dtype)
     # Cor. 4's order sqrt(log(1/kappa)/rho) when it exceeds 1 (Theorem 2's optimum), clipped into the grid.
@@ -356,16 +364,20 @@ def _zcdp_gamma(log_kappa, log1m_kappa, rho):
     invphi = (math.sqrt(5.0) - 1.0) / 2.0  # a Python float: weakly typed, keeps float32 input float32 under x64
 
     def body(_, carry):
-        lo, hi, fbest = carry
+        lo, hi, fbest, ubest = carry
         x1 = hi - invphi * (hi - lo)
         x2 = lo + invphi * (hi - lo)
         f1, f2 = at(x1), at(x2)
         left = f1 <= f2
-        return jnp.where(left, lo, x1), jnp.where(left, x2, hi), jnp.minimum(fbest, jnp.minimum(f1, f2))
+        f_new, u_new = jnp.where(left, f1, f2), jnp.where(left, x1, x2)
+        better = f_new < fbest
+        return (jnp.where(left, lo, x1), jnp.where(left, x2, hi), jnp.where(better, f_new, fbest),
+                jnp.where(better, u_new, ubest))
 
-    _, _, fbest = jax.lax.fori_loop(0, _ZCDP_GOLDEN_ITERS, body,
-                                    (u_best - step, u_best + step, jnp.min(vals, axis=-1, keepdims=True)))
-    return fbest[..., 0]
+    _, _, _, u_star = jax.lax.fori_loop(0, _ZCDP_GOLDEN_ITERS, body,
+                                        (u_best - step, u_best + step, jnp.min(vals, axis=-1, keepdims=True),
+                                         u_best))
+    return at(jax.lax.stop_gradient(u_star), *live)[..., 0]
 
 
 def rero_from_zcdp(kappa: ArrayLike, rho: ArrayLike, *, method: str = "optimal", validate: bool = True) -> jax.Array:

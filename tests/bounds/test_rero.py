@@ -385,3 +385,17 @@ def test_optimal_conversions_in_float32_never_below_exact_gdp():
             exact = norm.cdf(norm.ppf(kappa) + mu)
             assert float(rero_from_zcdp(kappa, rho)) >= exact * (1 - 1e-5), (sigma, kappa)
             assert float(rero_from_rdp_curve(kappa, orders, orders * rho)) >= exact * (1 - 1e-5), (sigma, kappa)
+
+
+@pytest.mark.parametrize("kappa,rho", [(0.01, 0.01), (0.01, 0.05), (1e-3, 0.5), (0.1, 2.0), (1e-4, 8.0), (0.3, 30.0)])
+def test_zcdp_bound_is_differentiable(kappa, rho):
+    """The optimal zCDP bound has finite derivatives in kappa and rho, equal to central differences of its values
+    (the order search is not differentiated through: its extreme grid orders once sent NaN through the min)."""
+    with jax.enable_x64(True):
+        grad = jax.grad(rero_from_zcdp, argnums=(0, 1))(kappa, rho)
+        for i, g in enumerate(grad):
+            h = 1e-7 * (kappa, rho)[i]
+            up = rero_from_zcdp(*[(kappa, rho)[j] + (h if j == i else 0.0) for j in range(2)])
+            down = rero_from_zcdp(*[(kappa, rho)[j] - (h if j == i else 0.0) for j in range(2)])
+            assert np.isfinite(float(g))
+            np.testing.assert_allclose(float(g), float(up - down) / (2 * h), rtol=1e-4, atol=1e-9)
