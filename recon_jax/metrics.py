@@ -43,6 +43,18 @@ def _per_example_mean(v):
 def mse(x: jax.Array, y: jax.Array) -> jax.Array:
     """Per-example mean squared error, ``[batch]``.
 
+    Args:
+      x: references ``[batch, ...]`` (any real dtype).
+      y: reconstructions, the same shape as ``x``.
+
+    Returns:
+      ``[batch]``: the mean of ``(x - y)^2`` over each example's entries, in the common floating dtype of ``x`` and
+      ``y`` (at least float32). An empty batch gives ``[0]``; examples with no entries give NaN.
+
+    Raises:
+      ValueError: if ``x`` and ``y`` differ in shape or have no batch axis (``ndim < 2``); the shapes are static,
+        so this is raised under ``jit`` too.
+
     >>> import jax.numpy as jnp
     >>> mse(jnp.zeros((2, 4)), jnp.array([[0., 0., 0., 2.], [1., 1., 1., 1.]]))
     Array([1., 1.], dtype=float32)
@@ -55,6 +67,18 @@ def mse(x: jax.Array, y: jax.Array) -> jax.Array:
 def mae(x: jax.Array, y: jax.Array) -> jax.Array:
     """Per-example mean absolute error, ``[batch]``.
 
+    Args:
+      x: references ``[batch, ...]`` (any real dtype).
+      y: reconstructions, the same shape as ``x``.
+
+    Returns:
+      ``[batch]``: the mean of ``|x - y|`` over each example's entries, in the common floating dtype of ``x`` and
+      ``y`` (at least float32). An empty batch gives ``[0]``; examples with no entries give NaN.
+
+    Raises:
+      ValueError: if ``x`` and ``y`` differ in shape or have no batch axis (``ndim < 2``); the shapes are static,
+        so this is raised under ``jit`` too.
+
     >>> import jax.numpy as jnp
     >>> mae(jnp.zeros((1, 4)), jnp.array([[0., 0., 0., 2.]]))
     Array([0.5], dtype=float32)
@@ -65,6 +89,19 @@ def mae(x: jax.Array, y: jax.Array) -> jax.Array:
 
 def psnr(x: jax.Array, y: jax.Array, data_range: float = 1.0) -> jax.Array:
     """Per-example peak signal-to-noise ratio in dB, ``10 log10(data_range^2 / mse)``; ``inf`` when equal.
+
+    Args:
+      x: references ``[batch, ...]`` (any real dtype).
+      y: reconstructions, the same shape as ``x``.
+      data_range: the range of the pixel values (``1.0`` for ``[0, 1]`` images, ``255.0`` for 8-bit), > 0.
+
+    Returns:
+      ``[batch]`` PSNR values in dB, in the dtype of :func:`mse`; ``inf`` for an example reconstructed exactly.
+      Under ``jit`` an invalid ``data_range`` (``<= 0`` or NaN) gives NaN.
+
+    Raises:
+      ValueError: if ``x`` and ``y`` differ in shape or have no batch axis (also under ``jit``), or if a concrete
+        ``data_range`` is not > 0.
 
     >>> import jax.numpy as jnp
     >>> psnr(jnp.zeros((1, 4)), jnp.full((1, 4), 0.1))
@@ -87,6 +124,18 @@ def ncc(x: jax.Array, y: jax.Array) -> jax.Array:
     ``NCC(x, y) = (1/N) sum_i (x_i - mean(x)) (y_i - mean(y)) / (std(x) std(y))`` over the N entries of one
     example (population standard deviations), i.e. the Pearson correlation. Constant examples give NaN.
 
+    Args:
+      x: references ``[batch, ...]`` (any real dtype).
+      y: reconstructions, the same shape as ``x``.
+
+    Returns:
+      ``[batch]`` correlations in ``[-1, 1]`` (clipped against rounding), in the common floating dtype of ``x``
+      and ``y`` (at least float32); NaN where either example is constant.
+
+    Raises:
+      ValueError: if ``x`` and ``y`` differ in shape or have no batch axis (``ndim < 2``); the shapes are static,
+        so this is raised under ``jit`` too.
+
     >>> import jax.numpy as jnp
     >>> ncc(jnp.array([[0., 1., 2.]]), jnp.array([[1., 3., 5.]]))
     Array([1.], dtype=float32)
@@ -105,6 +154,20 @@ def ssim(x: jax.Array, y: jax.Array, data_range: float = 1.0) -> jax.Array:
 
     Uses ``dm_pix.ssim`` (Gaussian window of size 11, sigma 1.5, K1 = 0.01, K2 = 0.03), matching
     ``skimage.metrics.structural_similarity(..., gaussian_weights=True, sigma=1.5, use_sample_covariance=False)``.
+
+    Args:
+      x: reference images ``[batch, H, W, C]`` or ``[batch, H, W]``, values in ``[0, data_range]``.
+      y: reconstructions, the same shape as ``x``.
+      data_range: the range of the pixel values (``max_val`` of ``dm_pix.ssim``), > 0.
+
+    Returns:
+      ``[batch]`` SSIM values (1 for identical images), the mean over pixels and channels (float32 for float32
+      inputs; with ``jax_enable_x64``, ``dm_pix`` returns float64). An empty batch gives ``[0]``. Under ``jit`` an
+      invalid ``data_range`` (``<= 0`` or NaN) gives NaN.
+
+    Raises:
+      ValueError: if ``x`` and ``y`` differ in shape or are not ``[batch, H, W]`` / ``[batch, H, W, C]`` (also under
+        ``jit``), or if a concrete ``data_range`` is not > 0.
 
     >>> import jax.numpy as jnp
     >>> ssim(jnp.ones((1, 16, 16, 1)) * 0.5, jnp.ones((1, 16, 16, 1)) * 0.5)
@@ -131,8 +194,20 @@ def _ssim(x, y, data_range):
 def psnr_of_mean_mse(x: jax.Array, y: jax.Array, data_range: float = 1.0) -> jax.Array:
     """Aggregate PSNR computed from the mean MSE over the batch (the usual 'dataset PSNR').
 
+    ``10 log10(data_range^2 / mean_i mse_i)``; not the mean of the per-example :func:`psnr` values.
+
+    Args:
+      x: references ``[batch, ...]`` (any real dtype).
+      y: reconstructions, the same shape as ``x``.
+      data_range: the range of the pixel values, > 0.
+
+    Returns:
+      A scalar (0-d array) in dB, in the dtype of :func:`mse`; ``inf`` when every example is reconstructed exactly.
+      Under ``jit`` an invalid ``data_range`` (``<= 0`` or NaN) gives NaN.
+
     Raises:
-      ValueError: for an empty batch or ``data_range <= 0`` (NaN under ``jit``).
+      ValueError: for an empty batch, or ``x`` and ``y`` that differ in shape or have no batch axis (all static, so
+        also under ``jit``), or a concrete ``data_range`` that is not > 0.
 
     >>> import jax.numpy as jnp
     >>> psnr_of_mean_mse(jnp.zeros((2, 4)), jnp.full((2, 4), 0.1))
@@ -149,8 +224,17 @@ def psnr_of_mean_mse(x: jax.Array, y: jax.Array, data_range: float = 1.0) -> jax
 def aggregate(values: jax.Array) -> dict[str, jax.Array]:
     """Summary statistics of per-example values: mean, std, median, min, max (NaN-aware: ignores NaN).
 
+    Args:
+      values: per-example values of any shape (e.g. ``[batch]`` from :func:`psnr`); every entry counts. An array or
+        anything ``jnp.asarray`` accepts (a list of floats).
+
+    Returns:
+      A dict with keys ``"mean"``, ``"std"`` (population standard deviation, ``ddof=0``), ``"median"``, ``"min"``
+      and ``"max"``, each a 0-d array over the non-NaN entries; all NaN when every entry is NaN. An ``inf`` entry
+      (a perfect :func:`psnr`) is not ignored.
+
     Raises:
-      ValueError: if ``values`` is empty.
+      ValueError: if ``values`` is empty (its size is static, so also under ``jit``).
 
     >>> {k: float(v) for k, v in aggregate([1.0, 3.0, float("nan")]).items()}
     {'mean': 2.0, 'std': 1.0, 'median': 2.0, 'min': 1.0, 'max': 3.0}

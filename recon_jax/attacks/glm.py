@@ -58,13 +58,57 @@ def _family_fns(family: str):
 
 
 def add_intercept(x: jax.Array) -> jax.Array:
-    """Prepends a column of ones: ``[n, d] -> [n, d + 1]``."""
+    """Prepends a column of ones: ``[n, d] -> [n, d + 1]``.
+
+    Args:
+      x: features ``[n, d]`` (or any ``[..., d]``, at least 1-D; a single example ``[d]`` gives ``[d + 1]``).
+
+    Returns:
+      ``[..., d + 1]``: ``x`` with a leading feature equal to 1 in every example, in the dtype of ``x``.
+
+    >>> import jax.numpy as jnp
+    >>> add_intercept(jnp.array([[2., 3.], [4., 5.]]))
+    Array([[1., 2., 3.],
+           [1., 4., 5.]], dtype=float32)
+    """
     x = jnp.asarray(x)
     return jnp.concatenate([jnp.ones((*x.shape[:-1], 1), x.dtype), x], axis=-1)
 
 
 def glm_gradient(theta: jax.Array, x: jax.Array, y: jax.Array, family: str, l2: float = 0.0) -> jax.Array:
-    """Gradient of the summed GLM objective at ``theta`` (features ``x`` already include any intercept column)."""
+    """Gradient of the summed GLM objective at ``theta`` (features ``x`` already include any intercept column).
+
+    ``sum_i x_i (g^{-1}(<x_i, theta>) - y_i) + 2 l2 theta``, the gradient of
+    ``sum_i [b(<x_i, theta>) - y_i <x_i, theta>] + l2 ||theta||^2``; zero (up to ``tol``) at the optimum of
+    :func:`fit_glm`. The inputs are not converted or checked (pass arrays, not lists); under ``jit``, ``family``
+    must be static.
+
+    Args:
+      theta: parameters ``[d]``.
+      x: features ``[n, d]``, including the intercept column if ``theta`` has one (:func:`add_intercept`).
+      y: labels ``[n]`` (reals for linear, {0, 1} for logistic, counts for Poisson).
+      family: ``"linear"``, ``"logistic"`` or ``"poisson"``.
+      l2: regularisation strength of the objective's ``l2 ||theta||^2`` term.
+
+    Returns:
+      ``[d]``: the gradient at ``theta``.
+
+    Raises:
+      ValueError: if ``family`` is not one of :data:`GLM_FAMILIES`.
+
+    At ``theta = 0`` a logistic model predicts 1/2, so the gradient is ``X^T (1/2 - y) = [0, -1/2]`` here; a
+    least-squares line through all the points (``y = 1 + 2 t``) has gradient 0, and with ``l2 = 0.5`` at
+    ``theta = (1, 1)`` the residuals ``(0, -1, -2)`` give ``X^T r + theta = (-3, -5) + (1, 1)``:
+
+    >>> import jax.numpy as jnp
+    >>> glm_gradient(jnp.zeros(2), jnp.array([[1., 0.], [1., 1.]]), jnp.array([0., 1.]), "logistic")
+    Array([ 0. , -0.5], dtype=float32)
+    >>> x, y = add_intercept(jnp.array([[0.], [1.], [2.]])), jnp.array([1., 3., 5.])
+    >>> glm_gradient(jnp.array([1., 2.]), x, y, "linear")
+    Array([0., 0.], dtype=float32)
+    >>> glm_gradient(jnp.array([1., 1.]), x, y, "linear", l2=0.5)
+    Array([-2., -4.], dtype=float32)
+    """
     _, mean_fn, _ = _family_fns(family)
     return x.T @ (mean_fn(x @ theta) - y) + 2.0 * l2 * theta
 

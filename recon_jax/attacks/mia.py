@@ -19,7 +19,7 @@ is trivial; with a random initialisation the two score distributions nearly over
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +27,7 @@ import numpy as np
 
 from recon_jax.models.adapters import ModelFns
 from recon_jax.models.flatten import Layout, unravel
+from recon_jax.training import Algorithm
 
 __all__ = ["roc_auc", "best_threshold", "threshold_accuracy", "candidate_losses", "MIAResult", "informed_mia"]
 
@@ -46,6 +47,17 @@ def roc_auc(scores: jax.Array, labels: jax.Array) -> jax.Array:
     Equal to ``P[s_member > s_nonmember] + P[tie] / 2`` (the Mann-Whitney statistic with average ranks); NaN
     when one class is empty.
 
+    Args:
+      scores: ``[N]`` attack scores, higher = more likely a member.
+      labels: ``[N]`` membership labels; any dtype, cast to bool (nonzero = member).
+
+    Returns:
+      A 0-d float array in ``[0, 1]`` (0.5: no better than chance); NaN when all labels are equal. Jittable.
+
+    Raises:
+      ValueError: if ``scores`` and ``labels`` are not 1-D of the same length, or are empty (shapes are static, so
+        also under ``jit``).
+
     >>> import jax.numpy as jnp
     >>> float(roc_auc(jnp.array([0.1, 0.4, 0.35, 0.8]), jnp.array([0, 0, 1, 1])))
     0.75
@@ -63,8 +75,18 @@ def best_threshold(scores: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax
 
     Thresholds are midpoints between consecutive distinct sorted scores (or below/above all of them).
 
+    Args:
+      scores: ``[N]`` attack scores, higher = more likely a member.
+      labels: ``[N]`` membership labels; any dtype, cast to bool (nonzero = member).
+
     Returns:
-      ``(tau, accuracy)``.
+      ``(tau, accuracy)``, two 0-d float arrays: the threshold and the fraction of ``scores`` it classifies
+      correctly. Among thresholds of equal accuracy the smallest is returned; below all scores it is
+      ``min(scores) - 0.5``, above all ``max(scores) + 0.5``.
+
+    Raises:
+      ValueError: if ``scores`` and ``labels`` are not 1-D of the same length, or are empty (shapes are static, so
+        also under ``jit``).
 
     >>> import jax.numpy as jnp
     >>> tau, acc = best_threshold(jnp.array([0.0, 1.0, 2.0, 3.0]), jnp.array([0, 0, 1, 1]))
@@ -88,6 +110,20 @@ def best_threshold(scores: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax
 def threshold_accuracy(scores: jax.Array, labels: jax.Array, threshold: jax.Array) -> jax.Array:
     """Accuracy of "member iff score > threshold".
 
+    Args:
+      scores: ``[N]`` attack scores, higher = more likely a member.
+      labels: ``[N]`` membership labels; any dtype, cast to bool (nonzero = member).
+      threshold: the score threshold ``tau`` (a scalar, e.g. from :func:`best_threshold`); a score equal to it
+        is predicted non-member.
+
+    Returns:
+      A 0-d float array in ``[0, 1]``: the fraction of examples whose prediction ``score > threshold`` equals
+      their label.
+
+    Raises:
+      ValueError: if ``scores`` and ``labels`` are not 1-D of the same length, or are empty (shapes are static, so
+        also under ``jit``).
+
     >>> import jax.numpy as jnp
     >>> float(threshold_accuracy(jnp.array([0.0, 2.0]), jnp.array([0, 0]), 1.0))
     0.5
@@ -96,8 +132,8 @@ def threshold_accuracy(scores: jax.Array, labels: jax.Array, threshold: jax.Arra
     return jnp.mean((s > threshold) == l)
 
 
-def candidate_losses(model_fns: ModelFns, flat_params, layout: Layout, x: jax.Array, y: jax.Array,
-                     loss_fn=None) -> jax.Array:
+def candidate_losses(model_fns: ModelFns, flat_params: jax.Array, layout: Layout, x: jax.Array, y: jax.Array,
+                     loss_fn: Callable | None = None) -> jax.Array:
     """Loss of each model (flat parameters ``[K, P]``) on one candidate ``(x, y)``, ``[K]``.
 
     Args:
@@ -106,6 +142,12 @@ def candidate_losses(model_fns: ModelFns, flat_params, layout: Layout, x: jax.Ar
       layout: their layout.
       x: one example (no batch axis); y: its integer label.
       loss_fn: ``(logits [N, C], labels [N]) -> [N]``; default softmax cross-entropy.
+
+    Returns:
+      ``[K]``: ``loss_fn`` of each model on ``(x, y)`` (``x`` cast to the dtype of ``flat_params``).
+
+    Raises:
+      ValueError: if ``flat_params`` is not ``[K, layout.size]``.
 
     >>> import jax, jax.numpy as jnp
     >>> from recon_jax.models import from_flax, MLP, ravel
@@ -147,9 +189,9 @@ class MIAResult(NamedTuple):
     eval_labels: np.ndarray
 
 
-def informed_mia(model_fns: ModelFns, algorithm, fixed_set, candidate, key: jax.Array, *, alternative=None,
-                 num_shadow: int = 200, num_eval: int = 200, init_params=None, chunk_size: int = 128,
-                 progress: bool = False) -> MIAResult:
+def informed_mia(model_fns: ModelFns, algorithm: Algorithm, fixed_set: tuple, candidate: tuple, key: jax.Array, *,
+                 alternative: tuple | None = None, num_shadow: int = 200, num_eval: int = 200, init_params=None,
+                 chunk_size: int = 128, progress: bool = False) -> MIAResult:
     """Runs the informed loss-threshold MIA of Balle et al. (Alg. 2, App. A) end to end.
 
     Shadow models alternate ``b = 1, 0, 1, ...``; released models draw ``b ~ Bernoulli(1/2)`` from
@@ -172,6 +214,11 @@ def informed_mia(model_fns: ModelFns, algorithm, fixed_set, candidate, key: jax.
 
     Returns:
       An :class:`MIAResult`.
+
+    Raises:
+      ValueError: if ``num_shadow`` or ``num_eval`` is not an integer >= 2, ``candidate`` (or ``alternative``) is
+        not a pair, or its ``x`` does not have the example shape of ``fixed_set``; and from the shadow engine, on
+        inconsistent training arguments (e.g. ``init_params`` missing or given against ``algorithm.init``).
 
     >>> import jax, jax.numpy as jnp
     >>> from recon_jax.models import from_flax, MLP

@@ -94,8 +94,22 @@ def poisson_slots(u: jax.Array, sample_q: float, rows: int) -> tuple[jax.Array, 
     return (slots & np.uint32(2**index_bits - 1)).astype(np.int32), slots < np.uint32(2**31)
 
 
-def initial_params(model_fns: ModelFns, key: jax.Array, example_inputs: jax.Array):
+def initial_params(model_fns: ModelFns, key: jax.Array, example_inputs: jax.Array) -> Any:
     """``model_fns.init(key, example_inputs[:1])``: the adversary-known initialisation of fixed-init training.
+
+    Pass the result as ``init_params`` to :func:`train` (or the shadow engine) with an algorithm whose
+    ``init == "fixed"``; every model then starts from it.
+
+    Args:
+      model_fns: the model (:func:`recon_jax.models.from_flax` / :func:`~recon_jax.models.from_haiku`).
+      key: typed key of the initialisation (used as given: no ``fold_in``, unlike a random initialisation in
+        :func:`train`, which draws from ``fold_in(key, 0)``).
+      example_inputs: inputs ``[n, ...]`` (e.g. the fixed set's ``x``); only ``example_inputs[:1]`` is passed, to
+        fix the input shape and dtype.
+
+    Returns:
+      The parameter pytree ``model_fns.init`` returns (for :func:`~recon_jax.models.from_flax`, the ``params``
+      collection, e.g. ``{"Dense_0": {"kernel": ..., "bias": ...}, ...}``).
 
     >>> from recon_jax.models import from_flax, balle_mnist_mlp
     >>> p = initial_params(from_flax(balle_mnist_mlp()), jax.random.key(0), jnp.zeros((5, 784)))
