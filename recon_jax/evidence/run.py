@@ -239,10 +239,11 @@ _FINGERPRINT: list = []
 
 
 def code_fingerprint() -> str:
-    """SHA-256 (hex, 16 characters) of the library's and the experiments' Python source as it is on disk.
+    """SHA-256 (hex, 16 characters) of the library's and the experiments' Python source as it is on disk, and of
+    the Python version and the versions of the packages whose numerics the results rest on (:data:`_NUMERIC_PACKAGES`).
 
-    It keys resume points by code (git commits alone miss uncommitted edits and copies without ``.git``);
-    computed once per process.
+    It keys resume points by code (git commits alone miss uncommitted edits and copies without ``.git``; a jax or
+    flax upgrade can move trained weights as an edit can); computed once per process.
 
     >>> len(code_fingerprint())
     16
@@ -256,8 +257,23 @@ def code_fingerprint() -> str:
             h.update(os.path.relpath(path, pkg_parent).encode() + b"\0")
             with open(path, "rb") as f:
                 h.update(f.read() + b"\0")
+        h.update(repr(_numeric_versions()).encode())
         _FINGERPRINT.append(h.hexdigest()[:16])
     return _FINGERPRINT[0]
+
+
+_NUMERIC_PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "scipy", "dm-haiku", "scikit-learn", "umap-learn")
+
+
+def _numeric_versions() -> list:
+    """``[python major.minor, (package, version or None), ...]`` for :data:`_NUMERIC_PACKAGES`."""
+    def version(name):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    return [f"{sys.version_info.major}.{sys.version_info.minor}"] + [(p, version(p)) for p in _NUMERIC_PACKAGES]
 
 
 class ResumeAcrossCodeError(ValueError):

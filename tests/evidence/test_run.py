@@ -5,6 +5,7 @@ experiments/common.py): provenance, claims, NaN refusal, keyed caches, publishin
 import json
 import os
 
+import jax
 import numpy as np
 import pytest
 
@@ -276,7 +277,14 @@ def test_code_fingerprint_follows_the_source(tmp_path, monkeypatch):
     first = evidence.code_fingerprint()
     (src / "a.py").write_text("x = 2\n")
     monkeypatch.setattr(evidence_run, "_FINGERPRINT", [])
-    assert evidence.code_fingerprint() != first
+    second = evidence.code_fingerprint()
+    assert second != first
+    # ... and the versions of the numeric packages (a jax upgrade moves trained weights as an edit does).
+    versions = evidence_run._numeric_versions()
+    assert versions[0].count(".") == 1 and dict(versions[1:])["jax"] == jax.__version__
+    monkeypatch.setattr(evidence_run, "_numeric_versions", lambda: versions[:1] + [("jax", "0.0.1")] + versions[2:])
+    monkeypatch.setattr(evidence_run, "_FINGERPRINT", [])
+    assert evidence.code_fingerprint() != second
 
 
 def test_segments_are_listed_in_metrics_and_report(tmp_path, monkeypatch):
