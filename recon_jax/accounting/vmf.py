@@ -37,7 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax._validation import POSITIVE, at_least, check, concrete_or_none, greater_than, guard, nan_if, pad_batch
+from recon_jax._validation import (FINITE_POSITIVE, Range, check, concrete_or_none, greater_than, guard, nan_if,
+                                   pad_batch)
 from recon_jax.accounting.conversions import delta_from_rdp, eps_from_rdp, kov_composition
 from recon_jax.accounting.rdp import rdp_poisson_subsampled
 from recon_jax.accounting.vmf_pld import vmf_pld_epsilon
@@ -55,9 +56,13 @@ _AP1_ORDERS = 1.0 + np.logspace(-4, 4, 1601)
 _AP1_EPS_OFFSETS = np.concatenate([[0.0], np.logspace(-6, 1.5, 600)])
 
 
-def _guard_vmf(kappa, dim):
-    """Checks kappa > 0 and dim >= 2 (broadcast together) and returns the mask of the invalid entries."""
-    return guard(("kappa", kappa, POSITIVE), ("dim", dim, at_least(2)))
+_DIM = Range(lambda p: (p >= 2) & (p < np.inf), "finite and >= 2")
+
+
+def _guard_vmf(kappa, dim, names=("kappa", "dim")):
+    """Checks 0 < kappa < inf and 2 <= dim < inf (broadcast together; ``names``: the caller's argument names) and
+    returns the mask of the invalid entries."""
+    return guard((names[0], kappa, FINITE_POSITIVE), (names[1], dim, _DIM))
 
 
 # log I_nu(c kappa) - log I_nu(kappa) - nu log c (c = 2 alpha - 1) is a small difference of terms ~ nu log c: taken
@@ -165,7 +170,7 @@ def rdp_vmf(kappa, dim, orders) -> jax.Array:
     (~1e-12 relative in float64) for dims 2 to 1e20 and kappas 1e-6 to 1e9.
 
     Args:
-      kappa: concentration(s) > 0; dim: dimension(s) >= 2 (broadcast together).
+      kappa: concentration(s), finite and > 0; dim: dimension(s), finite and >= 2 (broadcast together).
       orders: Renyi orders > 1 (scalar or 1-D; may be traced).
 
     Returns:
@@ -174,7 +179,8 @@ def rdp_vmf(kappa, dim, orders) -> jax.Array:
       absolute there, divided by ``alpha - 1``; use float64 (``jax_enable_x64``) for accounting.
 
     Raises:
-      ValueError: for kappa <= 0, dim < 2 or an order <= 1.
+      ValueError: for kappa <= 0 or infinite, dim < 2 or infinite, or an order <= 1 (concrete values; traced ones
+        give NaN).
 
     >>> import numpy as np
     >>> r = rdp_vmf(1.0, 3, [2.0])  # p = 3: I_{1/2}(x) ∝ sinh(x)/sqrt(x), so tau_2 = log(sinh(3)/(3 sinh(1)))
@@ -201,7 +207,7 @@ def rdp_vmf_multi(kappas, dims, orders) -> jax.Array:
       Array ``[..., len(orders)]`` (``[...]`` for a scalar order).
 
     Raises:
-      ValueError: for kappa <= 0, dim < 2 or an order <= 1.
+      ValueError: for kappas <= 0 or infinite, dims < 2 or infinite, or an order <= 1.
 
     >>> import numpy as np
     >>> one = rdp_vmf(5.0, 100, [2.0])
@@ -209,7 +215,7 @@ def rdp_vmf_multi(kappas, dims, orders) -> jax.Array:
     >>> bool(two[0] >= one[0])
     True
     """
-    _guard_vmf(kappas, dims)  # checks only (the blocks' RDP is summed)
+    _guard_vmf(kappas, dims, names=("kappas", "dims"))  # checks only (the blocks' RDP is summed)
     check("orders", orders, greater_than(1))
     orders_arr = jnp.asarray(orders, jnp.result_type(float))
     per_block = _rdp_vmf_jit(kappas, dims, jnp.atleast_1d(orders_arr))  # [..., R, n]
@@ -311,8 +317,8 @@ def vmf_epsilon(kappa, dim, q, compositions, delta, approach="best", *, interpol
     tables use the number of *epochs*, 3; a DP-SGD guarantee needs the number of *steps*).
 
     Args:
-      kappa: concentration(s) > 0.
-      dim: dimension(s) p >= 2.
+      kappa: concentration(s), finite and > 0.
+      dim: dimension(s) p, finite and >= 2.
       q: sampling probability in (0, 1].
       compositions: number of composed subsampled releases N >= 1.
       delta: target delta in (0, 1). All five broadcast.
@@ -430,7 +436,7 @@ def calibrate_vmf_kappa(eps, dim, q, compositions, delta, approach="best", *, it
     True
     """
     check("eps", eps, lambda e: e > 0, "> 0")
-    check("dim", dim, lambda p: p >= 2, ">= 2")
+    check("dim", dim, _DIM)
     check("q", q, lambda x: (x > 0) & (x <= 1), "in (0, 1]")
     check("compositions", compositions, lambda c: c >= 1, ">= 1")
     check("delta", delta, lambda d: (d > 0) & (d < 1), "in (0, 1)")

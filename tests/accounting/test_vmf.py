@@ -189,6 +189,21 @@ def test_step_composition_is_much_larger(x64):
     assert e[1] > e[0] and e[3] > e[2] and np.all(np.isfinite(e))
 
 
+def test_vmf_errors_name_the_argument_and_refuse_inf():
+    with pytest.raises(ValueError, match="kappas must be"):
+        rdp_vmf_multi([0.0, 1.0], [4, 4], [2.0])
+    with pytest.raises(ValueError, match="dims must be"):
+        rdp_vmf_multi([1.0, 1.0], [1, 4], [2.0])
+    # inf used to pass the > 0 / >= 2 checks and return NaN eagerly
+    for kappa, dim, name in [(np.inf, 10, "kappa"), (1.0, np.inf, "dim")]:
+        with pytest.raises(ValueError, match=f"{name} must be finite"):
+            rdp_vmf(kappa, dim, [2.0])
+        with pytest.raises(ValueError, match=f"{name} must be finite"):
+            vmf_epsilon(kappa, dim, 0.1, 3, 1e-5)
+    with pytest.raises(ValueError, match="dim must be finite"):
+        calibrate_vmf_kappa(1.0, np.inf, 0.1, 3, 1e-5)
+
+
 def test_vmf_validation():
     with pytest.raises(ValueError, match="kappa"):
         rdp_vmf(0.0, 10, 2.0)
