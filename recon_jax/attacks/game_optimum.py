@@ -36,10 +36,23 @@ def orthogonal_success_probability(k: int, mu: float, sample_rate: float = 1.0) 
 
     With T steps at noise multiplier sigma the sufficient statistics are ``X_0 ~ N(mu, 1)`` for the target and
     ``X_j ~ N(0, 1)`` for the others (``mu = sqrt(T) / sigma``), so ``P[success] = int phi(x - mu) Phi(x)^(k-1)
-    dx`` (numerical quadrature; host-side). Only ``sample_rate = 1`` has this closed form.
+    dx`` (numerical quadrature over ``u = x - mu`` in ``[-12, 12]``; host-side). Only ``sample_rate = 1`` has this
+    closed form. The probability increases with mu, from ``1 / k`` at ``mu = 0`` to its limit 1 at ``mu = inf``
+    (noiseless: the target always wins), which ``mu = inf`` returns.
 
-    >>> round(orthogonal_success_probability(2, 0.0), 6)
-    0.5
+    Args:
+      k: prior size, an integer >= 1.
+      mu: ``sqrt(T) / sigma``, in ``[0, inf]``.
+      sample_rate: must be 1.
+
+    Returns:
+      The success probability (float).
+
+    Raises:
+      ValueError: for k < 1, mu < 0 or NaN, or sample_rate != 1.
+
+    >>> round(orthogonal_success_probability(2, 0.0), 6), orthogonal_success_probability(2, float("inf"))
+    (0.5, 1.0)
     """
     from scipy import integrate, stats
 
@@ -48,9 +61,11 @@ def orthogonal_success_probability(k: int, mu: float, sample_rate: float = 1.0) 
         raise ValueError(f"mu must be >= 0, got {mu}")
     if sample_rate != 1.0:
         raise ValueError("orthogonal_success_probability has a closed form only for sample_rate = 1")
-    f = lambda x: stats.norm.pdf(x - mu) * stats.norm.cdf(x) ** (k - 1)  # noqa: E731
-    val, _ = integrate.quad(f, mu - 12.0, mu + 12.0, epsabs=1e-12, limit=200)
-    return float(val)
+    # In u = x - mu the window does not move with mu: mu = inf gives Phi(u + mu) = 1, the limit, not an empty
+    # window (inf - 12, inf + 12).
+    f = lambda u: stats.norm.pdf(u) * stats.norm.cdf(u + mu) ** (k - 1)  # noqa: E731
+    val, _ = integrate.quad(f, -12.0, 12.0, epsabs=1e-12, limit=200)
+    return float(min(val, 1.0))
 
 
 def crafted_success_probability(kind: str, k: int, mu: float) -> float:
@@ -64,7 +79,7 @@ def crafted_success_probability(kind: str, k: int, mu: float) -> float:
     Args:
       kind: ``"orthogonal"`` or ``"simplex"``.
       k: prior size, an integer >= 2 (>= 1 for orthogonal).
-      mu: ``sqrt(T) / sigma`` >= 0.
+      mu: ``sqrt(T) / sigma``, in ``[0, inf]`` (``inf``, no noise, gives 1).
 
     Returns:
       The success probability (float).
@@ -110,7 +125,7 @@ def predicted_success(separation, target_index, prior_size: int | None = None) -
       ``[S]`` mean predicted success per noise level.
 
     Raises:
-      ValueError: for inconsistent shapes, a prior size out of range or negative separations.
+      ValueError: for inconsistent shapes, a prior size out of range or negative or NaN separations.
 
     >>> import numpy as np
     >>> d = np.full((1, 1, 10), 2 * 2.5**2); d[0, 0, 0] = 0.0          # orthogonal canaries at mu = 2.5
@@ -129,8 +144,8 @@ def predicted_success(separation, target_index, prior_size: int | None = None) -
     if t.shape != (sep.shape[1],) or np.any(t < 0) or np.any(t >= k):
         raise ValueError(f"target_index must be [{sep.shape[1]}] ints in [0, {k})")
     sep = sep[..., :k]
-    if np.any(sep < -1e-6 * np.max(np.abs(sep), initial=1.0)):
-        raise ValueError("separations must be >= 0")
+    if np.isnan(sep).any() or np.any(sep < -1e-6 * np.max(np.abs(sep), initial=1.0)):
+        raise ValueError("separation must be >= 0 (inf allowed, NaN not)")
     keep = np.ones(sep.shape[1:], bool)
     keep[np.arange(sep.shape[1]), t] = False
     shifts = np.sqrt(np.maximum(sep[:, keep].reshape(sep.shape[0] * sep.shape[1], k - 1), 0.0) / 2.0)

@@ -318,7 +318,7 @@ def rero_from_rdp_curve(kappa: ArrayLike, orders: ArrayLike, rdp: ArrayLike, *, 
     _check_method(method)
     # kappa: the leading axes; orders and rdp: the curve. Both judged as cast below (safe points replace them there).
     bad_kappa = guard(("kappa", kappa, OPEN_UNIT), validate=validate, cast=(kappa, orders, rdp))
-    bad_point = guard(("order", orders, _ORDER), ("rdp", rdp, NONNEGATIVE), validate=validate,  # "order": message kept
+    bad_point = guard(("orders", orders, _ORDER), ("rdp", rdp, NONNEGATIVE), validate=validate,
                       cast=(kappa, orders, rdp))
     kappa, orders, rdp = as_float(kappa, orders, rdp, broadcast=False)  # kappa: leading axes only
     orders, rdp = jnp.broadcast_arrays(orders, rdp)

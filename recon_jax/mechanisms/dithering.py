@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from recon_jax._validation import FINITE_NONNEGATIVE, check
+from recon_jax._validation import FINITE_NONNEGATIVE, guard, nan_if
 
 __all__ = ["dither", "feature_rms"]
 
@@ -30,6 +30,8 @@ def dither(key: jax.Array, features: jax.Array, noise_sigma: float | jax.Array) 
     Returns:
       Noisy features, shaped like ``features``.
 
+    Returns NaN features where a traced ``noise_sigma`` is negative, infinite or NaN (under ``jax.jit``).
+
     Raises:
       ValueError: if ``noise_sigma`` is negative or not finite (concrete values).
 
@@ -37,16 +39,21 @@ def dither(key: jax.Array, features: jax.Array, noise_sigma: float | jax.Array) 
     >>> dither(jax.random.key(0), jnp.zeros(3), 0.0).tolist()
     [0.0, 0.0, 0.0]
     """
-    check("noise_sigma", noise_sigma, FINITE_NONNEGATIVE)
+    bad = guard(("noise_sigma", noise_sigma, FINITE_NONNEGATIVE))
     f = jnp.asarray(features)
-    return f + jnp.asarray(noise_sigma, f.dtype) * jax.random.normal(key, f.shape, f.dtype)
+    return nan_if(bad, f + jnp.asarray(noise_sigma, f.dtype) * jax.random.normal(key, f.shape, f.dtype))
 
 
 def feature_rms(features: jax.Array) -> jax.Array:
     """Root-mean-square of all entries, ``sqrt(mean(a^2))`` (the paper's dither scale unit).
 
+    Raises:
+      ValueError: if ``features`` has no entries (the mean of nothing is undefined).
+
     >>> float(feature_rms(jnp.array([3.0, 4.0, 0.0, 0.0])))
     2.5
     """
     f = jnp.asarray(features)
+    if f.size == 0:
+        raise ValueError(f"features must have at least one entry; got shape {f.shape}")
     return jnp.sqrt(jnp.mean(jnp.square(f)))

@@ -42,7 +42,8 @@ import math
 import jax
 import jax.numpy as jnp
 
-from recon_jax._validation import FINITE_NONNEGATIVE, FINITE_POSITIVE, POSITIVE, check, check_integer
+from recon_jax._validation import (FINITE, FINITE_NONNEGATIVE, FINITE_POSITIVE, POSITIVE, Range, check, check_integer,
+                                   guard, nan_if)
 
 __all__ = ["sample_vmf", "sample_vmf_cosine", "VMFMechanism"]
 
@@ -125,7 +126,8 @@ def sample_vmf_cosine(key: jax.Array, kappa, dim: int, shape: tuple[int, ...] = 
       ``(w, sin_w)``, each of shape ``shape``: ``w = mu^T x`` and ``sqrt(1 - w^2)`` (accurate even when w ~ 1).
 
     Raises:
-      ValueError: if ``dim < 2`` or ``kappa < 0`` / not finite.
+      ValueError: if ``dim < 2`` or ``kappa < 0`` / not finite (concrete kappa; a traced one out of range gives
+        NaN ``w`` and ``sin_w``).
 
     >>> import jax
     >>> w, s = sample_vmf_cosine(jax.random.key(0), 50.0, 3, shape=(4,))
@@ -133,8 +135,10 @@ def sample_vmf_cosine(key: jax.Array, kappa, dim: int, shape: tuple[int, ...] = 
     ((4,), True)
     """
     check_integer("dim", dim, 2)  # the sphere S^(dim-1)
-    check("kappa", kappa, FINITE_NONNEGATIVE)
-    return _sample_cosine(key, jnp.asarray(kappa, dtype), dim, tuple(shape), jnp.dtype(dtype))
+    bad = guard(("kappa", kappa, FINITE_NONNEGATIVE))
+    kappa = jnp.where(bad, 0.0, jnp.asarray(kappa, dtype))  # a safe point for the sampler; NaN afterwards
+    w, sin_w = _sample_cosine(key, kappa, dim, tuple(shape), jnp.dtype(dtype))
+    return nan_if(bad, w), nan_if(bad, sin_w)
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3, 4))
@@ -155,7 +159,8 @@ def sample_vmf(key: jax.Array, mu: jax.Array, kappa, shape: tuple[int, ...] = ()
 
     Args:
       key: a typed PRNG key.
-      mu: mean direction, shape ``[d]`` with d >= 2; it is normalised to unit length here (it must be non-zero).
+      mu: mean direction, shape ``[d]`` with d >= 2, finite; it is normalised to unit length here (it must be
+        non-zero).
       kappa: concentration >= 0 (scalar; 0 is uniform on the sphere, large kappa concentrates at mu).
       shape: number/shape of samples; the output has shape ``shape + (d,)``.
 
@@ -163,7 +168,8 @@ def sample_vmf(key: jax.Array, mu: jax.Array, kappa, shape: tuple[int, ...] = ()
       Unit vectors of shape ``shape + (d,)`` in the dtype of ``mu`` (float32 unless x64 is on and mu is float64).
 
     Raises:
-      ValueError: if ``mu`` is not a vector of length >= 2 or ``kappa`` is negative / not finite.
+      ValueError: if ``mu`` is not a vector of length >= 2, or (concrete values) ``mu`` is zero or not finite or
+        ``kappa`` is negative / not finite. Traced out-of-range values give NaN samples.
 
     >>> import jax, jax.numpy as jnp
     >>> x = sample_vmf(jax.random.key(0), jnp.array([0.0, 0.0, 1.0]), 1e4, shape=(2,))
@@ -175,8 +181,11 @@ def sample_vmf(key: jax.Array, mu: jax.Array, kappa, shape: tuple[int, ...] = ()
         mu = mu.astype(jnp.float32)
     if mu.ndim != 1 or mu.shape[0] < 2:
         raise ValueError(f"mu must be a vector of length d >= 2, got shape {mu.shape}")
-    check("kappa", kappa, FINITE_NONNEGATIVE)
-    return _sample_vmf(key, mu, jnp.asarray(kappa, mu.dtype), tuple(shape))
+    bad_mu = jnp.any(guard(("mu", mu, FINITE)))
+    bad_mu = bad_mu | guard(("mu", jnp.linalg.norm(mu), Range(POSITIVE.predicate, "a non-zero vector (norm > 0)")))
+    bad = guard(("kappa", kappa, FINITE_NONNEGATIVE)) | bad_mu
+    kappa = jnp.where(bad, 0.0, jnp.asarray(kappa, mu.dtype))
+    return nan_if(bad, _sample_vmf(key, mu, kappa, tuple(shape)))
 
 
 @functools.partial(jax.jit, static_argnums=3)

@@ -54,6 +54,38 @@ def test_rdp_vmf_matches_mpmath_large_dim(x64):
                 assert got[i, j] == pytest.approx(float(ref), rel=1e-8)
 
 
+def _tau_mpmath(kappa, dim, order):
+    """Prop. 1 with log I_nu(x) = nu log(x/2) - lgamma(nu + 1) + log 0F1(; nu + 1; x^2/4) (DLMF 10.25.2): the nu log
+    terms cancel exactly, so 60 digits resolve tau even where it is 1e-13 of nu log(2 alpha - 1)."""
+    with mp.workdps(60):
+        nu, k, a = mp.mpf(dim) / 2 - 1, mp.mpf(kappa), mp.mpf(order)
+        c = 2 * a - 1
+        excess = mp.log(mp.hyp0f1(nu + 1, (c * k) ** 2 / 4)) - mp.log(mp.hyp0f1(nu + 1, k**2 / 4))
+        return float(excess / (a - 1))
+
+
+@pytest.mark.parametrize("kappa, dim", [
+    (1e5, 1e13), (1e3, 1e11), (10.0, 1e15), (1e4, 1e8), (1e3, 1e6), (150.0, 13700),  # huge dim (the audit's cases)
+    (1e-6, 3), (1e-6, 100), (1e-2, 100), (1e-6, 1000),  # tiny kappa: the same cancellation at small dim
+    (1e3, 2e4 + 2), (1e3, 1e5), (3e4, 1e8), (10.0, 10), (1e3, 100),  # the other branches, near their boundaries
+])
+def test_rdp_vmf_no_cancellation_against_mpmath(x64, kappa, dim):
+    # tau is a difference of terms ~ nu log(2 alpha - 1); taken from two log I values it gave 0 for (1e5, 1e13)
+    # (true 0.004) and 2.0 for (10, 1e15) (true 4e-13). rtol 1e-9: each branch is accurate to ~1e-12 relative here
+    # (checked on a wider grid of dims 2..1e20, kappas 1e-6..1e9, orders 1.0001..256 in the commit that added it).
+    orders = np.array([1.0001, 1.5, 2.0, 8.0])  # mpmath's 0F1 does not converge at higher orders for some
+    got = np.asarray(rdp_vmf(kappa, dim, orders))
+    for j, a in enumerate(orders):
+        assert got[j] == pytest.approx(_tau_mpmath(kappa, dim, a), rel=1e-9)
+
+
+def test_rdp_vmf_at_astronomical_dim(x64):
+    # dim = 1e300 (was NaN): tau_alpha = (c^2 - 1) kappa^2 / (4 (nu + 1) (alpha - 1)) to relative O(kappa^2 / nu),
+    # c = 2 alpha - 1, the first term of the 0F1 series (closed form; mpmath would need 300 digits).
+    nu = 1e300 / 2 - 1
+    assert float(rdp_vmf(10.0, 1e300, [2.0])[0]) == pytest.approx(8.0 * 100.0 / (4.0 * (nu + 1.0)), rel=1e-12)
+
+
 def test_multi_is_sum_and_prop3(x64):
     orders = np.array([1.5, 3.0])
     kap = np.array([[4.0, 4.0, 4.0]])
@@ -155,6 +187,21 @@ def test_step_composition_is_much_larger(x64):
     """Composing over steps (a valid DP-SGD guarantee) instead of the paper's 3 epochs."""
     e = np.asarray(vmf_epsilon(np.array([50.0, 50.0, 100.0, 100.0]), P, Q, np.array([3, 1407, 3, 1407]), DELTA))
     assert e[1] > e[0] and e[3] > e[2] and np.all(np.isfinite(e))
+
+
+def test_vmf_errors_name_the_argument_and_refuse_inf():
+    with pytest.raises(ValueError, match="kappas must be"):
+        rdp_vmf_multi([0.0, 1.0], [4, 4], [2.0])
+    with pytest.raises(ValueError, match="dims must be"):
+        rdp_vmf_multi([1.0, 1.0], [1, 4], [2.0])
+    # inf used to pass the > 0 / >= 2 checks and return NaN eagerly
+    for kappa, dim, name in [(np.inf, 10, "kappa"), (1.0, np.inf, "dim")]:
+        with pytest.raises(ValueError, match=f"{name} must be finite"):
+            rdp_vmf(kappa, dim, [2.0])
+        with pytest.raises(ValueError, match=f"{name} must be finite"):
+            vmf_epsilon(kappa, dim, 0.1, 3, 1e-5)
+    with pytest.raises(ValueError, match="dim must be finite"):
+        calibrate_vmf_kappa(1.0, np.inf, 0.1, 3, 1e-5)
 
 
 def test_vmf_validation():

@@ -80,6 +80,26 @@ def test_orthogonal_success_probability_against_monte_carlo():
     assert prior_aware.orthogonal_success_probability(10, 0.0) == pytest.approx(0.1, abs=1e-9)
 
 
+@pytest.mark.parametrize("mu", [0.5, 2.0, 5.0, 40.0, 1e6, np.inf])
+def test_orthogonal_success_probability_up_to_mu_inf(mu):
+    # k = 2: P[X_0 > X_1] with X_0 - X_1 ~ N(mu, 2), closed form Phi(mu / sqrt(2)) (SciPy); mu = inf, the
+    # noiseless limit, is 1 (the old window mu +- 12 was empty there and gave 0). Quadrature error ~1e-12.
+    ref = float(stats.norm.cdf(mu / np.sqrt(2.0)))
+    assert prior_aware.orthogonal_success_probability(2, mu) == pytest.approx(ref, abs=1e-9)
+    assert prior_aware.crafted_success_probability("simplex", 2, mu) == pytest.approx(
+        float(stats.norm.cdf(mu)), abs=1e-9)
+    assert prior_aware.crafted_success_probability("orthogonal", 1000, np.inf) == 1.0
+
+
+def test_predicted_success_rejects_nan_separation():
+    d = np.full((1, 1, 3), np.nan)
+    d[0, 0, 0] = 0.0
+    with pytest.raises(ValueError, match="separation"):
+        prior_aware.predicted_success(d, [0])
+    d[0, 0, 1:] = np.inf  # infinitely separated candidates: certain success
+    assert float(prior_aware.predicted_success(d, [0])[0]) == pytest.approx(1.0, abs=1e-12)
+
+
 def _naive_mixture_scores(residuals, cands, std, q):
     """Naive reference: log of the mixture density of each step, minus the "no target" density (SciPy)."""
     out = np.zeros(cands.shape[1])

@@ -364,6 +364,17 @@ def test_dither_statistics_and_accuracy():
         dithered_accuracy(clf, feats, labels, 1.0, key, num_draws=0)
 
 
+@pytest.mark.parametrize("sigma", [-1.0, float("inf"), float("nan")])
+def test_dither_traced_invalid_sigma_gives_nan(sigma):
+    out = jax.jit(lambda s: dither(jax.random.key(0), jnp.ones(3), s))(sigma)
+    assert np.isnan(np.asarray(out)).all()
+
+
+def test_feature_rms_of_no_entries_raises():
+    with pytest.raises(ValueError, match="features"):
+        feature_rms(jnp.zeros((0, 3)))
+
+
 def test_rademacher_perturbation_moves_each_mode_by_its_bound(x64):
     x = np.random.default_rng(2).normal(size=(6, 5, 1))
     bound = np.random.default_rng(3).uniform(size=(6, 5, 1))

@@ -212,6 +212,11 @@ def test_invalid_inputs_raise(call):
         call()
 
 
+def test_rdp_curve_error_names_orders():
+    with pytest.raises(ValueError, match="^orders must be > 1"):  # the argument is orders (was "order must")
+        rero_from_rdp_curve(0.5, np.array([2.0, 0.5]), np.array([1.0, 1.0]))
+
+
 def test_invalid_inputs_nan_under_jit():
     assert np.isnan(float(jax.jit(rero_gdp)(1.5, 1.0)))
     assert np.isnan(float(jax.jit(rero_from_zcdp)(0.5, -1.0)))

@@ -165,6 +165,30 @@ def test_sampler_input_validation():
         sample_vmf_cosine(jax.random.key(0), 1.0, 1)
 
 
+def test_sampler_rejects_zero_or_nonfinite_mu():
+    # mu = 0 has no direction: it used to give all-NaN samples without an error.
+    with pytest.raises(ValueError, match="mu must be a non-zero vector"):
+        sample_vmf(jax.random.key(0), jnp.zeros(3), 1.0)
+    with pytest.raises(ValueError, match="mu must be finite"):
+        sample_vmf(jax.random.key(0), jnp.array([1.0, jnp.inf]), 1.0)
+
+
+@pytest.mark.parametrize("kappa", [-1.0, float("inf"), float("nan")])
+def test_traced_invalid_kappa_gives_nan(kappa):
+    key = jax.random.key(0)
+    x = jax.jit(lambda k: sample_vmf(key, jnp.array([0.0, 0.0, 1.0]), k, shape=(2,)))(kappa)
+    w, sin_w = jax.jit(lambda k: sample_vmf_cosine(key, k, 3, shape=(2,)))(kappa)
+    assert np.isnan(np.asarray(x)).all() and np.isnan(np.asarray(w)).all() and np.isnan(np.asarray(sin_w)).all()
+    # vmapped: only the invalid entry is NaN
+    xs = np.asarray(jax.vmap(lambda k: sample_vmf(key, jnp.array([0.0, 1.0]), k))(jnp.array([2.0, kappa])))
+    assert np.isfinite(xs[0]).all() and np.isnan(xs[1]).all()
+
+
+def test_traced_zero_mu_gives_nan():
+    x = jax.jit(lambda m: sample_vmf(jax.random.key(0), m, 5.0))(jnp.zeros(3))
+    assert np.isnan(np.asarray(x)).all()
+
+
 def test_mechanism_validation():
     with pytest.raises(ValueError, match="kappa"):
         VMFMechanism(kappa=-0.5)
