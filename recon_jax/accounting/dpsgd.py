@@ -159,7 +159,7 @@ def _calibrate_sigma_pld(eps, q, steps, delta, sigma_rdp, step, rtol):
     return hi
 
 
-def calibrate_sigma(eps, q, steps, delta, orders=None, *, iters: int = 60, accountant: str = "rdp",
+def calibrate_sigma(eps, q, steps, delta, accountant: str = "rdp", orders=None, *, iters: int = 60,
                     value_discretization_interval: float = 1e-4, rtol: float = 1e-4) -> jax.Array:
     """Smallest noise multiplier whose DP-SGD epsilon (``"rdp"`` or ``"pld"`` accountant) is at most ``eps``.
 
@@ -176,9 +176,9 @@ def calibrate_sigma(eps, q, steps, delta, orders=None, *, iters: int = 60, accou
     Args:
       eps: target epsilon(s) > 0.
       q: sampling probability in (0, 1]; steps: number of steps >= 1; delta: in (0, 1). All broadcast.
+      accountant: ``"rdp"`` or ``"pld"`` (fifth, as in :func:`dpsgd_epsilon`).
       orders: static RDP orders (default :data:`DEFAULT_ORDERS`).
       iters: bisection iterations (``"rdp"``).
-      accountant: ``"rdp"`` or ``"pld"``.
       value_discretization_interval: PLD discretisation (``"pld"``).
       rtol: relative width of the final sigma bracket (``"pld"``).
 
@@ -192,6 +192,8 @@ def calibrate_sigma(eps, q, steps, delta, orders=None, *, iters: int = 60, accou
     >>> orders = [1.5, 2.0, 4.0, 8.0, 16.0, 32.0]
     >>> s = calibrate_sigma(2.0, 0.01, 1000, 1e-5, orders=orders)
     >>> bool(float(dpsgd_epsilon(s, 0.01, 1000, 1e-5, orders=orders)) <= 2.0)
+    True
+    >>> bool(float(dpsgd_epsilon(calibrate_sigma(2.0, 0.01, 1000, 1e-5, "pld"), 0.01, 1000, 1e-5, "pld")) <= 2.0)
     True
     """
     dt = jnp.result_type(float)

@@ -98,11 +98,14 @@ def _log_bessel_excess(nu, kappa, a, lv_ratio):
     series = c * kappa <= 2.0 * jnp.sqrt(nu + 1.0)
     debye = ~series & (nu >= _NU_DEBYE_DIFF)
     # Series branch (safe inputs elsewhere, so that neither branch makes NaN, in values or gradients).
-    y0 = 0.25 * jnp.square(jnp.where(series, kappa, 0.0))
+    # In logs: c^{2m} overflows float32 (c = 7, m = 30) where t_m underflows, and 0 * inf is NaN.
+    y0 = 0.25 * jnp.square(jnp.where(series, kappa, 1.0))
     m = jnp.arange(1, _EXCESS_TERMS + 1, dtype=y0.dtype)
-    terms = jnp.cumprod(y0[..., None] / (m * (nu[..., None] + m)), axis=-1)
-    grow = jnp.expm1(2.0 * m * log_c[..., None])
-    by_series = jnp.log1p(jnp.sum(terms * grow, axis=-1) / (1.0 + jnp.sum(terms, axis=-1)))
+    log_terms = jnp.cumsum(jnp.log(y0)[..., None] - jnp.log(m) - jnp.log(nu[..., None] + m), axis=-1)
+    x = 2.0 * m * log_c[..., None]
+    log_grow = x + jnp.log(-jnp.expm1(-x))  # log(expm1(x)), x > 0, for any size of x
+    by_series = jnp.log1p(jnp.sum(jnp.exp(log_terms + log_grow), axis=-1)
+                          / (1.0 + jnp.sum(jnp.exp(log_terms), axis=-1)))
     # Debye branch.
     nu_d = jnp.where(debye, nu, _NU_DEBYE_DIFF)
     k_d = jnp.where(debye, kappa, 1.0)

@@ -232,7 +232,7 @@ def rero_from_approx_dp(kappa: ArrayLike, eps: ArrayLike, delta: ArrayLike, *, v
 _ORDER = Range(lambda a: a > 1, "> 1 (inf allowed)")  # a Renyi order
 
 
-def rero_from_rdp(kappa: ArrayLike, eps: ArrayLike, order: ArrayLike, *, method: str = "optimal",
+def rero_from_rdp(kappa: ArrayLike, eps: ArrayLike, order: ArrayLike, method: str = "optimal", *,
                   validate: bool = True) -> jax.Array:
     """ReRo bound for an (alpha, eps)-RDP mechanism.
 
@@ -284,7 +284,7 @@ def rero_from_rdp(kappa: ArrayLike, eps: ArrayLike, order: ArrayLike, *, method:
     return nan_if(bad, out)
 
 
-def rero_from_rdp_curve(kappa: ArrayLike, orders: ArrayLike, rdp: ArrayLike, *, method: str = "optimal",
+def rero_from_rdp_curve(kappa: ArrayLike, orders: ArrayLike, rdp: ArrayLike, method: str = "optimal", *,
                         validate: bool = True) -> jax.Array:
     """ReRo bound from an RDP curve: the per-order bound of :func:`rero_from_rdp` minimised over the orders given.
 
@@ -380,7 +380,7 @@ def _zcdp_gamma(log_kappa, log1m_kappa, rho):
     return at(jax.lax.stop_gradient(u_star), *live)[..., 0]
 
 
-def rero_from_zcdp(kappa: ArrayLike, rho: ArrayLike, *, method: str = "optimal", validate: bool = True) -> jax.Array:
+def rero_from_zcdp(kappa: ArrayLike, rho: ArrayLike, method: str = "optimal", *, validate: bool = True) -> jax.Array:
     """ReRo bound for a rho-zCDP mechanism (RDP ``eps(alpha) = rho alpha`` at every order).
 
     ``method="optimal"`` (default): the optimal per-order conversion (:func:`rero_from_rdp`) minimised over
