@@ -11,18 +11,20 @@ in ``[0, data_range]``.
 | ``psnr`` | ``10 log10(data_range^2 / mse)`` (infinite for a perfect reconstruction) |
 | ``ncc`` | normalised cross-correlation (Ziller et al. Def. 3): the Pearson correlation of the two flattened examples |
 | ``ssim`` | structural similarity (Wang et al. 2004) via ``dm_pix.ssim``, Gaussian window 11, sigma 1.5 |
+| ``classifier_kl`` | KL divergence of a classifier's predicted class distributions for ``x`` and for ``y`` |
 """
 
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 
 from recon_jax._validation import POSITIVE, guard, nan_if
 
-__all__ = ["mse", "mae", "psnr", "ncc", "ssim", "aggregate", "psnr_of_mean_mse"]
+__all__ = ["mse", "mae", "psnr", "ncc", "ssim", "classifier_kl", "aggregate", "psnr_of_mean_mse"]
 
 
 def _check(x, y):
@@ -249,3 +251,37 @@ def aggregate(values: jax.Array) -> dict[str, jax.Array]:
         "min": jnp.nanmin(v),
         "max": jnp.nanmax(v),
     }
+
+
+def classifier_kl(apply_fn: Callable[[jax.Array], jax.Array], targets: jax.Array, reconstructions: jax.Array,
+                  ) -> jax.Array:
+    """KL divergence ``KL(p(. | target) || p(. | reconstruction))`` of a classifier's predictions, ``[T]``.
+
+    Balle et al. Sec. V-B (c): a separately trained, accurate classifier (LeNet on MNIST) is applied to the
+    target and to its reconstruction; the KL divergence between the predicted class distributions measures how
+    much of the label-relevant content survives. ``apply_fn`` maps images to logits (e.g.
+    ``functools.partial(model.apply, variables)``).
+
+    Args:
+      apply_fn: the classifier, images ``[T, ...]`` to logits ``[T, K]``.
+      targets: ``[T, ...]`` original images.
+      reconstructions: ``[T, ...]`` their reconstructions (same shape).
+
+    Returns:
+      ``[T]`` KL divergences in nats (>= 0; 0 where the predictions agree).
+
+    Raises:
+      ValueError: if ``targets`` and ``reconstructions`` differ in shape.
+
+    >>> import jax.numpy as jnp
+    >>> f = lambda x: jnp.stack([x.sum((1, 2)), jnp.zeros(x.shape[0])], axis=-1)
+    >>> classifier_kl(f, jnp.ones((1, 2, 2)), jnp.ones((1, 2, 2))).tolist()
+    [0.0]
+    """
+    targets, reconstructions = jnp.asarray(targets), jnp.asarray(reconstructions)
+    if targets.shape != reconstructions.shape:
+        raise ValueError(f"targets and reconstructions must have the same shape, got {targets.shape}, "
+                         f"{reconstructions.shape}")
+    lp = jax.nn.log_softmax(apply_fn(targets), axis=-1)
+    lq = jax.nn.log_softmax(apply_fn(reconstructions), axis=-1)
+    return jnp.sum(jnp.exp(lp) * (lp - lq), axis=-1)

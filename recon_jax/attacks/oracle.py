@@ -29,7 +29,6 @@ __all__ = [
     "pairwise_mse",
     "nn_oracle",
     "success",
-    "classifier_kl",
     "reconstruction_metrics",
     "empirical_kappa",
     "estimate_kappa",
@@ -60,6 +59,8 @@ def _flat(x, name):
     x = jnp.asarray(x)
     if x.ndim < 2:
         raise ValueError(f"{name} must have a leading batch axis and >= 1 more axis, got shape {x.shape}")
+    if x.shape[0] == 0:
+        raise ValueError(f"{name} must hold at least one point, got shape {x.shape}")
     return x.reshape(x.shape[0], -1)
 
 
@@ -184,29 +185,6 @@ def success(reconstruction_mse: jax.Array, oracle_mse: jax.Array) -> jax.Array:
     return a < b
 
 
-def classifier_kl(apply_fn: Callable[[jax.Array], jax.Array], targets: jax.Array, reconstructions: jax.Array,
-                  ) -> jax.Array:
-    """KL divergence ``KL(p(. | target) || p(. | reconstruction))`` of a classifier's predictions, ``[T]``.
-
-    Balle et al. Sec. V-B (c): a separately trained, accurate classifier (LeNet on MNIST) is applied to the
-    target and to its reconstruction; the KL divergence between the predicted class distributions measures how
-    much of the label-relevant content survives. ``apply_fn`` maps images to logits (e.g.
-    ``functools.partial(model.apply, variables)``).
-
-    >>> import jax.numpy as jnp
-    >>> f = lambda x: jnp.stack([x.sum((1, 2)), jnp.zeros(x.shape[0])], axis=-1)
-    >>> classifier_kl(f, jnp.ones((1, 2, 2)), jnp.ones((1, 2, 2))).tolist()
-    [0.0]
-    """
-    targets, reconstructions = jnp.asarray(targets), jnp.asarray(reconstructions)
-    if targets.shape != reconstructions.shape:
-        raise ValueError(f"targets and reconstructions must have the same shape, got {targets.shape}, "
-                         f"{reconstructions.shape}")
-    lp = jax.nn.log_softmax(apply_fn(targets), axis=-1)
-    lq = jax.nn.log_softmax(apply_fn(reconstructions), axis=-1)
-    return jnp.sum(jnp.exp(lp) * (lp - lq), axis=-1)
-
-
 def reconstruction_metrics(targets: jax.Array, reconstructions: jax.Array, oracle_mse: jax.Array | None = None,
                            classifier_apply: Callable[[jax.Array], jax.Array] | None = None,
                            data_range: float = 1.0) -> dict[str, jax.Array]:
@@ -239,7 +217,7 @@ def reconstruction_metrics(targets: jax.Array, reconstructions: jax.Array, oracl
         out["oracle_mse"] = jnp.asarray(oracle_mse)
         out["success"] = success(out["mse"], out["oracle_mse"])
     if classifier_apply is not None:
-        out["kl"] = classifier_kl(classifier_apply, targets, reconstructions)
+        out["kl"] = _metrics.classifier_kl(classifier_apply, targets, reconstructions)
     return out
 
 
@@ -259,16 +237,19 @@ def empirical_kappa(pool: jax.Array, eta: float | jax.Array, candidates: jax.Arr
     Returns:
       ``kappa`` with the shape of ``eta``.
 
+    Raises:
+      ValueError: ``eta`` negative or NaN, an empty ``pool`` or ``candidates``, or their example sizes differ.
+
     >>> import jax.numpy as jnp
     >>> round(float(empirical_kappa(jnp.array([[0.0], [0.1], [1.0]]), 0.02)), 4)   # 2 of 3 within 0.02 of 0.0
     0.6667
     """
     eta = jnp.asarray(eta, jnp.float32)
-    if bool(jnp.any(eta < 0)):
-        raise ValueError(f"eta must be >= 0, got {eta}")
+    if not bool(jnp.all(eta >= 0)):  # NaN fails too
+        raise ValueError(f"eta must be >= 0 (not NaN), got {eta}")
     _check_chunk(chunk_size)
-    c = _flat(pool if candidates is None else candidates, "candidates")
     p = _flat(pool, "pool")
+    c = p if candidates is None else _flat(candidates, "candidates")
     if c.shape[1] != p.shape[1]:
         raise ValueError(f"candidates and pool must have the same example size, got {c.shape[1]} and {p.shape[1]}")
     dtype = jnp.result_type(c, p, jnp.float32)

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from recon_jax import metrics
 from recon_jax.attacks import oracle
 
 
@@ -76,7 +77,7 @@ def test_classifier_kl_matches_scipy():
     apply_fn = lambda x: jnp.matmul(jnp.reshape(x, (x.shape[0], -1)), w, precision=jax.lax.Precision.HIGHEST)
     a = np.random.default_rng(4).uniform(size=(6, 4, 4)).astype(np.float32)
     b = np.random.default_rng(5).uniform(size=(6, 4, 4)).astype(np.float32)
-    kl = oracle.classifier_kl(apply_fn, a, b)
+    kl = metrics.classifier_kl(apply_fn, a, b)  # recon_jax.metrics (DESIGN.md: metrics.py holds classifier KL)
     logits = lambda v: v.reshape(v.shape[0], -1).astype(np.float64) @ w  # NumPy, float64
     ref = [entropy(softmax(logits(a)[i]), softmax(logits(b)[i])) for i in range(6)]
     np.testing.assert_allclose(kl, ref, rtol=1e-4, atol=1e-6)  # float32 log-softmax vs float64 SciPy
@@ -102,6 +103,11 @@ def test_empirical_kappa_matches_brute_force():
         assert abs(got - ref) < 1e-6, (eta, got, ref)
     np.testing.assert_allclose(oracle.empirical_kappa(pool, jnp.array([0.05, 0.1])),
                                [max(np.mean(d[i] <= e) for i in range(40)) for e in (0.05, 0.1)])
+    # NaN eta used to give kappa 0 (only eta < 0 was checked), an empty pool a ZeroDivisionError.
+    with pytest.raises(ValueError, match="eta must be >= 0"):
+        oracle.empirical_kappa(pool, float("nan"))
+    with pytest.raises(ValueError, match="at least one point"):
+        oracle.empirical_kappa(np.zeros((0, 5), np.float32), 0.1)
 
 
 def test_estimate_kappa_matches_brute_force_over_records_and_means():
