@@ -76,7 +76,7 @@ def baseline_kappa_gaussian(eta: ArrayLike, sigma: ArrayLike, dim: ArrayLike, *,
                 validate=validate, cast=(eta, sigma, dim))
     eta, sigma, dim = as_float(eta, sigma, dim)
     ratio = jnp.where(bad, 1.0, eta / sigma)
-    out = _gammainc(jnp.where(bad, 1.0, dim) / 2.0, 0.5 * ratio * ratio)
+    out = _gammainc(jnp.where(bad, 1.0, dim) / 2.0, 0.5 * ratio * ratio, validate=False)
     return nan_if(bad, out)
 
 

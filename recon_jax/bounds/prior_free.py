@@ -266,7 +266,7 @@ def expected_psnr_exact(
 
 def _gammainc_half(dim, x):
     """P(dim / 2, x): regularised lower incomplete gamma (chi-square CDF at 2x with dim degrees of freedom)."""
-    return _gammainc(dim / 2.0, x)
+    return _gammainc(dim / 2.0, x, validate=False)  # the callers validate and mask
 
 
 def rero_mse(
