@@ -67,6 +67,7 @@ __all__ = [
     "FINITE_POSITIVE",
     "FINITE_NONNEGATIVE",
     "at_least",
+    "finite_at_least",
     "greater_than",
     "is_concrete",
     "concrete_or_none",
@@ -106,6 +107,11 @@ FINITE_NONNEGATIVE = Range(lambda v: (v >= 0) & (v < np.inf), "finite and >= 0")
 def at_least(lower: float) -> Range:
     """``value >= lower``."""
     return Range(lambda v: v >= lower, f">= {lower:g}")
+
+
+def finite_at_least(lower: float) -> Range:
+    """``lower <= value < inf``: a count or dimension taken as a real number, where ``inf`` has no meaning."""
+    return Range(lambda v: (v >= lower) & (v < np.inf), f"finite and >= {lower:g}")
 
 
 def greater_than(lower: float) -> Range:

@@ -28,20 +28,21 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy import special as jsp
 
-from recon_jax._validation import HALF_OPEN_UNIT, OPEN_UNIT, Range, at_least, concrete_or_none, guard, nan_if
+from recon_jax._validation import HALF_OPEN_UNIT, OPEN_UNIT, Range, concrete_or_none, guard, nan_if
 from recon_jax.accounting.dpsgd import rero_dpsgd_tradeoff
 
 __all__ = ["calibrate_sigma_for_rero"]
 
 ROUTES = ("auto", "gdp", "tradeoff")
 _PROBABILITY = Range(OPEN_UNIT.predicate, "in (0, 1)")  # rero and kappa
+_STEPS = Range(lambda v: (v >= 1) & (v < np.inf), "finite and >= 1")
 
 
 def _guard(rero, kappa, steps, q=1.0, validate=True):
     """The argument checks (q: the full batch of the GDP route when not given) and the mask of the invalid entries,
     judged in the dtype of the GDP route."""
     return guard(("rero", rero, _PROBABILITY), ("kappa", kappa, _PROBABILITY), ("q", q, HALF_OPEN_UNIT),
-                 ("steps", steps, at_least(1)), validate=validate, cast=jnp.result_type(float))
+                 ("steps", steps, _STEPS), validate=validate, cast=jnp.result_type(float))
 
 
 def _sigma_gdp(rero, kappa, steps):
@@ -88,7 +89,9 @@ def calibrate_sigma_for_rero(rero, kappa, q, steps, *, route: str = "auto", rtol
       rero: target success probability(ies) in (0, 1).
       kappa: prior success probability(ies) in (0, 1).
       q: sampling rate(s) in (0, 1].
-      steps: number(s) of noisy steps >= 1. All four broadcast.
+      steps: number(s) of noisy steps, finite and >= 1. All four broadcast. The ``"gdp"`` route takes real
+        steps (``mu = sqrt(steps) / sigma``); the ``"tradeoff"`` route composes an integer number of steps and refuses
+        a non-integer one.
       route: ``"auto"``, ``"gdp"`` (requires ``q = 1``; jittable) or ``"tradeoff"`` (host-side PLD).
       rtol: relative width of the final bisection bracket for ``"tradeoff"``; the returned sigma is its upper
         end, so the bound at it is <= ``rero``.
@@ -99,7 +102,8 @@ def calibrate_sigma_for_rero(rero, kappa, q, steps, *, route: str = "auto", rtol
       sigma with the broadcast shape (``inf`` where ``rero <= kappa``; NaN for invalid traced inputs).
 
     Raises:
-      ValueError: for out-of-range concrete inputs, an unknown route, or ``route="gdp"`` with ``q < 1``.
+      ValueError: for out-of-range concrete inputs (infinite steps included), an unknown route, ``route="gdp"`` with
+        ``q < 1``, or non-integer steps on the ``"tradeoff"`` route.
 
     >>> s = calibrate_sigma_for_rero(0.05, 0.01, 1.0, 100)   # 5% success at a 1% prior, 100 full-batch steps
     >>> round(float(s), 3)
@@ -125,6 +129,9 @@ def calibrate_sigma_for_rero(rero, kappa, q, steps, *, route: str = "auto", rtol
     vals = [concrete_or_none(v) for v in (rero, kappa, q, steps)]
     if any(v is None for v in vals):
         raise ValueError("route='tradeoff' runs on the host: rero, kappa, q and steps must be concrete")
+    if not np.all(vals[3] == np.round(vals[3])):
+        raise ValueError(f"steps must be whole numbers for route='tradeoff' (it composes an integer number of steps; "
+                         f"route='gdp' takes real steps for q = 1); got {vals[3]}")
     b = np.broadcast_arrays(*vals)
     out = np.empty(b[0].shape, np.float64)
     for idx in np.ndindex(out.shape):

@@ -50,13 +50,68 @@ def _eps_rdp(sigma, q, steps, delta, orders: np.ndarray):
     return eps_from_rdp(orders, steps[..., None] * rdp, delta)
 
 
-def _pld_accountant(sigma: float, q: float, steps: int, value_discretization_interval: float):
-    import dp_accounting  # host-side bridge; imported lazily
+# Memory of dp_accounting's PLD of DP-SGD (measured peaks, resident set, on a 2-core CPU with dp_accounting 0.4: at
+# most 220 bytes per point of one step's privacy-loss grid while it is built, 80 bytes per point of the FFT that
+# composes the steps), and the budget the "pld" route keeps to: below it tiny sigma allocated tens of GiB
+# (sigma = 1e-3: 38 GiB) or TiB (1e-4) and failed with MemoryError.
+_PLD_MEMORY_BYTES = 2 * 2**30
+_PLD_BYTES_PER_STEP_POINT = 220
+_PLD_BYTES_PER_FFT_POINT = 80
 
-    acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=value_discretization_interval)
-    event = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma))
-    acc.compose(dp_accounting.SelfComposedDpEvent(event, int(steps)))
-    return acc
+
+class _PLDTooLarge(ValueError):
+    """The "pld" route refuses sigma this small: its privacy-loss distribution would exceed the memory budget."""
+
+
+def _pld_min_sigma(value_discretization_interval: float) -> float:
+    """Smallest sigma whose one-step privacy-loss grid fits the memory budget (a closed form).
+
+    The grid spans at most ``1/sigma^2 + 20/sigma`` in privacy loss (the Gaussian's loss ``(2x - 1) / (2 sigma^2)``
+    over ``x`` within ~9.75 sigma of its means, the tail dp_accounting keeps; subsampling only narrows it), so it has
+    at most ``(1/sigma^2 + 20/sigma) / value_discretization_interval`` points; solved for sigma at the budget.
+    """
+    n = _PLD_MEMORY_BYTES / _PLD_BYTES_PER_STEP_POINT * value_discretization_interval
+    return 1.0 / (math.sqrt(100.0 + n) - 10.0)
+
+
+def _pld_epsilon(sigma: float, q: float, steps: int, delta: float, value_discretization_interval: float) -> float:
+    """dp_accounting's PLD epsilon of DP-SGD (as its ``PLDAccountant`` composes it), within the memory budget.
+
+    Returns 0 without dp_accounting where the total variation distance of the composition, at most
+    ``steps * q * erf(1 / (2 sqrt(2) sigma))``, is <= ``delta`` (then delta(eps = 0) <= delta and epsilon is exactly
+    0; this covers sigma = inf and the sigma >= 1e155 whose square overflows in dp_accounting). Raises
+    :class:`_PLDTooLarge` (a ``ValueError`` naming sigma) where the privacy-loss distribution would not fit.
+    """
+    if steps * q * math.erf(1.0 / (2.0 * math.sqrt(2.0) * sigma)) <= delta:
+        return 0.0
+    smin = _pld_min_sigma(value_discretization_interval)
+    if sigma < smin:
+        raise _PLDTooLarge(
+            f"sigma must be >= {smin:.3g} for accountant='pld' with value_discretization_interval="
+            f"{value_discretization_interval:g} (below it one step's privacy-loss distribution needs more than "
+            f"{_PLD_MEMORY_BYTES / 2**30:g} GiB); got {sigma!r}: use accountant='rdp' or a larger "
+            "value_discretization_interval")
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from scipy import fft
+
+    pld = pld_lib.from_gaussian_mechanism(sigma, value_discretization_interval=value_discretization_interval,
+                                          sampling_prob=q)
+    if steps > 1:  # the FFT length of self_compose (dp_accounting's common.self_convolve), before it allocates
+        pmfs = [pld._pmf_remove] + ([] if pld._symmetric else [pld._pmf_add])
+        for pmf in pmfs:
+            probs = pmf.to_dense_pmf()._probs
+            lo, hi = common.compute_self_convolve_bounds(probs, steps, 1e-15)
+            need = fft.next_fast_len(max(hi - lo + 1, len(probs))) * _PLD_BYTES_PER_FFT_POINT
+            if need > _PLD_MEMORY_BYTES:
+                raise _PLDTooLarge(
+                    f"sigma = {sigma:g} is too small for accountant='pld' at q = {q:g}, steps = {steps} "
+                    f"(value_discretization_interval={value_discretization_interval:g}): composing the steps needs "
+                    f"about {need / 2**30:.1f} GiB (limit {_PLD_MEMORY_BYTES / 2**30:g} GiB); use accountant='rdp', "
+                    "a larger sigma or a larger value_discretization_interval")
+    composed = pld_lib.identity(value_discretization_interval).compose(
+        pld.self_compose(steps))  # as the accountant composes it (same rounding)
+    return float(composed.get_epsilon_for_delta(delta))
 
 
 def dpsgd_epsilon(sigma, q, steps, delta, accountant: str = "rdp", orders=None, *,
@@ -64,10 +119,10 @@ def dpsgd_epsilon(sigma, q, steps, delta, accountant: str = "rdp", orders=None, 
     """Epsilon of DP-SGD (Poisson-subsampled Gaussian, add/remove adjacency) after ``steps`` steps.
 
     Args:
-      sigma: noise multiplier(s) > 0.
+      sigma: noise multiplier(s) > 0 (``inf`` allowed: epsilon 0 under ``"pld"``).
       q: sampling probability(ies) in (0, 1].
       steps: number of steps >= 1 (composition is over *steps*; Biswas et al.'s Gaussian row of Table IV
-        uses steps = epochs / q).
+        uses steps = epochs / q); finite whole numbers for ``"pld"``.
       delta: target delta in (0, 1). All four broadcast.
       accountant: ``"rdp"`` (ours; jittable over sigma, q, steps, delta) or ``"pld"`` (bridge to
         ``dp_accounting``'s PLD accountant; tightest; host-side loop).
@@ -79,7 +134,17 @@ def dpsgd_epsilon(sigma, q, steps, delta, accountant: str = "rdp", orders=None, 
       epsilon, shape ``broadcast(sigma, q, steps, delta)``.
 
     Raises:
-      ValueError: for out-of-range inputs or an unknown accountant.
+      ValueError: for out-of-range inputs or an unknown accountant; under ``"pld"`` also for traced inputs,
+        non-integer or infinite steps, and a sigma too small for its memory budget (below).
+
+    ``"pld"`` keeps to 2 GiB: where the total variation bound ``steps * q * erf(1 / (2 sqrt(2) sigma))`` is <=
+    ``delta`` epsilon is exactly 0 (returned without dp_accounting: sigma = inf, or a sigma so large that its square
+    overflows there); a sigma below ``1 / (sqrt(100 + 9.76e6 * value_discretization_interval) - 10)`` (0.044 at the
+    default 1e-4, where one step's privacy-loss grid alone would exceed the budget) raises ``ValueError`` naming
+    sigma and that limit, and so does a sigma above it whose composition over ``steps`` would exceed the budget (at
+    the default interval, measured: q = 1, steps = 1 accepts sigma = 0.045 (peak 1.5 GiB); q = 0.01, steps = 1000
+    refuses 0.09 and accepts 0.095 (1.8 GiB); q = 0.1, steps = 100 accepts 0.1 (1.6 GiB); q = 0.001, steps = 1e5
+    refuses 0.15 and accepts 0.17 (1.5 GiB)). Use ``"rdp"`` there.
 
     The first ``"rdp"`` call with ``q < 1`` in a process compiles the fractional-order RDP series for all the
     orders (XLA compilation: 3-6 s on a shared 2-core CPU, most of it that one program; later calls take
@@ -99,14 +164,14 @@ def dpsgd_epsilon(sigma, q, steps, delta, accountant: str = "rdp", orders=None, 
         vals = [concrete_or_none(v) for v in (sigma, q, steps, delta)]
         if any(v is None for v in vals):
             raise ValueError("accountant='pld' runs on the host: sigma, q, steps and delta must be concrete")
-        if not np.all(vals[2] == np.round(vals[2])):
-            raise ValueError(f"steps must be whole numbers for accountant='pld' (the PLD accountant composes an "
-                             f"integer number of steps); got {vals[2]}")
+        if not np.all(np.isfinite(vals[2]) & (vals[2] == np.round(vals[2]))):
+            raise ValueError(f"steps must be finite whole numbers for accountant='pld' (the PLD accountant composes "
+                             f"an integer number of steps); got {vals[2]}")
         b = np.broadcast_arrays(*vals)
         out = np.empty(b[0].shape, np.float64)
         for idx in np.ndindex(out.shape):
             s, qq, t, d = (float(x[idx]) for x in b)
-            out[idx] = _pld_accountant(s, qq, int(round(t)), value_discretization_interval).get_epsilon(d)
+            out[idx] = _pld_epsilon(s, qq, int(round(t)), d, value_discretization_interval)
         return jnp.asarray(out, jnp.result_type(float))
     raise ValueError(f"accountant must be 'rdp' or 'pld'; got {accountant!r}")
 
@@ -137,9 +202,16 @@ def _calibrate_sigma_jit(eps, q, steps, delta, orders_key, iters):
 
 
 def _calibrate_sigma_pld(eps, q, steps, delta, sigma_rdp, step, rtol):
-    """Host bisection on log(sigma) against dp_accounting's PLD epsilon, bracketed below the RDP sigma."""
+    """Host bisection on log(sigma) against dp_accounting's PLD epsilon, bracketed below the RDP sigma.
+
+    A sigma the PLD route refuses (too small for its memory budget, :func:`_pld_epsilon`) counts as infeasible:
+    the bracket never evaluates below it, and the result is the smallest sigma it can certify.
+    """
     def ok(s):
-        return _pld_accountant(s, q, steps, step).get_epsilon(delta) <= eps
+        try:
+            return _pld_epsilon(s, q, steps, delta, step) <= eps
+        except _PLDTooLarge:
+            return False
 
     hi = float(sigma_rdp)
     if not np.isfinite(hi):
@@ -171,7 +243,9 @@ def calibrate_sigma(eps, q, steps, delta, accountant: str = "rdp", orders=None, 
     ``"pld"``: the same target with ``dp_accounting``'s PLD epsilon (:func:`dpsgd_epsilon` with
     ``accountant="pld"``), host-side: the bracket starts at the RDP sigma (an upper bound in practice; widened if
     not), and is bisected in log-sigma until its ends are within a factor ``1 + rtol``; the upper end is
-    returned, so its PLD epsilon is <= ``eps``.
+    returned, so its PLD epsilon is <= ``eps``. A sigma too small for the PLD route's memory budget (see
+    :func:`dpsgd_epsilon`) counts as infeasible: for a target so large that the smallest sigma lies below the budget's
+    limit, the result is the smallest sigma the PLD route can certify (still meeting ``eps``), never an error.
 
     Args:
       eps: target epsilon(s) > 0.

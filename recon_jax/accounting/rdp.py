@@ -226,7 +226,8 @@ def rdp_subsampled_gaussian(q, sigma, orders, *, extra_pairs: int = _FRAC_EXTRA_
       extra_pairs: pairs of alternating-tail terms kept at fractional orders (larger = tighter, slower).
 
     Returns:
-      Array of shape ``broadcast(q, sigma).shape + orders.shape``; finite for valid input.
+      Array of shape ``broadcast(q, sigma).shape + orders.shape``; finite for valid input (empty for empty
+      ``orders``, as :func:`rdp_gaussian`).
 
     Raises:
       ValueError: if q is outside (0, 1], sigma <= 0, or an order is <= 1 or not concrete.
@@ -247,6 +248,8 @@ def rdp_subsampled_gaussian(q, sigma, orders, *, extra_pairs: int = _FRAC_EXTRA_
     batch = q.shape
     if q_np is not None and np.all(q_np == 1.0):  # no subsampling: the plain Gaussian (skips the series' compile)
         return rdp_gaussian(sigma, orders_np)
+    if orders_np.size == 0:  # no orders: an empty curve, as rdp_gaussian gives
+        return jnp.zeros(batch + orders_np.shape, dtype)
     (qf, sf), n = pad_batch(q, sigma)
     out = _rdp_subsampled_gaussian_flat(qf, sf, tuple(flat_orders.tolist()), extra_pairs)[:n]
     out = out.reshape(batch + orders_np.shape)
@@ -281,7 +284,8 @@ def interpolate_rdp(int_orders, rdp_at_int_orders, orders) -> jax.Array:
       Array ``[..., len(orders)]``.
 
     Raises:
-      ValueError: if the integer orders are not 2..L, an RDP value is negative (NaN under ``jit``), or a
+      ValueError: if the integer orders are not 2..L (or empty), the last axis of ``rdp_at_int_orders`` is not
+        ``L - 1`` long (under ``jit`` too: shapes are static), an RDP value is negative (NaN under ``jit``), or a
         requested order is outside (1, L].
 
     >>> import numpy as np
@@ -290,8 +294,13 @@ def interpolate_rdp(int_orders, rdp_at_int_orders, orders) -> jax.Array:
     [1.0, 1.6667, 2.0]
     """
     int_orders = np.asarray(static_orders(int_orders, "int_orders"))
-    if int_orders.ndim != 1 or not np.array_equal(int_orders, np.arange(2, 2 + int_orders.size)):
-        raise ValueError("int_orders must be the consecutive integers 2, 3, ..., L")
+    if (int_orders.ndim != 1 or int_orders.size == 0
+            or not np.array_equal(int_orders, np.arange(2, 2 + int_orders.size))):
+        raise ValueError(f"int_orders must be the consecutive integers 2, 3, ..., L (L >= 2); got {int_orders.tolist()}")
+    shape = np.shape(rdp_at_int_orders)  # static, traced or not
+    if shape[-1:] != (int_orders.size,):
+        raise ValueError(f"rdp_at_int_orders must have shape [..., {int_orders.size}] (one value per order of "
+                         f"int_orders); got shape {shape}")
     orders_np = np.atleast_1d(static_orders(orders))
     top = int_orders[-1]
     if np.any(orders_np > top):

@@ -29,6 +29,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from recon_jax._validation import OPEN_UNIT, Range, check, check_integer
+
 __all__ = [
     "calibration_split",
     "clopper_pearson",
@@ -135,15 +137,28 @@ def error_counts(with_sorted, without_sorted, thresholds):
     return fpr_counts, fnr_counts
 
 
+_OPEN_UNIT = Range(OPEN_UNIT.predicate, "in (0, 1)")  # calibration_fraction
+
+
 def calibration_split(runs_with: int, runs_without: int, calibration_fraction: float) -> tuple[int, int]:
     """How many runs of each world choose the threshold (the rest evaluate it): ``int(fraction * runs)`` each.
 
+    Args:
+      runs_with, runs_without: numbers of runs of each world (integers >= 0).
+      calibration_fraction: in (0, 1), the share of each world's runs that calibrates.
+
     Raises:
-      ValueError: if a world would have no calibration run or no evaluation run.
+      ValueError: naming the argument if a run count is not an integer >= 0 or ``calibration_fraction`` is not in
+        (0, 1) (NaN included); if a world would have no calibration run or no evaluation run.
 
     >>> calibration_split(200, 200, 0.5)
     (100, 100)
     """
+    runs_with = check_integer("runs_with", runs_with, 0)
+    runs_without = check_integer("runs_without", runs_without, 0)
+    if np.ndim(calibration_fraction) != 0:
+        raise ValueError(f"calibration_fraction must be a number in (0, 1); got {calibration_fraction!r}")
+    calibration_fraction = float(check("calibration_fraction", calibration_fraction, _OPEN_UNIT))
     c1, c0 = int(calibration_fraction * runs_with), int(calibration_fraction * runs_without)
     if min(c1, c0, runs_with - c1, runs_without - c0) < 1:
         raise ValueError(f"need at least one calibration and one evaluation run per world, got {runs_with} with and "

@@ -10,7 +10,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from recon_jax._validation import POSITIVE, as_float, at_least, floor_tiny, guard, log_positive, nan_if
+from recon_jax._validation import (POSITIVE, as_float, at_least, finite_at_least, floor_tiny, guard, log_positive,
+                                   nan_if)
 from recon_jax.special import gammainc as _gammainc
 
 __all__ = ["baseline_kappa_uniform_ball", "baseline_kappa_gaussian", "baseline_kappa_gaussian_tail_bound"]
@@ -58,24 +59,24 @@ def baseline_kappa_gaussian(eta: ArrayLike, sigma: ArrayLike, dim: ArrayLike, *,
     Args:
       eta: error threshold, > 0.
       sigma: prior standard deviation, > 0.
-      dim: dimension d, >= 1.
+      dim: dimension d, finite and >= 1.
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
 
     Returns:
       kappa in [0, 1].
 
     Raises:
-      ValueError: ``eta <= 0``, ``sigma <= 0`` or ``dim < 1``.
+      ValueError: ``eta <= 0``, ``sigma <= 0``, ``dim < 1`` or ``dim`` infinite.
 
     Example:
       >>> round(float(baseline_kappa_gaussian(1.0, 1.0, 1)), 5)  # P[|N(0,1)| <= 1] = erf(1/sqrt(2))
       0.68269
     """
-    bad = guard(("eta", eta, POSITIVE), ("sigma", sigma, POSITIVE), ("dim", dim, at_least(1)), validate=validate,
-                cast=(eta, sigma, dim))
+    bad = guard(("eta", eta, POSITIVE), ("sigma", sigma, POSITIVE), ("dim", dim, finite_at_least(1)),
+                validate=validate, cast=(eta, sigma, dim))
     eta, sigma, dim = as_float(eta, sigma, dim)
     ratio = jnp.where(bad, 1.0, eta / sigma)
-    out = _gammainc(jnp.where(bad, 1.0, dim) / 2.0, 0.5 * ratio * ratio)
+    out = _gammainc(jnp.where(bad, 1.0, dim) / 2.0, 0.5 * ratio * ratio, validate=False)
     return nan_if(bad, out)
 
 

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from recon_jax._validation import POSITIVE, as_float, at_least, guard, nan_if
+from recon_jax._validation import FINITE_POSITIVE, POSITIVE, as_float, at_least, finite_at_least, guard, nan_if
 from recon_jax.special import log_iv
 
 __all__ = ["log_bayes_capacity_gaussian", "log_bayes_capacity_vmf"]
@@ -90,7 +90,7 @@ def log_bayes_capacity_gaussian(
 
     Args:
       sigma: noise standard deviation, > 0.
-      dim: dimension p, >= 1 (need not be an integer).
+      dim: dimension p, finite and >= 1 (need not be an integer).
       num_layers: ball radius R, > 0.
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
 
@@ -106,7 +106,7 @@ def log_bayes_capacity_gaussian(
       >>> abs(float(log_bayes_capacity_gaussian(1.0, 1)) - exact) < 1e-5
       True
     """
-    bad = guard(("sigma", sigma, POSITIVE), ("dim", dim, at_least(1)), ("num_layers", num_layers, POSITIVE),
+    bad = guard(("sigma", sigma, POSITIVE), ("dim", dim, finite_at_least(1)), ("num_layers", num_layers, POSITIVE),
                 validate=validate, cast=(sigma, dim, num_layers))
     sigma, p, radius = as_float(sigma, dim, num_layers)
     sigma, p, radius = jnp.broadcast_arrays(sigma, p, radius)
@@ -129,7 +129,7 @@ def log_bayes_capacity_vmf(kappa: ArrayLike, dim: ArrayLike, *, validate: bool =
     ``scipy.special.iv`` underflows). Tends to ``log C = 0`` as kappa -> 0 (the uniform channel).
 
     Args:
-      kappa: VMF concentration, > 0.
+      kappa: VMF concentration, finite and > 0.
       dim: dimension p, >= 2 (the order ``p/2 - 1`` of the Bessel function must be >= 0).
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
 
@@ -137,7 +137,7 @@ def log_bayes_capacity_vmf(kappa: ArrayLike, dim: ArrayLike, *, validate: bool =
       ``log C``, >= 0.
 
     Raises:
-      ValueError: ``kappa <= 0`` or ``dim < 2``.
+      ValueError: ``kappa <= 0`` or infinite, or ``dim < 2``.
 
     Example:
       >>> import math
@@ -145,7 +145,7 @@ def log_bayes_capacity_vmf(kappa: ArrayLike, dim: ArrayLike, *, validate: bool =
       >>> abs(float(log_bayes_capacity_vmf(1.0, 3)) - exact) < 1e-5
       True
     """
-    bad = guard(("kappa", kappa, POSITIVE), ("dim", dim, at_least(2)), validate=validate, cast=(kappa, dim))
+    bad = guard(("kappa", kappa, FINITE_POSITIVE), ("dim", dim, at_least(2)), validate=validate, cast=(kappa, dim))
     kappa, p = as_float(kappa, dim)
     kappa_s = jnp.where(bad, 1.0, kappa)
     p_s = jnp.where(bad, 2.0, p)

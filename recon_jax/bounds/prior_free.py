@@ -29,8 +29,8 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import digamma
 
-from recon_jax._validation import (FINITE, HALF_OPEN_UNIT, NONNEGATIVE, OPEN_UNIT, POSITIVE, Range, as_float, at_least,
-                                   guard, log_positive, nan_if)
+from recon_jax._validation import (FINITE, FINITE_NONNEGATIVE, HALF_OPEN_UNIT, NONNEGATIVE, OPEN_UNIT, POSITIVE, Range,
+                                   as_float, at_least, finite_at_least, guard, log_positive, nan_if)
 from recon_jax.bounds._prior_free_common import noise_variance
 from recon_jax.bounds.prior_free_ncc import (
     expected_ncc,
@@ -148,7 +148,7 @@ def expected_mse(
     Args:
       sigma: noise multiplier, > 0.
       clip_norm: clipping norm C, > 0.
-      mean_square: ``(1/N) sum_i E[x_i^2]``, >= 0.
+      mean_square: ``(1/N) sum_i E[x_i^2]``, finite and >= 0.
       clip_factor: beta in (0, 1] (see :func:`clip_factor`).
       steps: number of steps T, >= 1.
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
@@ -165,7 +165,7 @@ def expected_mse(
     """
     args = (sigma, clip_norm, mean_square, clip_factor, steps)
     bad = guard(("sigma", sigma, POSITIVE), ("clip_norm", clip_norm, POSITIVE),
-                ("mean_square", mean_square, NONNEGATIVE), ("clip_factor", clip_factor, HALF_OPEN_UNIT),
+                ("mean_square", mean_square, FINITE_NONNEGATIVE), ("clip_factor", clip_factor, HALF_OPEN_UNIT),
                 ("steps", steps, at_least(1)), validate=validate, cast=args)
     sigma, clip_norm, mean_square, beta, steps = as_float(*args)
     out = jnp.square(1.0 - beta) * mean_square + noise_variance(sigma, clip_norm, jnp.where(bad, 1.0, steps))
@@ -241,7 +241,7 @@ def expected_psnr_exact(
     Args:
       sigma: noise multiplier, > 0.
       clip_norm: clipping norm C, > 0.
-      dim: data dimension N, >= 1.
+      dim: data dimension N, finite and >= 1.
       data_range: ``max(X) - min(X)``, > 0.
       steps: number of steps T, >= 1.
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
@@ -257,7 +257,7 @@ def expected_psnr_exact(
       22.507
     """
     # dim is judged cast with the other arguments, in the dtype of ``bound`` (which as_float casts it to below)
-    bad = guard(("dim", dim, at_least(1)), validate=validate, cast=(dim, sigma, clip_norm, data_range, steps))
+    bad = guard(("dim", dim, finite_at_least(1)), validate=validate, cast=(dim, sigma, clip_norm, data_range, steps))
     bound = psnr_upper_bound(sigma, clip_norm, data_range, steps, validate=validate)
     dim, _ = as_float(dim, bound)
     half = 0.5 * jnp.where(bad, 2.0, dim)
@@ -266,7 +266,7 @@ def expected_psnr_exact(
 
 def _gammainc_half(dim, x):
     """P(dim / 2, x): regularised lower incomplete gamma (chi-square CDF at 2x with dim degrees of freedom)."""
-    return _gammainc(dim / 2.0, x)
+    return _gammainc(dim / 2.0, x, validate=False)  # the callers validate and mask
 
 
 def rero_mse(
@@ -289,7 +289,7 @@ def rero_mse(
       eta: MSE threshold, > 0.
       sigma: noise multiplier, > 0.
       clip_norm: clipping norm C, > 0.
-      dim: data dimension N, >= 1.
+      dim: data dimension N, finite and >= 1.
       steps: number of steps T, >= 1.
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
 
@@ -305,7 +305,7 @@ def rero_mse(
     """
     args = (eta, sigma, clip_norm, dim, steps)
     bad = guard(("eta", eta, POSITIVE), ("sigma", sigma, POSITIVE), ("clip_norm", clip_norm, POSITIVE),
-                ("dim", dim, at_least(1)), ("steps", steps, at_least(1)), validate=validate, cast=args)
+                ("dim", dim, finite_at_least(1)), ("steps", steps, at_least(1)), validate=validate, cast=args)
     eta, sigma, clip_norm, dim, steps = as_float(*args)
     noise = noise_variance(sigma, clip_norm, jnp.where(bad, 1.0, steps))
     x = 0.5 * dim * jnp.where(bad, 1.0, eta) / jnp.where(bad, 1.0, noise)
@@ -332,7 +332,7 @@ def rero_psnr(
       eta: PSNR threshold in dB (any real number).
       sigma: noise multiplier, > 0.
       clip_norm: clipping norm C, > 0.
-      dim: data dimension N, >= 1.
+      dim: data dimension N, finite and >= 1.
       data_range: ``max(X) - min(X)``, > 0.
       steps: number of steps T, >= 1.
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
@@ -349,7 +349,7 @@ def rero_psnr(
     """
     args = (eta, sigma, clip_norm, dim, data_range, steps)
     bad = guard(("eta", eta, _FINITE_IN_DTYPE), ("sigma", sigma, POSITIVE), ("clip_norm", clip_norm, POSITIVE),
-                ("dim", dim, at_least(1)), ("data_range", data_range, POSITIVE), ("steps", steps, at_least(1)),
+                ("dim", dim, finite_at_least(1)), ("data_range", data_range, POSITIVE), ("steps", steps, at_least(1)),
                 validate=validate, cast=args)
     eta, sigma, clip_norm, dim, data_range, steps = as_float(*args)
     s_range = jnp.where(bad, 1.0, data_range)

@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from recon_jax._validation import HALF_OPEN_UNIT, NONNEGATIVE, POSITIVE, as_float, at_least, guard, nan_if
+from recon_jax._validation import (FINITE_NONNEGATIVE, HALF_OPEN_UNIT, NONNEGATIVE, POSITIVE, as_float, at_least,
+                                   finite_at_least, guard, nan_if)
 from recon_jax.bounds._prior_free_common import noise_variance
 
 __all__ = [
@@ -168,11 +169,11 @@ def expected_ncc_exact(
     exact value is larger than the paper's expression (see :func:`expected_ncc_at_clip`).
 
     Args:
-      signal_variance: the empirical variance V of the sample X, >= 0.
+      signal_variance: the empirical variance V of the sample X, finite and >= 0.
       clip_factor: beta in (0, 1].
       sigma: noise multiplier, > 0.
       clip_norm: clipping norm C, > 0.
-      dim: data dimension N, >= 2.
+      dim: data dimension N, finite and >= 2.
       steps: number of steps T, >= 1.
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
 
@@ -187,8 +188,8 @@ def expected_ncc_exact(
       0.6827
     """
     args = (signal_variance, clip_factor, sigma, clip_norm, dim, steps)
-    bad = guard(("signal_variance", signal_variance, NONNEGATIVE), ("clip_factor", clip_factor, HALF_OPEN_UNIT),
-                ("sigma", sigma, POSITIVE), ("clip_norm", clip_norm, POSITIVE), ("dim", dim, at_least(2)),
+    bad = guard(("signal_variance", signal_variance, FINITE_NONNEGATIVE), ("clip_factor", clip_factor, HALF_OPEN_UNIT),
+                ("sigma", sigma, POSITIVE), ("clip_norm", clip_norm, POSITIVE), ("dim", dim, finite_at_least(2)),
                 ("steps", steps, at_least(1)), validate=validate, cast=args)
     var, beta, sigma, clip_norm, dim, steps = as_float(*args)
     s_dim = jnp.where(bad, 2.0, dim)
@@ -206,7 +207,7 @@ def expected_ncc_at_clip(sigma: ArrayLike, dim: ArrayLike, steps: ArrayLike = 1,
 
     Args:
       sigma: noise multiplier, > 0.
-      dim: data dimension N, >= 2.
+      dim: data dimension N, finite and >= 2.
       steps: number of steps T, >= 1.
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
 
@@ -220,7 +221,7 @@ def expected_ncc_at_clip(sigma: ArrayLike, dim: ArrayLike, steps: ArrayLike = 1,
       >>> round(float(expected_ncc_at_clip(0.3, 10)), 3), round(float(ncc_upper_bound(0.3, 10)), 3)
       (0.749, 0.725)
     """
-    bad = guard(("sigma", sigma, POSITIVE), ("dim", dim, at_least(2)), ("steps", steps, at_least(1)),
+    bad = guard(("sigma", sigma, POSITIVE), ("dim", dim, finite_at_least(2)), ("steps", steps, at_least(1)),
                 validate=validate, cast=(sigma, dim, steps))
     sigma, dim, steps = as_float(sigma, dim, steps)
     snr = jnp.sqrt(jnp.where(bad, 1.0, steps)) / jnp.where(bad, 1.0, sigma)

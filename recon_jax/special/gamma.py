@@ -12,7 +12,7 @@ import numpy as np
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
-from recon_jax._validation import as_float
+from recon_jax._validation import FINITE_POSITIVE, NONNEGATIVE, as_float, guard, nan_if
 
 __all__ = ["gammainc", "gammaincc"]
 
@@ -275,19 +275,17 @@ def _as_float_pair(a: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> tuple[ja
     return as_float(a, x, broadcast=False)
 
 
-@jax.jit
-def _gammainc_p_checked(a: jax.Array, x: jax.Array) -> jax.Array:
-    invalid = (a <= 0) | (x < 0) | jnp.isnan(a) | jnp.isnan(x) | (a == jnp.inf)
-    return jnp.where(invalid, jnp.nan, _gammainc_p(a, x))
+_gammainc_p_jit = jax.jit(_gammainc_p)
+_gammainc_q_jit = jax.jit(_gammainc_q)
 
 
-@jax.jit
-def _gammainc_q_checked(a: jax.Array, x: jax.Array) -> jax.Array:
-    invalid = (a <= 0) | (x < 0) | jnp.isnan(a) | jnp.isnan(x) | (a == jnp.inf)
-    return jnp.where(invalid, jnp.nan, _gammainc_q(a, x))
+def _guard_gammainc(a, x, validate: bool) -> jax.Array:
+    """The checks of :func:`gammainc` / :func:`gammaincc` and the mask of the invalid entries, judged in the dtype
+    the values are computed in (as :func:`recon_jax.special.log_iv`)."""
+    return guard(("a", a, FINITE_POSITIVE), ("x", x, NONNEGATIVE), validate=validate, cast=(a, x))
 
 
-def gammainc(a: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
+def gammainc(a: jax.typing.ArrayLike, x: jax.typing.ArrayLike, *, validate: bool = True) -> jax.Array:
     """Regularised lower incomplete gamma ``P(a, x)``, accurate for every shape ``a`` (tested up to 2e9).
 
     A fixed number of elementwise operations per value (XLA fuses them into one loop; no data-dependent
@@ -306,14 +304,21 @@ def gammainc(a: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
     ``a < 5e4`` (down to ``P ~ 1e-280``) and against mpmath for ``a`` up to 2e9.
 
     Differentiable: ``d/dx P = x^{a-1} e^{-x} / Gamma(a)`` exactly (``custom_jvp``), ``d/da`` by differentiating
-    the expansion above. Invalid inputs (``a <= 0``, ``a = inf``, ``x < 0``, NaN) give NaN.
+    the expansion above.
 
     Args:
-      a: shape parameter, > 0.
+      a: shape parameter, finite and > 0.
       x: argument, >= 0 (``x = inf`` gives 1).
+      validate: if True (default) and an argument is concrete (not traced), an invalid value raises
+        ``ValueError``; under ``jit``/``vmap`` (or with ``validate=False``) invalid values give NaN (as
+        :func:`recon_jax.special.log_iv`).
 
     Returns:
       ``P(a, x)`` in [0, 1], with the broadcast shape of ``a`` and ``x``.
+
+    Raises:
+      ValueError: ``a`` is not finite and > 0, ``x`` is not ``>= 0`` (NaN included; concrete inputs,
+        ``validate=True``), or the shapes do not broadcast.
 
     Example:
       >>> import scipy.special
@@ -323,10 +328,11 @@ def gammainc(a: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
       >>> float(gammainc(5000.0, 1e-20))  # far lower tail: exactly 0, not NaN
       0.0
     """
-    return _gammainc_p_checked(*_as_float_pair(a, x))
+    bad = _guard_gammainc(a, x, validate)
+    return nan_if(bad, _gammainc_p_jit(*_as_float_pair(a, x)))
 
 
-def gammaincc(a: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
+def gammaincc(a: jax.typing.ArrayLike, x: jax.typing.ArrayLike, *, validate: bool = True) -> jax.Array:
     """Regularised upper incomplete gamma ``Q(a, x) = 1 - P(a, x)``, computed directly (no ``1 - P`` in the tail).
 
     Same methods, range and gradients as :func:`gammainc`; the upper tail (``x`` above ``a``) keeps full relative
@@ -334,11 +340,15 @@ def gammaincc(a: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
     ``Q = 1 - P``: its relative accuracy is that of ``P`` times ``P / Q`` (only small when ``a << 1``).
 
     Args:
-      a: shape parameter, > 0.
+      a: shape parameter, finite and > 0.
       x: argument, >= 0.
+      validate: as in :func:`gammainc`.
 
     Returns:
       ``Q(a, x)`` in [0, 1].
+
+    Raises:
+      ValueError: as :func:`gammainc`.
 
     Example:
       >>> import scipy.special
@@ -346,4 +356,5 @@ def gammaincc(a: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
       >>> bool(abs(float(gammaincc(30.0, 90.0)) / scipy.special.gammaincc(30.0, 90.0) - 1) < 1e-5)
       True
     """
-    return _gammainc_q_checked(*_as_float_pair(a, x))
+    bad = _guard_gammainc(a, x, validate)
+    return nan_if(bad, _gammainc_q_jit(*_as_float_pair(a, x)))

@@ -67,3 +67,20 @@ def test_invalid_inputs(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         calibrate_sigma_for_rero(**args)
+
+
+@pytest.mark.parametrize("route,q", [("tradeoff", 0.5), ("gdp", 1.0), ("auto", 0.5)])
+def test_infinite_steps_are_refused(route, q):
+    """steps = inf overflowed the tradeoff route (int(round(inf))) and gave sigma = inf on the GDP route."""
+    with pytest.raises(ValueError, match="steps must be finite and >= 1"):
+        calibrate_sigma_for_rero(0.3, 0.1, q, float("inf"), route=route)
+
+
+def test_tradeoff_route_refuses_fractional_steps(x64):
+    """The tradeoff route composes whole steps: 10.4 was silently rounded to 10, while the GDP route takes it as
+    real (sqrt(10.4) / mu)."""
+    with pytest.raises(ValueError, match=r"steps must be whole numbers for route='tradeoff'"):
+        calibrate_sigma_for_rero(0.3, 0.1, 0.5, 10.4, route="tradeoff")
+    # The GDP route keeps real steps: the closed form at 10.4 (SciPy root), not at 10.
+    got = float(calibrate_sigma_for_rero(0.3, 0.1, 1.0, 10.4, route="gdp"))
+    assert got == pytest.approx(_gdp_root(0.3, 0.1, 10.4), rel=1e-9)  # a closed form: float64 rounding only

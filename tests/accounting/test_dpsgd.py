@@ -51,6 +51,62 @@ def test_pld_bridge_is_tighter_than_rdp(x64):
     assert e_pld < e_rdp
 
 
+def _dp_pld_eps(sigma, q, steps, delta, vdi):
+    acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=vdi)
+    acc.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps))
+    return acc.get_epsilon(delta)
+
+
+def test_pld_huge_and_infinite_sigma_give_zero(x64):
+    """sigma = inf raised 'cannot convert float NaN to integer', 1e300 an OverflowError (sigma^2 in dp_accounting).
+    Epsilon is exactly 0 where the composition's total variation (<= steps q erf(1 / (2 sqrt(2) sigma))) is <= delta:
+    identical outputs for sigma = inf; dp_accounting itself returns 0 at 1e8 (the last sigma it handles, 1e154)."""
+    got = np.asarray(dpsgd_epsilon(np.array([np.inf, 1e300, 1e154, 1e8]), 0.01, 1000, 1e-5, "pld"))
+    assert got.tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert _dp_pld_eps(1e8, 0.01, 1000, 1e-5, 1e-4) == 0.0 and _dp_pld_eps(1e154, 0.01, 1000, 1e-5, 1e-4) == 0.0
+    # Beside the shortcut (TV bound above delta) the bridge still equals dp_accounting.
+    assert float(dpsgd_epsilon(1e3, 1.0, 1, 1e-5, "pld")) == pytest.approx(_dp_pld_eps(1e3, 1.0, 1, 1e-5, 1e-4),
+                                                                         rel=1e-12)  # same computation
+
+
+@pytest.mark.parametrize("sigma", [1e-3, 1e-4, 0.03])
+def test_pld_refuses_tiny_sigma_before_allocating(sigma):
+    """sigma = 1e-3 tried to allocate 38 GiB, 1e-4 3.65 TiB (MemoryError): below the one-step limit the PLD route
+    refuses at once, naming sigma, the limit and the RDP accountant."""
+    with pytest.raises(ValueError, match=r"sigma must be >= 0\.0439 for accountant='pld'.*accountant='rdp'"):
+        dpsgd_epsilon(sigma, 0.01, 1000, 1e-5, "pld")
+
+
+def test_pld_refuses_infinite_steps():
+    with pytest.raises(ValueError, match="steps must be finite whole numbers"):
+        dpsgd_epsilon(1.0, 0.01, np.inf, 1e-5, "pld")
+
+
+def test_pld_refuses_a_composition_over_budget(monkeypatch):
+    """Above the one-step limit, a composition whose FFT would exceed the budget is refused before it allocates
+    (checked with the budget lowered to 64 MiB, so that the test stays small)."""
+    from recon_jax.accounting import dpsgd
+
+    monkeypatch.setattr(dpsgd, "_PLD_MEMORY_BYTES", 2**26)
+    with pytest.raises(ValueError, match=r"sigma = 0\.12 is too small for accountant='pld' at q = 0\.01, steps = 1000"):
+        dpsgd_epsilon(0.12, 0.01, 1000, 1e-5, "pld", value_discretization_interval=1e-3)
+    dpsgd_epsilon(0.12, 0.01, 3, 1e-5, "pld", value_discretization_interval=1e-3)  # few steps fit
+
+
+def test_calibrate_sigma_pld_never_trips_the_refusal(x64, monkeypatch):
+    """A target so loose that the smallest sigma lies below the PLD route's limit: calibrate_sigma returns the
+    smallest sigma it can certify (at the limit, within rtol), meeting the target under dp_accounting, instead of
+    raising (its bracket halves towards 1e-4)."""
+    from recon_jax.accounting import dpsgd
+
+    monkeypatch.setattr(dpsgd, "_PLD_MEMORY_BYTES", 2**26)  # limit 0.0988 at interval 1e-3: a small test
+    floor = dpsgd._pld_min_sigma(1e-3)
+    s = float(calibrate_sigma(1e4, 1.0, 1, 1e-5, "pld", value_discretization_interval=1e-3, rtol=1e-2))
+    assert floor <= s <= floor * 1.01 ** 2
+    assert _dp_pld_eps(s, 1.0, 1, 1e-5, 1e-3) <= 1e4
+
+
 def test_calibrate_sigma(x64):
     targets = np.array([0.5, 2.0, 8.0])
     sig = np.asarray(calibrate_sigma(targets, 0.01, 2000, 1e-5))

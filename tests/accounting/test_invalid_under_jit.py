@@ -57,7 +57,7 @@ def test_invalid_raises_eagerly_and_is_nan_under_jit(name, fn, valid, i, bad):
 
 
 def test_pld_accountant_refuses_fractional_steps():
-    with pytest.raises(ValueError, match="steps must be whole numbers"):
+    with pytest.raises(ValueError, match="steps must be finite whole numbers"):
         acc.dpsgd_epsilon(1.0, 0.01, 100.5, 1e-5, accountant="pld")
 
 

@@ -213,6 +213,28 @@ def test_interpolation_is_the_cumulant_chord(x64):
         interpolate_rdp(ints, tau, [6.0])
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_interpolation_refuses_mismatched_shapes(jit):
+    """A wrong-length curve gave JAX's TypeError (eagerly and under jit), empty int_orders an IndexError: shapes
+    are static, so both raise ValueError naming the argument, traced or not."""
+    ints = np.arange(2, 6, dtype=np.float64)
+    f = jax.jit(lambda r: interpolate_rdp(ints, r, [2.5])) if jit else (lambda r: interpolate_rdp(ints, r, [2.5]))
+    for wrong in (np.ones(3), np.ones((2, 5)), np.float64(1.0)):
+        with pytest.raises(ValueError, match=r"rdp_at_int_orders must have shape \[\.\.\., 4\]"):
+            f(wrong)
+    with pytest.raises(ValueError, match="int_orders must be the consecutive integers"):
+        interpolate_rdp([], np.ones(0), [1.5])
+
+
+def test_subsampled_gaussian_empty_orders_is_empty():
+    """Empty orders: an empty curve like rdp_gaussian's (it raised 'need at least one array to concatenate')."""
+    assert np.shape(rdp_gaussian(1.0, [])) == (0,)
+    assert np.shape(rdp_subsampled_gaussian(0.01, 1.0, [])) == (0,)
+    assert np.shape(rdp_subsampled_gaussian(np.full(3, 0.01), 1.0, [])) == (3, 0)
+    with pytest.raises(ValueError, match="q must be"):  # the arguments are still checked
+        rdp_subsampled_gaussian(2.0, 1.0, [])
+
+
 def test_compose():
     np.testing.assert_allclose(compose_rdp(np.array([[0.1, 0.2]]), np.array([3.0])), [[0.3, 0.6]], rtol=1e-6)
     with pytest.raises(ValueError, match="count"):

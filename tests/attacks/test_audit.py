@@ -240,3 +240,24 @@ def test_empirical_epsilon_ceiling_is_the_perfect_separation():
 def test_gdp_invalid_arguments(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(calibration_fraction=float("nan")), r"calibration_fraction must be in \(0, 1\); got nan"),
+    (dict(calibration_fraction=0.0), r"calibration_fraction must be in \(0, 1\)"),
+    (dict(calibration_fraction=1.0), r"calibration_fraction must be in \(0, 1\)"),
+    (dict(calibration_fraction=1.5), r"calibration_fraction must be in \(0, 1\)"),
+    (dict(calibration_fraction=-0.2), r"calibration_fraction must be in \(0, 1\)"),
+    (dict(calibration_fraction=[0.5, 0.5]), "calibration_fraction must be a number"),
+    (dict(runs_with=2.5), "runs_with must be an integer >= 0"),
+    (dict(runs_without=-4), "runs_without must be an integer >= 0"),
+    (dict(runs_with=True), "runs_with must be an integer >= 0"),
+])
+def test_calibration_split_names_the_bad_argument(kwargs, match):
+    """NaN raised 'cannot convert float NaN to integer', fractions outside (0, 1) an error naming no argument, and a
+    fractional run count (2.5) was accepted."""
+    args = dict(runs_with=200, runs_without=200, calibration_fraction=0.5)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        audit.calibration_split(**args)
+    assert audit.calibration_split(np.int64(10), 7, 0.5) == (5, 3)  # int(0.5 * 10), int(0.5 * 7)

@@ -135,3 +135,14 @@ def _check_monotone(sigma, factor, p):
     assert float(log_bayes_capacity_gaussian(sigma * factor, p)) <= float(log_bayes_capacity_gaussian(sigma, p)) + 1e-4
     q = max(p, 2)
     assert float(log_bayes_capacity_vmf(sigma * factor, q)) >= float(log_bayes_capacity_vmf(sigma, q)) - 1e-4
+
+
+@pytest.mark.parametrize("name,fn,args", [
+    ("dim", log_bayes_capacity_gaussian, (1.0, float("inf"))),
+    ("kappa", log_bayes_capacity_vmf, (float("inf"), 3.0)),
+])
+def test_infinite_argument_is_refused(name, fn, args):
+    """dim = inf (Gaussian) and kappa = inf (VMF) passed the >= 1 / > 0 checks and came back as NaN eagerly."""
+    with pytest.raises(ValueError, match=f"{name} must be finite"):
+        fn(*args)
+    assert np.isnan(float(jax.jit(fn)(*args)))

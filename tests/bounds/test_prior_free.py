@@ -375,3 +375,30 @@ def test_exact_expectations_float32_jit_vmap():
     np.testing.assert_allclose(out[1], 0.7489318680614819, rtol=1e-5)
     psnr = jax.jit(expected_psnr_exact)(jnp.float32(0.1), 1.0, 2.0)
     assert psnr.dtype == jnp.float32 and abs(float(psnr) - 22.50681578) < 1e-4
+
+
+_INF = float("inf")
+
+
+@pytest.mark.parametrize("name,fn,args,index", [
+    ("dim", "baseline_kappa_gaussian", (1.0, 1.0, 10.0), 2),
+    ("dim", "rero_mse", (1.0, 1.0, 1.0, 10.0), 3),
+    ("dim", "rero_psnr", (0.0, 1.0, 1.0, 10.0), 3),
+    ("dim", "expected_psnr_exact", (1.0, 1.0, 10.0), 2),
+    ("dim", "expected_ncc_at_clip", (1.0, 10.0), 1),
+    ("dim", "expected_ncc_exact", (1.0, 0.5, 1.0, 1.0, 10.0), 4),
+    ("signal_variance", "expected_ncc_exact", (1.0, 0.5, 1.0, 1.0, 10.0), 0),
+    ("mean_square", "expected_mse", (1.0, 1.0, 4.0), 2),
+])
+def test_infinite_argument_is_refused(name, fn, args, index):
+    """inf passed the >= 1 / >= 0 checks and came back as NaN eagerly: a ValueError naming the argument, NaN under
+    jit (the valid arguments stay finite)."""
+    import recon_jax.bounds as bounds
+
+    f = getattr(bounds, fn)
+    assert np.isfinite(float(f(*args)))
+    bad = list(args)
+    bad[index] = _INF
+    with pytest.raises(ValueError, match=f"{name} must be finite"):
+        f(*bad)
+    assert np.isnan(float(jax.jit(f)(*bad)))
