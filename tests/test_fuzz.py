@@ -258,6 +258,7 @@ _SPEC = {s.name: s for s in SPECS}
 NOT_FUZZED = {
     "aggregate": "a dict of reductions (tests/test_metrics_edge.py)",
     "psnr_of_mean_mse": "reduces over the batch (tests/test_metrics_edge.py)",
+    "classifier_kl": "takes a classifier function, no range to fuzz (against SciPy in tests/attacks/test_oracle.py)",
     "pld_tradeoff": "host-side dp_accounting bridge, not jittable",
     "rero_dpsgd_tradeoff": "host-side dp_accounting bridge, not jittable",
     "calibrate_sigma_for_rero": "host-side bisection over the PLD accountant",
