@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy import special as jsp
+from jax.typing import ArrayLike
 
 from recon_jax._validation import HALF_OPEN_UNIT, OPEN_UNIT, Range, concrete_or_none, guard, nan_if
 from recon_jax.accounting.dpsgd import rero_dpsgd_tradeoff
@@ -81,8 +82,8 @@ def _sigma_tradeoff(rero: float, kappa: float, q: float, steps: int, rtol: float
     return hi
 
 
-def calibrate_sigma_for_rero(rero, kappa, q, steps, *, route: str = "auto", rtol: float = 1e-3,
-                             **tradeoff_kwargs) -> jax.Array:
+def calibrate_sigma_for_rero(rero: ArrayLike, kappa: ArrayLike, q: ArrayLike, steps: ArrayLike, *, route: str = "auto",
+                             rtol: float = 1e-3, **tradeoff_kwargs) -> jax.Array:
     """Smallest noise multiplier whose ReRo bound at prior ``kappa`` is at most ``rero`` (see the module docstring).
 
     Args:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from recon_jax._validation import (HALF_OPEN_UNIT, NONNEGATIVE, OPEN_UNIT, UNIT, UNIT_HALF_OPEN, Range, at_least,
                                    check_shapes, greater_than, guard, nan_if)
@@ -35,7 +36,7 @@ def _prep(orders, rdp):
     return orders, rdp
 
 
-def eps_from_rdp(orders, rdp, delta, *, return_order: bool = False):
+def eps_from_rdp(orders: ArrayLike, rdp: ArrayLike, delta: ArrayLike, *, return_order: bool = False):
     """Smallest epsilon such that an RDP curve implies (eps, delta)-DP (Canonne et al. 2020, Prop. 2.11).
 
     Args:
@@ -72,7 +73,7 @@ def eps_from_rdp(orders, rdp, delta, *, return_order: bool = False):
     return out
 
 
-def delta_from_rdp(orders, rdp, eps, *, return_order: bool = False):
+def delta_from_rdp(orders: ArrayLike, rdp: ArrayLike, eps: ArrayLike, *, return_order: bool = False):
     """Smallest delta such that an RDP curve implies (eps, delta)-DP (Canonne et al. 2020, Prop. 2.11).
 
     Args:

@@ -21,6 +21,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from recon_jax._validation import (HALF_OPEN_UNIT, OPEN_UNIT, POSITIVE, Range, at_least, check, concrete_or_none, guard,
                                    nan_if, pad_batch, static_orders)
@@ -114,8 +115,8 @@ def _pld_epsilon(sigma: float, q: float, steps: int, delta: float, value_discret
     return float(composed.get_epsilon_for_delta(delta))
 
 
-def dpsgd_epsilon(sigma, q, steps, delta, accountant: str = "rdp", orders=None, *,
-                  value_discretization_interval: float = 1e-4) -> jax.Array:
+def dpsgd_epsilon(sigma: ArrayLike, q: ArrayLike, steps: ArrayLike, delta: ArrayLike, accountant: str = "rdp",
+                  orders: ArrayLike | None = None, *, value_discretization_interval: float = 1e-4) -> jax.Array:
     """Epsilon of DP-SGD (Poisson-subsampled Gaussian, add/remove adjacency) after ``steps`` steps.
 
     Args:
@@ -231,8 +232,9 @@ def _calibrate_sigma_pld(eps, q, steps, delta, sigma_rdp, step, rtol):
     return hi
 
 
-def calibrate_sigma(eps, q, steps, delta, accountant: str = "rdp", orders=None, *, iters: int = 60,
-                    value_discretization_interval: float = 1e-4, rtol: float = 1e-4) -> jax.Array:
+def calibrate_sigma(eps: ArrayLike, q: ArrayLike, steps: ArrayLike, delta: ArrayLike, accountant: str = "rdp",
+                    orders: ArrayLike | None = None, *, iters: int = 60, value_discretization_interval: float = 1e-4,
+                    rtol: float = 1e-4) -> jax.Array:
     """Smallest noise multiplier whose DP-SGD epsilon (``"rdp"`` or ``"pld"`` accountant) is at most ``eps``.
 
     ``"rdp"``: bisects ``iters`` times in log-sigma over the bracket [1e-4, 1e6] (epsilon decreases with sigma);

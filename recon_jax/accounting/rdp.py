@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import log_ndtr, logsumexp
+from jax.typing import ArrayLike
 from scipy import special as sps
 
 from recon_jax._validation import (HALF_OPEN_UNIT, NONNEGATIVE, POSITIVE, Range, check_shapes, concrete_or_none,
@@ -184,7 +185,7 @@ def _log_a_subsampled_gaussian(q, sigma, orders: np.ndarray, extra_pairs: int):
     return jnp.where(q_is_one, exact_q1, k)
 
 
-def rdp_gaussian(sigma, orders) -> jax.Array:
+def rdp_gaussian(sigma: ArrayLike, orders: ArrayLike) -> jax.Array:
     """RDP of the Gaussian mechanism with noise multiplier ``sigma``: ``alpha / (2 sigma^2)`` (Mironov 2017).
 
     Args:
@@ -211,7 +212,8 @@ def rdp_gaussian(sigma, orders) -> jax.Array:
     return nan_if(bad_sigma[expand] | bad_orders, out)
 
 
-def rdp_subsampled_gaussian(q, sigma, orders, *, extra_pairs: int = _FRAC_EXTRA_PAIRS) -> jax.Array:
+def rdp_subsampled_gaussian(q: ArrayLike, sigma: ArrayLike, orders: ArrayLike, *,
+                            extra_pairs: int = _FRAC_EXTRA_PAIRS) -> jax.Array:
     """RDP of ONE step of the Poisson-subsampled Gaussian mechanism (add/remove adjacency), any order > 1.
 
     Implements Mironov, Talwar and Zhang 2019 ("Renyi DP of the sampled Gaussian mechanism") in log space:
@@ -267,7 +269,7 @@ def _rdp_subsampled_gaussian_flat(q, sigma, orders_key: tuple, extra_pairs: int)
     return jax.vmap(one)(q, sigma)  # [B, n]
 
 
-def interpolate_rdp(int_orders, rdp_at_int_orders, orders) -> jax.Array:
+def interpolate_rdp(int_orders: ArrayLike, rdp_at_int_orders: ArrayLike, orders: ArrayLike) -> jax.Array:
     """Upper-bounds RDP at any orders from its values at integer orders, by convexity of K(alpha).
 
     Wang, Balle and Kasiviswanathan 2019, Cor. 10: K(alpha) = (alpha - 1) eps(alpha) is convex with K(1) = 0,
@@ -296,7 +298,8 @@ def interpolate_rdp(int_orders, rdp_at_int_orders, orders) -> jax.Array:
     int_orders = np.asarray(static_orders(int_orders, "int_orders"))
     if (int_orders.ndim != 1 or int_orders.size == 0
             or not np.array_equal(int_orders, np.arange(2, 2 + int_orders.size))):
-        raise ValueError(f"int_orders must be the consecutive integers 2, 3, ..., L (L >= 2); got {int_orders.tolist()}")
+        raise ValueError("int_orders must be the consecutive integers 2, 3, ..., L (L >= 2); "
+                         f"got {int_orders.tolist()}")
     shape = np.shape(rdp_at_int_orders)  # static, traced or not
     if shape[-1:] != (int_orders.size,):
         raise ValueError(f"rdp_at_int_orders must have shape [..., {int_orders.size}] (one value per order of "
@@ -316,7 +319,7 @@ def interpolate_rdp(int_orders, rdp_at_int_orders, orders) -> jax.Array:
     return nan_if(bad, k / (orders_np - 1.0))
 
 
-def rdp_poisson_subsampled(rdp_at_integer_orders, q, orders) -> jax.Array:
+def rdp_poisson_subsampled(rdp_at_integer_orders: ArrayLike, q: ArrayLike, orders: ArrayLike) -> jax.Array:
     """RDP of a Poisson-subsampled mechanism from the base mechanism's RDP (Zhu and Wang 2019, Thm 5).
 
     For integer ``alpha >= 2``, with base RDP ``tau_l`` at orders ``l = 2..alpha``::

@@ -36,6 +36,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from recon_jax._validation import (FINITE_POSITIVE, Range, check, concrete_or_none, greater_than, guard, nan_if,
                                    pad_batch)
@@ -162,7 +163,7 @@ def _vmf_curves(kappa, dim):
     return tau[:n1], tau[n1:], kl
 
 
-def rdp_vmf(kappa, dim, orders) -> jax.Array:
+def rdp_vmf(kappa: ArrayLike, dim: ArrayLike, orders: ArrayLike) -> jax.Array:
     """RDP of the VMF mechanism on S^{dim-1} (Biswas et al. Prop. 1; antipodal centres, the worst case).
 
     ``tau_alpha = [nu log(1/(2 alpha - 1)) + log(I_nu((2 alpha - 1) kappa) / I_nu(kappa))] / (alpha - 1)``,
@@ -199,7 +200,7 @@ def rdp_vmf(kappa, dim, orders) -> jax.Array:
     return nan_if(bad[(...,) + (None,) * orders_arr.ndim] | bad_orders, out)
 
 
-def rdp_vmf_multi(kappas, dims, orders) -> jax.Array:
+def rdp_vmf_multi(kappas: ArrayLike, dims: ArrayLike, orders: ArrayLike) -> jax.Array:
     """RDP of independent VMF mechanisms on R blocks (Biswas et al. Prop. 2): the sum of the blocks' RDP.
 
     Args:
@@ -312,7 +313,8 @@ def _pld_grid(args, value_discretization_interval):
     return out
 
 
-def vmf_epsilon(kappa, dim, q, compositions, delta, approach="best", *, interpolation: str = "cumulant",
+def vmf_epsilon(kappa: ArrayLike, dim: ArrayLike, q: ArrayLike, compositions: ArrayLike, delta: ArrayLike,
+                approach: str | int = "best", *, interpolation: str = "cumulant",
                 value_discretization_interval: float = 1e-3) -> jax.Array:
     """Epsilon of DP-SGD with VMF noise: Biswas et al.'s approach 1, approach 2, the better of both, or the PLD.
 
@@ -410,7 +412,8 @@ def _calibrate_kappa_pld(eps, dim, q, n, delta, step, rtol):
     return lo
 
 
-def calibrate_vmf_kappa(eps, dim, q, compositions, delta, approach="best", *, iters: int = 60,
+def calibrate_vmf_kappa(eps: ArrayLike, dim: ArrayLike, q: ArrayLike, compositions: ArrayLike, delta: ArrayLike,
+                        approach: str | int = "best", *, iters: int = 60,
                         value_discretization_interval: float = 1e-3, rtol: float = 1e-3) -> jax.Array:
     """Largest kappa whose VMF epsilon (:func:`vmf_epsilon`) is at most ``eps``, by bisection on log(kappa).
 
