@@ -100,17 +100,17 @@ def run_app(main, argv: list[str] | None = None) -> None:
     """
     import logging
 
-    from absl import app
+    from absl import app, flags
 
-    from absl import flags
+    from recon_jax.evidence.run import workdir_problem
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
 
     def checked(args):
-        workdir = flags.FLAGS["workdir"].value if "workdir" in flags.FLAGS else None
-        if workdir and os.path.exists(workdir) and not os.path.isdir(workdir):
-            print(f"{os.path.basename(sys.argv[0] if argv is None else argv[0])}: --workdir={workdir} is a file, not a "
-                  "folder (give a new or existing folder for the report, metrics and caches)", file=sys.stderr)
+        problem = workdir_problem(flags.FLAGS.workdir) if "workdir" in flags.FLAGS and flags.FLAGS.workdir else None
+        if problem:
+            print(f"{os.path.basename(sys.argv[0] if argv is None else argv[0])}: --workdir={problem} (give a new or "
+                  "existing folder for the report, metrics and caches)", file=sys.stderr)
             sys.exit(2)
         return main(args)
 

@@ -70,6 +70,14 @@ def config_to_dict(config: Any) -> dict:
     return dict(config)
 
 
+def workdir_problem(workdir: str) -> str | None:
+    """Why ``workdir`` cannot hold a run (``"<path> is a file, not a folder"``), or None: the one check behind
+    :func:`prepare_workdir`'s ValueError and the command line's one-line message."""
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        return f"{workdir} is a file, not a folder"
+    return None
+
+
 def prepare_workdir(workdir: str) -> str:
     """Creates ``workdir`` (and parents) and returns its absolute path.
 
@@ -77,8 +85,9 @@ def prepare_workdir(workdir: str) -> str:
       ValueError: ``workdir`` is an existing file.
     """
     workdir = os.path.abspath(workdir)
-    if os.path.exists(workdir) and not os.path.isdir(workdir):
-        raise ValueError(f"workdir {workdir} is a file, not a folder")
+    problem = workdir_problem(workdir)
+    if problem:
+        raise ValueError(f"workdir {problem}")
     os.makedirs(workdir, exist_ok=True)
     return workdir
 
