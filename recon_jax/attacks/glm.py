@@ -269,6 +269,14 @@ def reconstruct_least_squares_no_intercept(
 
     Returns:
       ``[2, d]``: the two candidates (``+`` root first).
+
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> x, y = rng.normal(size=(20, 3)), rng.normal(size=20)
+    >>> theta = np.linalg.lstsq(x, y, rcond=None)[0]  # the released model, fitted with the target (last row)
+    >>> candidates = reconstruct_least_squares_no_intercept(theta, x[:-1], y[:-1], y[-1])
+    >>> bool(np.abs(np.asarray(candidates) - x[-1]).max(axis=1).min() < 1e-3)  # one candidate is the target
+    True
     """
     theta = jnp.asarray(theta)
     xbar = jnp.asarray(fixed_x, theta.dtype)

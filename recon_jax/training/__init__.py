@@ -10,6 +10,8 @@
   the named key streams of training (:mod:`recon_jax.training.keys`).
 - :func:`train_gram`: the same full-batch training with the first dense layer expressed through the fixed set's
   Gram matrix (cheaper per step when many models share the fixed set; :mod:`recon_jax.training.gram`).
+- :func:`starting_params` (the parameters :func:`train` starts from) and :func:`poisson_slots` (the batch slots of
+  one Poisson-sampled step), the pieces of :func:`train` that :func:`train_gram` shares.
 - :func:`train_classifier`: ordinary minibatch Adam(W) training of a flax classifier (evaluation networks).
 - :func:`per_example_gradients`, :func:`clip_gradients`, :func:`clipped_gradient_sum`,
   :func:`privatized_loss_and_gradient` (the one DP gradient, used by the step), :func:`privatized_gradient`
@@ -34,7 +36,7 @@ from recon_jax.models.losses import softmax_cross_entropy
 from recon_jax.training.gram import choose_first_layer, fixed_set_gram, gram_saves_work, gram_supported, train_gram
 from recon_jax.training.batch import Batch
 from recon_jax.training.step import TrainState, apply_gradient, make_train_step
-from recon_jax.training.train import TrainResult, initial_params, train
+from recon_jax.training.train import TrainResult, initial_params, poisson_slots, starting_params, train
 
 __all__ = [
     "Algorithm",
@@ -63,6 +65,8 @@ __all__ = [
     "softmax_cross_entropy",
     "TrainResult",
     "initial_params",
+    "starting_params",
+    "poisson_slots",
     "train",
     "choose_first_layer",
     "fixed_set_gram",

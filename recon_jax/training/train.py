@@ -40,7 +40,7 @@ from recon_jax.training.keys import epoch_shuffle_key, init_key, noise_stream, s
 from recon_jax.training.batch import Batch
 from recon_jax.training.step import TrainState, make_train_step
 
-__all__ = ["TrainResult", "train", "initial_params"]
+__all__ = ["TrainResult", "train", "initial_params", "starting_params", "poisson_slots"]
 
 
 class TrainResult(flax.struct.PyTreeNode):
@@ -123,8 +123,25 @@ def starting_params(model_fns: ModelFns, algorithm: Algorithm, key: jax.Array, i
     """The parameters training starts from: ``init_params`` for fixed initialisation (required), else a draw
     from ``init_key(key) = fold_in(key, 0)`` (``init_params`` must then be ``None``).
 
+    Args:
+      model_fns: the model (:func:`recon_jax.models.from_flax` / :func:`~recon_jax.models.from_haiku`).
+      algorithm: the training algorithm; its ``init`` (``"fixed"`` or ``"random"``) decides.
+      key: typed key of the model's training (the random initialisation draws from ``fold_in(key, 0)``).
+      init_params: the adversary-known initialisation (fixed) or ``None`` (random).
+      fx: the fixed set's inputs ``[n, ...]``; only ``fx[:1]`` is used, for the input shape and dtype.
+
+    Returns:
+      The parameter pytree training starts from.
+
     Raises:
       ValueError: if ``init_params`` is missing (fixed) or given (random).
+
+    >>> from recon_jax.models import from_flax, balle_mnist_mlp
+    >>> from recon_jax.training import full_batch_gd
+    >>> fns, fx = from_flax(balle_mnist_mlp()), jnp.zeros((5, 784))
+    >>> p = starting_params(fns, full_batch_gd(init="random"), jax.random.key(1), None, fx)
+    >>> p["Dense_0"]["kernel"].shape
+    (784, 10)
     """
     if algorithm.init == "fixed":
         if init_params is None:
