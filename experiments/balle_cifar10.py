@@ -19,7 +19,9 @@ import os
 import jax
 import numpy as np
 
-from experiments.common import claim, finish_run, keyed_dir, launch, paired_comparison, require_finite, start_run
+from experiments.common import (check_config, claim, finish_run, keyed_dir, launch, paired_comparison, require_finite,
+                                start_run)
+from experiments.configs.balle_cifar10 import CHECKS
 import recon_jax
 from recon_jax import models, training
 from recon_jax.attacks import informed
@@ -47,6 +49,7 @@ def _features(config):
 
 def run(config, workdir: str) -> dict:
     """Runs the experiment; writes report.md, metrics.json, config.json and figures to ``workdir``."""
+    check_config(config, CHECKS)  # before anything is written to workdir
     run_info = start_run(workdir, config, seed=config.seed)
     workdir = run_info.workdir
     key = jax.random.key(config.seed)

@@ -33,8 +33,9 @@ import jax
 import numpy as np
 
 from experiments import balle_figures
-from experiments.common import (claim, comparison, finish_run, is_vacuous, keyed_dir, launch, paired_comparison,
-                                require_finite, start_run, student_t_half_width)
+from experiments.common import (check_config, claim, comparison, finish_run, is_vacuous, keyed_dir, launch,
+                                paired_comparison, require_finite, start_run, student_t_half_width)
+from experiments.configs.balle_mnist import CHECKS
 import recon_jax
 from recon_jax import models, training
 from recon_jax.attacks import informed, mia, oracle
@@ -154,6 +155,7 @@ class _Sets:
 
 def run(config, workdir: str) -> dict:
     """Runs the experiment; writes report.md, metrics.json, config.json and figures to ``workdir``."""
+    check_config(config, CHECKS)  # before anything is written to workdir
     run_info = start_run(workdir, config, seed=config.seed)
     workdir = run_info.workdir
     t_start = time.time()
