@@ -19,7 +19,9 @@ import os
 import jax
 import numpy as np
 
-from experiments.common import claim, finish_run, keyed_dir, launch, paired_comparison, require_finite, start_run
+from experiments.common import (check_config, claim, finish_run, keyed_dir, launch, paired_comparison, require_finite,
+                                start_run)
+from experiments.configs.balle_cifar10 import CHECKS
 import recon_jax
 from recon_jax import models, training
 from recon_jax.attacks import informed
@@ -47,6 +49,7 @@ def _features(config):
 
 def run(config, workdir: str) -> dict:
     """Runs the experiment; writes report.md, metrics.json, config.json and figures to ``workdir``."""
+    check_config(config, CHECKS)  # before anything is written to workdir
     run_info = start_run(workdir, config, seed=config.seed)
     workdir = run_info.workdir
     key = jax.random.key(config.seed)
@@ -59,10 +62,12 @@ def run(config, workdir: str) -> dict:
     p0 = training.initial_params(fns, jax.random.fold_in(key, 0), sp.fixed_images)
     alg = training.full_batch_gd(**config.train)
     features = _features(config)
+    # Every argument of the model (**: the whole model section; its activation as before, so existing stores keep their
+    # names), the algorithm, the data split and the probe set (logits features only).
     store = keyed_dir(os.path.join(workdir, "shadow"), "default", {
         "dataset": config.dataset, "seed": config.seed, "fixed_size": config.fixed_size,
         "num_shadow": config.num_shadow, "num_targets": config.num_targets, "eval_size": config.eval_size,
-        "probe_size": config.probe_size if features == "logits" else 0, "activation": config.model.activation,
+        "probe_size": config.probe_size if features == "logits" else 0, **config.model.to_dict(),
         "algorithm": alg.describe()})
     ms = informed.train_model_sets(
         fns, alg, sp, key, init_params=p0,

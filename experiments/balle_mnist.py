@@ -33,8 +33,9 @@ import jax
 import numpy as np
 
 from experiments import balle_figures
-from experiments.common import (claim, comparison, finish_run, is_vacuous, keyed_dir, launch, paired_comparison,
-                                require_finite, start_run, student_t_half_width)
+from experiments.common import (check_config, claim, comparison, finish_run, is_vacuous, keyed_dir, launch,
+                                paired_comparison, require_finite, start_run, student_t_half_width)
+from experiments.configs.balle_mnist import CHECKS
 import recon_jax
 from recon_jax import models, training
 from recon_jax.attacks import informed, mia, oracle
@@ -135,11 +136,13 @@ class _Sets:
                                                                        sp.fixed_images)
         shuffle_key = jax.random.fold_in(set_key, 4) if alg.batch_size is not None and alg.shuffle == "known" \
             else None
+        # Every argument of the model (**arch: the whole model section as this set uses it; hidden and activation
+        # as before, so existing stores keep their names), the algorithm, the data split and the set's sizes.
         store = keyed_dir(self.config.store_dir or os.path.join(self.workdir, "shadow"), name.replace("=", "_"), {
             "set": name, "seed": c.seed, "dataset": c.dataset, "fixed_size": c.fixed_size,
             "pool_num_shadow": c.num_shadow, "pool_num_targets": c.num_targets, "eval_size": c.eval_size,
-            "num_shadow": num_shadow, "num_targets": num_targets, "probe_size": probe, "hidden": arch["hidden"],
-            "activation": arch["activation"], "algorithm": alg.describe()})
+            "num_shadow": num_shadow, "num_targets": num_targets, "probe_size": probe, **arch,
+            "algorithm": alg.describe()})
         ms = informed.train_model_sets(
             fns, alg, sp, set_key, init_params=p0, shuffle_key=shuffle_key,
             sizes=informed.ModelSetSizes(num_shadow=num_shadow, num_targets=num_targets, probe_size=probe),
@@ -154,6 +157,7 @@ class _Sets:
 
 def run(config, workdir: str) -> dict:
     """Runs the experiment; writes report.md, metrics.json, config.json and figures to ``workdir``."""
+    check_config(config, CHECKS)  # before anything is written to workdir
     run_info = start_run(workdir, config, seed=config.seed)
     workdir = run_info.workdir
     t_start = time.time()

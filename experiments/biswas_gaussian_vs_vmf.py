@@ -32,7 +32,8 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-from experiments.common import claim, comparison, finish_run, keyed_dir, launch, require_finite, start_run
+from experiments.common import check_config, claim, comparison, finish_run, keyed_dir, launch, require_finite, start_run
+from experiments.configs.biswas_gaussian_vs_vmf import CHECKS
 from recon_jax.io import atomic_write_json
 
 
@@ -217,6 +218,7 @@ def _item(r: dict | None, mech: str | None, label: str) -> str:
 
 def run(config, workdir: str) -> dict:
     """Runs the study; writes report.md, metrics.json (with claims), config.json and figures to ``workdir``."""
+    check_config(config, CHECKS)  # before anything is written to workdir
     import matplotlib
 
     matplotlib.use("Agg")

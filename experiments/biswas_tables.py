@@ -14,7 +14,8 @@ import time
 import jax
 import numpy as np
 
-from experiments.common import claim, comparison, finish_run, launch, require_finite, start_run
+from experiments.common import check_config, claim, comparison, finish_run, launch, require_finite, start_run
+from experiments.configs.biswas_tables import CHECKS
 from recon_jax import accounting
 from recon_jax.evidence import markdown_table
 
@@ -62,6 +63,7 @@ def _paper_as_printed(rows):
 
 def run(config, workdir: str) -> dict:
     """Computes both tables and writes report.md, metrics.json, config.json and eps_vs_kappa.png."""
+    check_config(config, CHECKS)  # before anything is written to workdir
     run_info = start_run(workdir, config, seed=None)
     workdir = run_info.workdir
     t0 = time.time()

@@ -18,7 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from experiments.common import claim, comparison, finish_run, launch, paired_comparison, require_finite, start_run
+from experiments.common import (check_config, claim, comparison, finish_run, launch, paired_comparison, require_finite,
+                                start_run)
+from experiments.configs.glm_attack import CHECKS
 import recon_jax
 from recon_jax import metrics
 from recon_jax.attacks import glm
@@ -27,6 +29,7 @@ from recon_jax.evidence import image_grid, markdown_table
 
 def run(config, workdir: str) -> dict:
     """Runs the experiment and writes report.md, metrics.json, config.json and figures to ``workdir``."""
+    check_config(config, CHECKS)  # before anything is written to workdir
     run_info = start_run(workdir, config, seed=config.seed)
     workdir = run_info.workdir
     t_start = time.time()

@@ -40,8 +40,9 @@ import time
 import jax
 import numpy as np
 
-from experiments.common import (claim, comparison, config_to_dict, finish_run, keyed_dir, launch, paired_comparison,
-                                require_finite, start_run)
+from experiments.common import (check_config, claim, comparison, config_to_dict, finish_run, keyed_dir, launch,
+                                paired_comparison, require_finite, start_run)
+from experiments.configs.lumbut_dimred import CHECKS
 from recon_jax.attacks import dimred
 from recon_jax.attacks.dimred_embed import METHODS
 from recon_jax.attacks.reconn import reconstruct
@@ -128,6 +129,7 @@ _CLAIM_FIELDS = ("claim_alpha",)  # how the claims read the points, not what the
 
 def run(config, workdir: str) -> dict:
     """Runs the experiment and writes report.md, metrics.json, config.json and figures to ``workdir``."""
+    check_config(config, CHECKS)  # before anything is written to workdir
     t0 = time.time()
     run_info = start_run(workdir, config, seed=config.seed)
     workdir = run_info.workdir

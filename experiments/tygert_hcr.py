@@ -31,7 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from experiments.common import claim, comparison, finish_run, keyed_dir, launch, require_finite, start_run
+from experiments.common import check_config, claim, comparison, finish_run, keyed_dir, launch, require_finite, start_run
+from experiments.configs.tygert_hcr import CHECKS
 from recon_jax import data
 from recon_jax.attacks.audit import clopper_pearson
 from recon_jax.bounds import cramer_rao, hcr_eval
@@ -153,6 +154,7 @@ def _cramer_rao(config, feature_fn, sigma, x_test, n):
 
 def run(config, workdir: str) -> dict:
     """Runs the experiment; writes report.md, metrics.json, config.json and figures; returns the metrics."""
+    check_config(config, CHECKS)  # before anything is written to workdir
     import matplotlib
 
     matplotlib.use("Agg")

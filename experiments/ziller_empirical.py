@@ -31,7 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.stats
 
-from experiments.common import claim, comparison, finish_run, launch, require_finite, start_run, student_t_half_width
+from experiments.common import (check_config, claim, comparison, finish_run, launch, require_finite, start_run,
+                                student_t_half_width)
+from experiments.configs.ziller_empirical import CHECKS
 from recon_jax import bounds, metrics
 from recon_jax.attacks.gradient import linear_layer_attack, linear_layer_observations
 from recon_jax.mechanisms import GaussianMechanism
@@ -175,6 +177,7 @@ def _plot_fig2(fig2, path, plt):
 
 def run(config, workdir: str) -> dict:
     """Runs the study described by ``config``; writes report.md, metrics.json, config.json and figures."""
+    check_config(config, CHECKS)  # before anything is written to workdir
     import matplotlib
 
     matplotlib.use("Agg")

@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import claim, comparison, finish_run, launch, start_run
+from experiments.common import check_config, claim, comparison, finish_run, launch, start_run
+from experiments.configs.ziller_table1 import CHECKS
 from recon_jax import bounds
 
 
@@ -158,6 +159,7 @@ def _markdown(rows, matches, routes) -> str:
 
 
 def run(config, workdir: str) -> dict:
+    check_config(config, CHECKS)  # before anything is written to workdir
     run_info = start_run(workdir, config, seed=None)
     workdir = run_info.workdir
     with jax.enable_x64(True):

@@ -6,6 +6,44 @@ all Table IV kappas, 10,000 IG iterations).
 
 import ml_collections
 
+from recon_jax.evidence.config_checks import Rule, each, integer, number, one_of
+
+VARIANTS = ("smoke", "default", "paper")
+
+# Allowed values of the fields a user sets, checked before the run writes anything (experiments.common.check_config).
+CHECKS = {
+    "seed": integer(at_least=0),
+    "datasets": each(one_of("mnist", "tfds:mnist", "tfds:fashion_mnist")),
+    "image_size": integer(at_least=1, at_most=28),
+    # models.biswas_mlp (50-15-10, no biases) on image_size x image_size inputs; p of the accounting
+    "param_dim": Rule(lambda v, c: v == 50 * c.image_size**2 + 900,
+                      lambda c: f"50 x image_size^2 + 900 = {50 * c.image_size**2 + 900} (the parameters of "
+                                "models.biswas_mlp on image_size x image_size inputs)"),
+    "num_train": integer(at_least=1),
+    "num_test": integer(at_least=1),
+    "epochs": integer(at_least=1),
+    "learning_rate": number(above=0),
+    "weight_decay": number(at_least=0),
+    "clip_norm": number(above=0),
+    "batch_sizes": each(integer(at_least=1, at_most="num_train")),
+    "accountings": each(one_of("tight", "paper")),
+    "eps_targets": each(number(above=0), min_len=0),
+    "pld_discretization": number(above=0),
+    "kappas": each(number(above=0), min_len=0),
+    "accounting_batch_size": integer(at_least=1),
+    "accounting_dataset_size": integer(at_least="accounting_batch_size"),
+    "accounting_epochs": integer(at_least=1),
+    "delta": number(above=0, below=1),
+    "attack_batch_sizes": each(integer(at_least=1, at_most="num_train")),
+    "attack_batches": integer(at_least=1),
+    "ig_steps": integer(at_least=1),
+    "ig_restarts": integer(at_least=1),
+    "ig_lr": number(above=0),
+    "ig_tv_weight": number(at_least=0),
+    "dlg_steps": integer(at_least=1),
+    "claim_alpha": number(above=0, below=0.5),
+}
+
 # Table IV of Biswas et al.: (eps, kappa, sigma) used in their experiments.
 PAPER_TABLE_IV = (
     (0.49, 75, 1.23), (2.48, 100, 0.660), (4.59, 125, 0.544), (7.97, 150, 0.461), (9.72, 175, 0.435),

@@ -2,6 +2,22 @@
 
 import ml_collections
 
+from recon_jax.evidence.config_checks import integer, number
+
+VARIANTS = ("smoke", "default", "paper")
+
+# Allowed values of the fields a user sets, checked before the run writes anything (experiments.common.check_config).
+CHECKS = {
+    "dim": integer(at_least=2),
+    "dataset_size": integer(at_least=1),
+    "batch_size": integer(at_least=1, at_most="dataset_size"),
+    "epochs": integer(at_least=1),
+    "delta": number(above=0, below=1),
+    "curve_points": integer(at_least=2),
+    "pld_discretization": number(above=0),
+    "reproduce_within_pct": number(above=0),
+}
+
 # Paper values (Biswas et al., Table I and Appendix C Table IV), used only as the reference column.
 TABLE_I = ((25, 0.0139, 1), (50, 0.0867, 1), (75, 0.49, 1), (100, 2.5, 2), (125, 4.6, 2), (150, 7.97, 2),
            (200, 10.9, 2), (300, 41.02, 2))

@@ -20,7 +20,54 @@ from __future__ import annotations
 
 import ml_collections
 
+from recon_jax.evidence.config_checks import any_of, each, integer, number, one_of
+
 ALL_METHODS = ("pca", "srp", "mds", "isomap", "tsne", "umap")
+VARIANTS = ("ci", "smoke", "default", "paper")
+
+# Allowed values of the fields a user sets, checked before the run writes anything (experiments.common.check_config).
+CHECKS = {
+    "seed": integer(at_least=0),
+    "dataset": one_of("mnist", "synthetic", "folder"),
+    "folder_image_size": one_of(28, 64),
+    "folder_max_examples": integer(at_least=0),
+    "data_scale": number(above=0),
+    "fast_methods": each(one_of(*ALL_METHODS), min_len=0),
+    "slow_methods": each(one_of(*ALL_METHODS), min_len=0),
+    "sizes": each(integer(at_least=1)),
+    "slow_sizes": each(integer(at_least=1), min_len=0),
+    "repeats": integer(at_least=1),
+    "slow_repeats": integer(at_least=0),
+    "n_train": integer(at_least=1),
+    "n_val": integer(at_least=1),
+    "n_test": integer(at_least=1),
+    "slow_n_train": integer(at_least=1),
+    "slow_n_val": integer(at_least=1),
+    "slow_n_test": integer(at_least=1),
+    "table4_size": integer(at_least=1),
+    "slow_table4_size": integer(at_least=1),
+    "nets": each(one_of("split", "mlp")),
+    "seed_methods": each(one_of(*ALL_METHODS), min_len=0),
+    "seed_sizes": each(integer(at_least=1), min_len=0),
+    "noise_size": integer(at_least=1),
+    "noise_sigmas": each(number(above=0), min_len=0),
+    "noise_n_test": integer(at_least=1),
+    "slow_noise_n_test": integer(at_least=1),
+    "target_row": integer(at_least=0),
+    "srp_densities": each(any_of(one_of("paper", "auto"), number(above=0, at_most=1))),
+    "mds_n_init": integer(at_least=1),
+    "tsne_init": one_of("random", "pca"),
+    "width": integer(at_least=1),
+    "learning_rate": number(above=0),
+    "batch_size": integer(at_least=1),
+    "max_epochs": integer(at_least=1),
+    "patience": integer(at_least=1),
+    "l1_weight": number(at_least=0),
+    "claim_alpha": number(above=0, below=0.5),
+    "n_jobs": integer(at_least=1),
+    "chunk_size": integer(at_least=1),
+    "time_budget_s": number(at_least=0),
+}
 
 
 def get_config(variant: str = "default") -> ml_collections.ConfigDict:

@@ -14,6 +14,43 @@ Variants:
 
 import ml_collections
 
+from recon_jax.evidence.config_checks import each, integer, number, one_of
+
+VARIANTS = ("smoke", "default", "paper", "cifar10")
+
+# Allowed values of the fields a user sets, checked before the run writes anything (experiments.common.check_config).
+CHECKS = {
+    "seed": integer(at_least=0),
+    "dataset": one_of("mnist", "tfds:mnist", "tfds:cifar10"),
+    "model": one_of("mnist", "cifar10"),
+    "width": integer(at_least=1),
+    "num_train": integer(at_least=0),
+    "num_test": integer(at_least=0),
+    "epochs": integer(at_least=1),
+    "batch_size": integer(at_least=1),
+    "learning_rate": number(above=0),
+    "weight_decay": number(at_least=0),
+    "noise_scale": number(above=0),
+    "num_dither_draws": integer(at_least=1),
+    "num_hcr_examples": integer(at_least=1),
+    "hcr_chunk": integer(at_least=1),
+    "perturbation_sizes": each(number(above=0)),
+    "num_restarts": integer(at_least=1),
+    "num_rounds": integer(at_least=1),
+    "hcr_modes": each(one_of("reference", "alg1")),
+    "reference_atol_factor": number(above=0),
+    "reference_btol": number(above=0),
+    "reference_iter_lim": integer(at_least=0),
+    "refine": one_of("paper", "inverse"),
+    "lsqr_atol": number(above=0),
+    "lsqr_btol": number(above=0),
+    "lsqr_iter_lim": integer(at_least=1),
+    "low_freq": integer(at_least=1),
+    "num_visualise": integer(at_least=0),
+    "accuracy_tolerance": number(above=0, below=1),
+    "claim_alpha": number(above=0, below=0.5),
+}
+
 
 def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()

@@ -5,6 +5,39 @@ Variants: ``smoke`` (seconds), ``default`` (CPU, a few minutes), ``paper`` (acce
 
 import ml_collections
 
+from recon_jax.evidence.config_checks import each, integer, number, one_of
+
+VARIANTS = ("smoke", "default", "paper")
+
+# Allowed values of the fields a user sets, checked before the run writes anything (experiments.common.check_config).
+CHECKS = {
+    "seed": integer(at_least=0),
+    "dataset": one_of("mnist", "tfds:mnist", "tfds:fashion_mnist"),
+    "split": one_of("train", "test"),
+    "num_images": integer(at_least=1),
+    "resolution": integer(at_least=1),
+    "sigmas": each(number(above=0)),
+    "clip_norms": each(number(above=0)),
+    "steps": each(integer(at_least=1)),
+    "repeats": integer(at_least=1),
+    "chunk_size": integer(at_least=1),
+    "fig3_resolutions": each(integer(at_least=1)),
+    "fig3_clip_norms": each(number(above=0)),
+    "fig3_repeats": integer(at_least=1),
+    "alpha": number(above=0, below=1),
+    "power": number(above=0, below=1),
+    "max_detectable_violation": number(above=0),
+    "tight_tolerance": number(above=0),
+    "cdf_tolerance": number(above=0, below=1),
+    "fig2.shape": each(integer(at_least=1)),
+    "fig2.clip_norm": number(above=0),
+    "fig2.sigma": number(above=0),
+    "fig2.steps": integer(at_least=1),
+    "fig2.draws": integer(at_least=1),
+    "fig2.chunk_size": integer(at_least=1),
+    "fig2.reference_draws": integer(at_least=1),
+}
+
 
 def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()

@@ -2,6 +2,26 @@
 
 import ml_collections
 
+from recon_jax.evidence.config_checks import each, integer, number
+
+VARIANTS = ("smoke", "default", "paper")
+
+# Allowed values of the fields a user sets, checked before the run writes anything (experiments.common.check_config).
+CHECKS = {
+    "route_sigmas": each(number(above=0)),
+    "route_kappas": each(number(above=0, below=1)),
+    "route_steps": integer(at_least=1),
+    "rdp_orders_min": number(above=1),
+    "rdp_orders_max": number(above="rdp_orders_min"),
+    "num_rdp_orders": integer(at_least=2),
+    "num_eps": integer(at_least=2),
+    "eps_max": number(above=0),
+    "route_rel_tolerance": number(at_least=0),
+    "plot_num_sigmas": integer(at_least=2),
+    "plot_dim": integer(at_least=1),
+    "plot_clip_norm": number(above=0),
+}
+
 
 def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from recon_jax.evidence.config_checks import ConfigError
+
 __all__ = ["experiment_flags", "forget_overrides", "run_app", "launch", "run_summary"]
 
 
@@ -134,7 +136,9 @@ def launch(run: Callable[[Any, str], Mapping[str, Any]], default_config: str, de
     """An experiment's command line, written once (the ``train_and_evaluate(config, workdir)`` pattern of the flax
     examples): ``python -m experiments.<name> --config=experiments/configs/<name>.py:<variant> --workdir=DIR``
     runs ``run(config, workdir)`` and prints :func:`run_summary`. The command line is ``sys.argv`` (ml_collections
-    reads the ``--config.<field>`` overrides from there).
+    reads the ``--config.<field>`` overrides from there). A config value outside its allowed range
+    (:class:`~recon_jax.evidence.config_checks.ConfigError`, raised by ``run`` before it writes anything) prints
+    one line and exits with status 2.
 
     An experiment module ends with::
 
@@ -145,6 +149,11 @@ def launch(run: Callable[[Any, str], Mapping[str, Any]], default_config: str, de
 
     def main(args):
         del args
-        print(run_summary(run(config.value, workdir.value), workdir.value))
+        try:
+            metrics = run(config.value, workdir.value)
+        except ConfigError as err:
+            print(f"{os.path.basename(sys.argv[0])}: {' '.join(str(err).split())}", file=sys.stderr)
+            sys.exit(2)
+        print(run_summary(metrics, workdir.value))
 
     run_app(main)

@@ -5,8 +5,9 @@ how well could someone reconstruct a training record, and what do the theorems g
 - :mod:`recon_jax.report.app`: the run (``run``, ``console_main``; ``DEFAULT_CONFIG``, the config file shipped in the
   package, which the console script reads from a wheel).
 - :mod:`recon_jax.report.config`: the config, its variants and every field's meaning (``get_config``).
-- :mod:`recon_jax.report.setup`: validation (``validate_config``, ``ConfigError``) and the model, data and
-  reconstructor the config names; :mod:`recon_jax.report.sizes`: the sizes fitted to the data.
+- :mod:`recon_jax.report.setup`: validation (``validate_config``; its ``ConfigError`` is the experiments' one, from
+  :mod:`recon_jax.evidence.config_checks`) and the model, data and reconstructor the config names;
+  :mod:`recon_jax.report.sizes`: the sizes fitted to the data.
 - :mod:`recon_jax.report.updates`: the "every update released" threat model (prior-aware games, audits).
 - :mod:`recon_jax.report.text`, :mod:`recon_jax.report.figure`: the report's text, claims and figure.
 - :mod:`recon_jax.report.command_line`: the console script's command line.
@@ -14,8 +15,9 @@ how well could someone reconstruct a training record, and what do the theorems g
 The harness it runs on (provenance, claims, caches, tables, figures) is :mod:`recon_jax.evidence`.
 """
 
+from recon_jax.evidence.config_checks import ConfigError
 from recon_jax.report.app import DEFAULT_CONFIG, console_main, run, sampling
 from recon_jax.report.config import get_config
-from recon_jax.report.setup import ConfigError, validate_config
+from recon_jax.report.setup import validate_config
 
 __all__ = ["run", "console_main", "sampling", "DEFAULT_CONFIG", "get_config", "validate_config", "ConfigError"]

@@ -47,13 +47,14 @@ from recon_jax.attacks import audit, informed, reconn
 from recon_jax.attacks import oracle as roracle
 from recon_jax.evidence.markdown import markdown_table
 from recon_jax.io import array_digest
+from recon_jax.evidence.config_checks import ConfigError
 from recon_jax.evidence.plots import image_grid
 from recon_jax.evidence.progress import step
 from recon_jax.evidence.run import config_to_dict, finish_run, keyed_dir, require_finite, start_run
 from recon_jax.report import command_line
 from recon_jax.report.figure import plot_threat_models
-from recon_jax.report.setup import (ConfigError, build_model, check_model, load_data, reconstructor_for,
-                                    validate_config, with_image_size)
+from recon_jax.report.setup import (build_model, check_model, load_data, reconstructor_for, validate_config,
+                                    with_image_size)
 from recon_jax.report.sizes import fit_sizes, overrides
 from recon_jax.report.text import claims as risk_claims
 from recon_jax.report.text import report_markdown

@@ -6,7 +6,7 @@
   names it and the closest field.
 - ``--help`` lists every config field with its default (in the variant named by ``--config``) and one line of
   meaning, from :data:`recon_jax.report.config.FIELDS`.
-- Config and data errors (:class:`recon_jax.report.setup.ConfigError`: the field, the value, what is allowed),
+- Config and data errors (:class:`recon_jax.evidence.config_checks.ConfigError`: the field, the value, what is allowed),
   and a workdir holding results of other code (:class:`recon_jax.evidence.run.ResumeAcrossCodeError`: what to
   do), print one line and exit with status 2; ``--debug`` shows the traceback instead. Other errors keep theirs.
 """
@@ -19,9 +19,9 @@ import sys
 from typing import Callable
 
 from recon_jax.evidence.launcher import experiment_flags, forget_overrides, run_app
+from recon_jax.evidence.config_checks import ConfigError
 from recon_jax.evidence.run import ResumeAcrossCodeError
 from recon_jax.report.config import DESCRIPTIONS, FIELDS, VARIANTS, get_config
-from recon_jax.report.setup import ConfigError
 
 __all__ = ["USAGE", "config_argument", "help_text", "unknown_fields", "console"]
 

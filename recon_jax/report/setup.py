@@ -2,8 +2,9 @@
 and reconstructor network it names (:mod:`recon_jax.report.app` runs them; the sizes fitted to the data:
 :mod:`recon_jax.report.sizes`).
 
-Every error about the config or the data is a :class:`ConfigError` (a ``ValueError``) naming the config field
-(``config.<field>: ...``), what was given and what is allowed: the console script prints it as one line.
+Every error about the config or the data is a :class:`ConfigError` (a ``ValueError``; the experiments' one, from
+:mod:`recon_jax.evidence.config_checks`) naming the config field (``config.<field>: ...``), what was given and what
+is allowed: the console script prints it as one line.
 """
 
 from __future__ import annotations
@@ -24,20 +25,17 @@ import numpy as np
 from recon_jax import data as rdata
 from recon_jax import models, shadow, training
 from recon_jax.attacks import reconn
+from recon_jax.evidence.config_checks import ConfigError
 from recon_jax.models.reconstructors import TransposedConvDecoder
 from recon_jax.report.config import DESCRIPTIONS
 
-__all__ = ["ConfigError", "KNOWN_KEYS", "ZOO", "validate_config", "with_image_size", "build_model", "check_model",
+__all__ = ["KNOWN_KEYS", "ZOO", "validate_config", "with_image_size", "build_model", "check_model",
            "reconstructor_for", "load_data"]
 
 KNOWN_KEYS = frozenset(DESCRIPTIONS)
 """The config's fields (declared once, in :data:`recon_jax.report.config.FIELDS`)."""
 
 ZOO = ("balle_mnist_mlp", "lenet", "balle_cifar_cnn")
-
-
-class ConfigError(ValueError):
-    """A config field or the data it names cannot be used: ``config.<field>: <value given>; <what is allowed>``."""
 
 
 def _fail(field: str, message: str):

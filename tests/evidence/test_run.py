@@ -183,10 +183,13 @@ def test_unknown_config_field_gives_a_clear_error():
 
 @pytest.mark.parametrize("args,message", [
     (["--config=experiments/configs/ziller_table1.py:smok"], "ValueError: unknown variant 'smok'"),
-    (["--config=experiments/configs/ziller_table1.py:smoke", "--workdir={file}"], "is a file, not a folder")])
+    (["--config=experiments/configs/ziller_table1.py:smoke", "--workdir={file}"], "is a file, not a folder"),
+    (["--config=experiments/configs/ziller_table1.py:smoke", "--config.route_steps=0"],
+     "ziller_table1.py: config.route_steps: must be an integer >= 1, got 0")])
 def test_command_line_mistakes_give_one_line(tmp_path, args, message):
-    """An unknown variant (the config file raises while absl parses it) and a --workdir that is a file: one line on
-    stderr and exit status 2, no traceback, nothing written."""
+    """An unknown variant (the config file raises while absl parses it), a --workdir that is a file and a config value
+    outside its allowed range (experiments/configs/<name>.py's CHECKS): one line on stderr and exit status 2, no
+    traceback, nothing written."""
     import subprocess
     import sys
 
@@ -225,9 +228,9 @@ def test_launch_runs_the_experiment_with_the_command_line_config(tmp_path):
 def test_experiments_common_reexports_the_package_helpers():
     from experiments import common
 
-    from recon_jax.evidence import claims, launcher
+    from recon_jax.evidence import claims, config_checks, launcher
 
-    homes = (evidence_run, claims, launcher)
+    homes = (evidence_run, claims, config_checks, launcher)
     assert sorted(common.__all__) == sorted(n for home in homes for n in home.__all__)
     for name in common.__all__:
         home = next(h for h in homes if name in h.__all__)

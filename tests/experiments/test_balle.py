@@ -212,3 +212,57 @@ def test_patience_override_takes_none_and_an_int_on_the_command_line():
     with pytest.raises(ValueError, match="patience"):
         reconn.train_reconstructor(f, np.zeros((8, 2), np.float32), spec, jax.random.key(0), eval_set=(f, f[:, :2]),
                                    progress=False)
+
+
+class _Stop(Exception):
+    """Raised in place of keyed_dir: the test needs the store's key, not the models."""
+
+
+def _capture_store_keys(monkeypatch, module) -> list:
+    keys = []
+
+    def capture(workdir, name, key):
+        keys.append(key)
+        raise _Stop
+
+    monkeypatch.setattr(module, "keyed_dir", capture)
+    return keys
+
+
+def test_balle_mnist_store_key_names_every_model_field(tmp_path, monkeypatch):
+    """The model sets' key holds the whole model section: a model argument the section did not have before
+    (num_classes) changes the key instead of reaching the store under the old one; the shipped sections keep the
+    key they had (hidden and activation at its top level), so existing stores keep their names."""
+    from experiments import balle_mnist
+    from experiments.configs.balle_mnist import get_config
+
+    images, labels = data.load_dataset("synthetic", "train", num_examples=40, shape=(28, 28, 1), seed=0)
+    sp = data.pool_splits(images, labels, fixed_size=8, num_shadow=24, num_targets=4)
+    keys = _capture_store_keys(monkeypatch, balle_mnist)
+    for extra in ({}, {"num_classes": 12}):
+        config = get_config("smoke")
+        config.model.update(extra)
+        with pytest.raises(_Stop):
+            balle_mnist._Sets(config, sp, jax.random.key(0), str(tmp_path)).get("default")
+    shipped, changed = keys
+    assert set(shipped) == {"set", "seed", "dataset", "fixed_size", "pool_num_shadow", "pool_num_targets",
+                            "eval_size", "num_shadow", "num_targets", "probe_size", "hidden", "activation",
+                            "algorithm"}
+    assert changed == {**shipped, "num_classes": 12}
+
+
+@pytest.mark.parametrize("extra", [{"dense_width": 16}, {"num_classes": 12}])
+def test_balle_cifar10_store_key_names_every_model_field(tmp_path, monkeypatch, extra):
+    """As for MNIST: a model argument beyond the shipped activation (the paper's wider dense layer) changes the
+    shadow store's key."""
+    from experiments import balle_cifar10
+    from experiments.configs.balle_cifar10 import get_config
+
+    keys = _capture_store_keys(monkeypatch, balle_cifar10)
+    for more in ({}, extra):
+        config = get_config("smoke")
+        config.model.update(more)
+        with pytest.raises(_Stop):
+            balle_cifar10.run(config, str(tmp_path / "w"))
+    shipped, changed = keys
+    assert shipped["activation"] == "elu" and changed == {**shipped, **extra}

@@ -1,0 +1,175 @@
+"""Declarative checks of an experiment's config: each field's allowed range, checked before anything is written.
+
+An experiment's config file (``experiments/configs/<name>.py``) declares ``CHECKS``, a mapping from a field
+(dotted for sections: ``"train.learning_rate"``) to a :class:`Rule` made by :func:`integer`, :func:`number`,
+:func:`one_of`, :func:`each`, :func:`optional` or :func:`any_of`, and ``run(config, workdir)`` calls
+:func:`check_config` before it writes anything. A bound may name another field (``integer(at_most="num_shadow")``),
+read from the config being checked (list that field first). The first value outside its range raises
+:class:`ConfigError` (a ``ValueError``), ``config.<field>: must be <what is allowed>, got <value>``, which the command
+line (:func:`recon_jax.evidence.launcher.launch`, the risk report's console script) prints as one line, exit status 2.
+
+>>> checks = {"num_targets": integer(at_least=1), "probe_size": integer(at_least=0, at_most="num_targets"),
+...           "alpha": number(above=0, below=1), "modes": each(one_of("a", "b"))}
+>>> check_config({"num_targets": 4, "probe_size": 2, "alpha": 0.05, "modes": ("a",)}, checks)
+>>> check_config({"num_targets": 4, "probe_size": 9, "alpha": 0.05, "modes": ("a",)}, checks)
+Traceback (most recent call last):
+  ...
+recon_jax.evidence.config_checks.ConfigError: config.probe_size: must be an integer in [0, num_targets = 4], got 9
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["ConfigError", "Rule", "integer", "number", "one_of", "each", "optional", "any_of", "field_value",
+           "check_config"]
+
+
+class ConfigError(ValueError):
+    """A config field holds a value its experiment cannot use: ``config.<field>: <what is allowed>, got <value>``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """The allowed values of one config field: ``accepts(value, config)`` and, for the message, ``describe(config)``
+    (words that follow "must be", e.g. ``"an integer >= 1"``)."""
+
+    accepts: Callable[[Any, Any], bool]
+    describe: Callable[[Any], str]
+
+
+def field_value(config: Any, field: str) -> Any:
+    """The value of ``field`` (dotted for a section: ``"train.epochs"``) in a ConfigDict or a dict."""
+    value = config
+    for part in field.split("."):
+        value = value[part]
+    return value
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _show(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _range(kind: str, is_kind: Callable[[Any], bool], low, low_open: bool, high, high_open: bool) -> Rule:
+    """Values of ``kind`` between ``low`` and ``high`` (numbers, field names or None; ``*_open``: strict)."""
+    def bound(b, config):
+        if b is None:
+            return None, None
+        if isinstance(b, str):
+            value = field_value(config, b)
+            return (value if _is_real(value) else None), f"{b} = {_show(value)}"
+        return b, _show(b)
+
+    def accepts(v, config) -> bool:
+        if not is_kind(v):
+            return False
+        lo, hi = bound(low, config)[0], bound(high, config)[0]
+        return ((lo is None or (v > lo if low_open else v >= lo))
+                and (hi is None or (v < hi if high_open else v <= hi)))
+
+    def describe(config) -> str:
+        (_, lo), (_, hi) = bound(low, config), bound(high, config)
+        if lo is not None and hi is not None:
+            return f"{kind} in {'(' if low_open else '['}{lo}, {hi}{')' if high_open else ']'}"
+        if lo is not None:
+            return f"{kind} {'>' if low_open else '>='} {lo}"
+        if hi is not None:
+            return f"{kind} {'<' if high_open else '<='} {hi}"
+        return kind
+
+    return Rule(accepts, describe)
+
+
+def _one_bound(name: str, above, at_least) -> tuple[Any, bool]:
+    if above is not None and at_least is not None:
+        raise ValueError(f"give at most one lower bound for {name}, got above={above!r} and at_least={at_least!r}")
+    return (above, True) if above is not None else (at_least, False)
+
+
+def integer(*, at_least=None, at_most=None, below=None) -> Rule:
+    """An integer (not a bool) within the bounds given: numbers, or names of other fields.
+
+    >>> integer(at_least=1).describe({})
+    'an integer >= 1'
+    """
+    high, high_open = _one_bound("integer", below, at_most)
+    return _range("an integer", _is_int, at_least, False, high, high_open)
+
+
+def number(*, above=None, at_least=None, below=None, at_most=None) -> Rule:
+    """A finite real number (an int or a float, not a bool) within the bounds given: numbers, or names of other
+    fields (``above`` / ``below`` are strict, ``at_least`` / ``at_most`` not).
+
+    >>> number(above=0, below=1).describe({}), number(at_least=0, below=1).accepts(0.0, {})
+    ('a number in (0, 1)', True)
+    """
+    low, low_open = _one_bound("number", above, at_least)
+    high, high_open = _one_bound("number", below, at_most)
+    return _range("a number", _is_real, low, low_open, high, high_open)
+
+
+def one_of(*choices) -> Rule:
+    """One of ``choices`` (compared with their type: ``True`` is not ``1``).
+
+    >>> one_of("fresh", "known").describe({})
+    "one of 'fresh', 'known'"
+    """
+    return Rule(lambda v, config: any(type(v) is type(c) and v == c for c in choices),
+                lambda config: "one of " + ", ".join(repr(c) for c in choices))
+
+
+def each(rule: Rule, *, min_len: int = 1) -> Rule:
+    """A tuple or list of at least ``min_len`` entries, each allowed by ``rule``.
+
+    >>> each(integer(at_least=1)).describe({}), each(number(above=0), min_len=0).accepts((), {})
+    ('a non-empty tuple, each entry an integer >= 1', True)
+    """
+    size = "a non-empty tuple" if min_len == 1 else "a tuple" if min_len == 0 else f"a tuple of >= {min_len} entries"
+    return Rule(lambda v, config: (isinstance(v, (tuple, list)) and len(v) >= min_len
+                                   and all(rule.accepts(x, config) for x in v)),
+                lambda config: f"{size}, each entry {rule.describe(config)}")
+
+
+def optional(rule: Rule) -> Rule:
+    """None, or a value ``rule`` allows.
+
+    >>> optional(integer(at_least=1)).describe({})
+    'None or an integer >= 1'
+    """
+    return Rule(lambda v, config: v is None or rule.accepts(v, config),
+                lambda config: f"None or {rule.describe(config)}")
+
+
+def any_of(*rules: Rule) -> Rule:
+    """A value one of ``rules`` allows.
+
+    >>> any_of(one_of("auto"), number(above=0, at_most=1)).describe({})
+    "one of 'auto' or a number in (0, 1]"
+    """
+    return Rule(lambda v, config: any(r.accepts(v, config) for r in rules),
+                lambda config: " or ".join(r.describe(config) for r in rules))
+
+
+def check_config(config: Any, checks: Mapping[str, Rule]) -> None:
+    """Checks ``config`` (a ConfigDict or a dict) against ``checks`` (field -> :class:`Rule`, in order).
+
+    Raises:
+      ConfigError: ``config.<field>: must be <what is allowed>, got <value>`` for the first field outside its range.
+      KeyError: a field of ``checks`` that ``config`` lacks (a mistake in the checks, not in the config).
+    """
+    for field, rule in checks.items():
+        value = field_value(config, field)
+        if not rule.accepts(value, config):
+            raise ConfigError(f"config.{field}: must be {rule.describe(config)}, got {value!r}")
