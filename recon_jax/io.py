@@ -1,4 +1,6 @@
-"""Atomic, crash-safe file writes shared by every long job (shadow store, DR shadow embeddings, reports).
+"""Atomic, crash-safe file writes shared by every long job (shadow store, DR shadow embeddings, reports), and the
+identities that key stores and caches: of values (:func:`stable_hash`, :func:`array_digest`), of functions
+(:func:`callable_identity`) and of the code that fills a store (:func:`code_record`, :func:`library_code`).
 
 A file is written to a temporary name in the same directory, flushed and fsync'ed, then renamed over the final
 name, so a reader sees either the old complete file or the new complete file, never a partial one. Files get the
@@ -13,14 +15,24 @@ import io
 import json
 import math
 import os
+import importlib.metadata
+import sys
 import tempfile
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import numpy as np
 
 __all__ = [
+    "ABOVE_STORES",
+    "NUMERIC_PACKAGES",
+    "allow_resume_across_code",
     "callable_identity",
+    "code_difference",
+    "code_record",
+    "library_code",
+    "numeric_versions",
+    "resume_across_code_allowed",
     "atomic_write_bytes",
     "atomic_write_text",
     "atomic_write_json",
@@ -236,6 +248,136 @@ def _json_default(obj: Any) -> Any:
     if hasattr(obj, "__array__"):
         return np.asarray(obj).tolist()
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+# The packages whose numerics stored results rest on: a jax or flax upgrade can move trained weights as an edit can.
+NUMERIC_PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "scipy", "dm-haiku", "scikit-learn", "umap-learn")
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_RECORDS: dict = {}  # (roots, skip) -> code_record: the files are read once per process
+_ACROSS_CODE = [False]
+
+
+def numeric_versions() -> dict[str, str | None]:
+    """Python's ``major.minor`` and the installed version of each of :data:`NUMERIC_PACKAGES` (None: absent).
+
+    >>> numeric_versions()["jax"] == jax.__version__
+    True
+    """
+    def version(name):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    return {"python": f"{sys.version_info.major}.{sys.version_info.minor}",
+            **{p: version(p) for p in NUMERIC_PACKAGES}}
+
+
+def code_record(roots: Sequence[str], skip: Sequence[str] = ()) -> dict:
+    """The identity of the Python code under ``roots`` and of the packages it computes with.
+
+    ``sources`` is a SHA-256 of every ``.py`` file under the roots as it is on disk: its path relative to its root's
+    parent (``recon_jax/io.py``) and its bytes; ``__pycache__`` and the folders ``skip`` names (the same relative
+    paths: ``recon_jax/report``) are left out. ``fingerprint`` hashes ``sources`` with :func:`numeric_versions`. It
+    is a hash of files, not of a git commit: the same in every process that reads the same files (a copy without
+    ``.git`` too), and it changes with an uncommitted edit. Read once per process.
+
+    Args:
+      roots: folders to hash (a missing one hashes as empty).
+      skip: folders under them to leave out, as paths relative to a root's parent.
+
+    Returns:
+      ``{"fingerprint": 16 hex, "sources": 16 hex, "versions": numeric_versions(), "scope": {"roots", "skip"}}``.
+
+    >>> import os
+    >>> record = code_record([os.path.dirname(__file__)], skip=["recon_jax/report"])
+    >>> len(record["fingerprint"]), record["scope"]
+    (16, {'roots': ['recon_jax'], 'skip': ['recon_jax/report']})
+    """
+    cache_key = (tuple(os.path.abspath(r) for r in roots), tuple(sorted(skip)))
+    if cache_key not in _RECORDS:
+        h = hashlib.sha256()
+        for root in cache_key[0]:
+            parent = os.path.dirname(root)
+            for dirpath, dirnames, names in os.walk(root):
+                dirnames[:] = sorted(d for d in dirnames if d != "__pycache__"
+                                     and os.path.relpath(os.path.join(dirpath, d), parent) not in cache_key[1])
+                for name in sorted(n for n in names if n.endswith(".py")):
+                    path = os.path.join(dirpath, name)
+                    h.update(os.path.relpath(path, parent).encode() + b"\0")
+                    with open(path, "rb") as f:
+                        h.update(f.read() + b"\0")
+        sources, versions = h.hexdigest()[:16], numeric_versions()
+        _RECORDS[cache_key] = {"fingerprint": stable_hash([sources, versions])[:16], "sources": sources,
+                               "versions": versions,
+                               "scope": {"roots": [os.path.basename(r) for r in cache_key[0]],
+                                         "skip": list(cache_key[1])}}
+    return json.loads(json.dumps(_RECORDS[cache_key]))  # a copy: callers store and extend it
+
+
+# The layers of recon_jax above its stores (tests/test_layers.py): nothing that computes a store's content imports them.
+ABOVE_STORES = ("evidence", "report")
+
+
+def library_code(without: Sequence[str] = ABOVE_STORES) -> dict:
+    """:func:`code_record` of the installed recon_jax package, without its subpackages ``without``: what the
+    library's stores record and compare (the shadow store, the reconstructor checkpoints).
+
+    By default everything but :data:`ABOVE_STORES` (the run harness and the risk report): recon_jax is layered
+    (``tests/test_layers.py`` checks that no module imports from a layer above its own), so no module of those
+    layers runs while a store is filled; what they pass in (configurations, models, data) is in the store's key.
+    A store that only lower layers fill leaves out more (the shadow-model engine's stores leave out ``attacks``).
+    The experiments' sources are not part of it (:func:`recon_jax.evidence.code_fingerprint` adds them).
+
+    >>> library_code()["scope"]["skip"]
+    ['recon_jax/evidence', 'recon_jax/report']
+    """
+    name = os.path.basename(_PACKAGE_DIR)
+    return code_record([_PACKAGE_DIR], skip=[f"{name}/{sub}" for sub in without])
+
+
+def code_difference(written: Any, current: dict) -> str | None:
+    """What differs between the code a store recorded (``written``, a :func:`code_record`) and ``current``, in
+    words; None when the fingerprints agree.
+
+    >>> now = library_code()
+    >>> code_difference(now, now) is None
+    True
+    >>> code_difference(dict(now, fingerprint="0" * 16, versions=dict(now["versions"], jax="0.0.1")), now)
+    ... # doctest: +ELLIPSIS
+    'jax 0.0.1 then, ... now'
+    >>> code_difference(None, now)
+    'it records no code fingerprint (written by a recon_jax from before stores recorded their code)'
+    """
+    if not isinstance(written, dict) or not written.get("fingerprint"):
+        return "it records no code fingerprint (written by a recon_jax from before stores recorded their code)"
+    if written["fingerprint"] == current["fingerprint"]:
+        return None
+    parts = []
+    if written.get("scope") != current.get("scope"):
+        parts.append(f"its fingerprint covers other files ({written.get('scope')} then, {current.get('scope')} now)")
+    elif written.get("sources") != current.get("sources"):
+        scope = current.get("scope") or {}
+        files = " and ".join(f"{r}/" for r in scope.get("roots", []))
+        left_out = f" without {', '.join(scope['skip'])}" if scope.get("skip") else ""
+        parts.append(f"the sources differ (the .py files of {files}{left_out}: {written.get('sources')} then, "
+                     f"{current.get('sources')} now)")
+    old, new = written.get("versions") or {}, current.get("versions") or {}
+    parts += [f"{name} {old.get(name)} then, {new.get(name)} now" for name in sorted(set(old) | set(new))
+              if old.get(name) != new.get(name)]
+    return "; ".join(parts) or f"code fingerprint {written['fingerprint']} then, {current['fingerprint']} now"
+
+
+def allow_resume_across_code(allow: bool = True) -> None:
+    """Lets the library's stores (and the run harness's keyed directories) resume content written by other code
+    (``--allow_resume_across_code``); each then records the code of every resume. Off by default: resuming
+    across code mixes results of two versions of the code without saying so."""
+    _ACROSS_CODE[0] = bool(allow)
+
+
+def resume_across_code_allowed() -> bool:
+    """Whether :func:`allow_resume_across_code` is in effect."""
+    return _ACROSS_CODE[0]
 
 
 def _seed(key: jax.Array) -> jax.Array:

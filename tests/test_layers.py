@@ -164,3 +164,16 @@ def test_the_checks_can_fail(tmp_path, monkeypatch):
         test_no_private_name_from_another_module("recon_jax.attacks.b")
     with pytest.raises(AssertionError, match="cycle"):
         test_no_import_cycle()
+
+
+def test_store_code_records_leave_out_exactly_the_layers_above_their_fillers():
+    """What a store's code record leaves out (recon_jax.io.library_code) is justified by these layers: no module of a
+    layer above the code that fills a store can run while it fills (the imports above), so the engine's stores
+    leave out the layers above ``shadow`` and the attacks' stores (DR shadow embeddings, reconstructor checkpoints)
+    the layers above ``attacks``. A new layer must be placed in one of the records too."""
+    from recon_jax.io import ABOVE_STORES
+    from recon_jax.shadow.engine import ABOVE_ENGINE
+
+    names = [name for layer in LAYERS for name in layer]
+    assert set(ABOVE_STORES) == {n for n in names if RANK[n] > RANK["attacks"]}
+    assert set(ABOVE_ENGINE) == {n for n in names if RANK[n] > RANK["shadow"]}

@@ -1,7 +1,9 @@
-"""Per-epoch checkpoints of :func:`recon_jax.attacks.reconn.train_reconstructor`, keyed by a hash of their configuration."""
+"""Per-epoch checkpoints of :func:`recon_jax.attacks.reconn.train_reconstructor`, keyed by a hash of their
+configuration, recording the code that saved them."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -9,9 +11,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax.io import array_digest, atomic_save_npz, stable_hash
+from recon_jax.io import (array_digest, atomic_save_npz, code_difference, library_code, resume_across_code_allowed,
+                          stable_hash)
 
-__all__ = ["EpochCheckpoint", "tree_digest"]
+__all__ = ["CheckpointMismatchError", "EpochCheckpoint", "tree_digest"]
+
+_CODE = "__code__"  # member: JSON (uint8) of the code record (recon_jax.io.code_record) that saved the state
+
+
+class CheckpointMismatchError(ValueError):
+    """A reconstructor checkpoint does not fit the call that would resume it: another model's shapes, or saved by
+    other code."""
 
 
 def tree_digest(tree) -> str:
@@ -28,26 +38,45 @@ class EpochCheckpoint:
     ``patience``: a run can be resumed with
     more epochs, and a different configuration never picks up another's state. A state saved past the epoch where
     a later call stops is not used by that call (:func:`recon_jax.attacks.reconn.train_reconstructor` starts over).
+
+    The file also records the code that saved it (``code``: a :func:`recon_jax.io.code_record`, by default
+    :func:`recon_jax.io.library_code`: every recon_jax module that can run while a reconstructor trains, with the
+    Python and numeric package versions), and :meth:`load` refuses a state saved by other code, or by a recon_jax
+    from before this record (:class:`CheckpointMismatchError` saying what differs), unless
+    :func:`recon_jax.io.allow_resume_across_code` (then later saves record the earlier codes too).
     """
 
-    def __init__(self, directory: str, key_description: dict):
+    def __init__(self, directory: str, key_description: dict, code: dict | None = None):
         digest = stable_hash(key_description)
         self.path = os.path.join(os.fspath(directory), f"reconstructor-{digest[:24]}.npz")
         self.description = key_description
+        self.code = library_code() if code is None else code
+        self.resumed_from_code: list = []  # the codes of a state resumed across code: save records them
 
     def load(self, template_state, template_best):
         if not os.path.exists(self.path):
             return None
         with np.load(self.path, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
+        written = json.loads(data[_CODE].tobytes().decode()) if _CODE in data else None
+        difference = code_difference(written, self.code)
+        if difference is not None:
+            if not resume_across_code_allowed():
+                raise CheckpointMismatchError(
+                    f"reconstructor checkpoint {self.path} was saved by other code than the code running now: "
+                    f"{difference}. Resuming it would continue that code's training state under this code; delete "
+                    "the file to train from the start, or use another checkpoint_dir (or, knowingly, resume it after "
+                    "recon_jax.io.allow_resume_across_code() or with --allow_resume_across_code, which record both "
+                    "codes in the checkpoint)")
+            self.resumed_from_code = [*(written or {}).get("resumed_from_code", []), written]
         state_leaves, state_def = jax.tree_util.tree_flatten(template_state)
         best_leaves, best_def = jax.tree_util.tree_flatten(template_best)
         got_state = [data[f"state_{i}"] for i in range(len(state_leaves))]
         got_best = [data[f"best_{i}"] for i in range(len(best_leaves))]
         for want, got in zip(state_leaves + best_leaves, got_state + got_best):
             if np.shape(want) != got.shape:
-                raise ValueError(f"checkpoint {self.path} does not match the model (shape {got.shape} != "
-                                 f"{np.shape(want)}); delete it to start over")
+                raise CheckpointMismatchError(f"checkpoint {self.path} does not match the model (shape {got.shape} "
+                                              f"!= {np.shape(want)}); delete it to start over")
         eval_mse = list(data["eval_mse"])
         # Checkpoints written before the objective was recorded: NaN for those epochs (never "best" under
         # monitor="loss", which is part of the checkpoint name, so such a run never resumes from them).
@@ -60,5 +89,7 @@ class EpochCheckpoint:
     def save(self, state, best, losses, eval_mse, eval_loss, best_epoch):
         arrays = {f"state_{i}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(state))}
         arrays.update({f"best_{i}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(best))})
+        code = dict(self.code, resumed_from_code=self.resumed_from_code) if self.resumed_from_code else self.code
+        arrays[_CODE] = np.frombuffer(json.dumps(code, sort_keys=True).encode(), dtype=np.uint8)
         atomic_save_npz(self.path, losses=np.asarray(losses, np.float64), eval_mse=np.asarray(eval_mse, np.float64),
                         eval_loss=np.asarray(eval_loss, np.float64), best_epoch=np.asarray(best_epoch), **arrays)

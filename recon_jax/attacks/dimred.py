@@ -12,9 +12,10 @@ to the released embedding (:func:`recon_jax.attacks.reconn.reconstruct`).
 
 Shared machinery: the shadow embeddings are rows of a resumable shadow store
 (:func:`recon_jax.shadow.fill_store`: atomic chunks, SHA-256 checks, keyed by a hash of everything that
-determines them), and the network is trained by the shared reconstructor trainer
-(:func:`recon_jax.attacks.reconn.train_reconstructor`) with the paper's settings: Adam, MSE + L1, min-max input
-scaling, early stopping on the validation objective, BatchNorm in training mode.
+determines them, refused when made by other code: the recon_jax sources but ``evidence`` and ``report``, Python,
+scikit-learn, umap-learn, jax and the other numeric packages' versions), and the network is trained by the
+shared reconstructor trainer (:func:`recon_jax.attacks.reconn.train_reconstructor`) with the paper's settings:
+Adam, MSE + L1, min-max input scaling, early stopping on the validation objective, BatchNorm in training mode.
 
 Randomness and the adversary's knowledge are explicit: every method takes a typed key, and the
 ``seed_policy`` of :class:`EmbeddingSpec` says whether all runs share the victim's key (``"known"``) or
@@ -270,7 +271,7 @@ def shadow_embeddings(
     Raises:
       TypeError: if ``spec`` is not an :class:`EmbeddingSpec`.
       ValueError: for invalid arguments, or (:class:`recon_jax.shadow.ShadowStoreMismatchError`) when
-        ``store_dir`` holds a different configuration.
+        ``store_dir`` holds a different configuration or rows made by other code.
 
     Example:
       >>> import jax, numpy as np

@@ -38,7 +38,7 @@ import optax
 from tqdm.auto import tqdm
 
 from recon_jax._validation import check_integer
-from recon_jax.attacks._reconn_checkpoint import EpochCheckpoint, tree_digest
+from recon_jax.attacks._reconn_checkpoint import CheckpointMismatchError, EpochCheckpoint, tree_digest
 from recon_jax.attacks.features import Standardizer, as_feature_matrix, fit_minmax, fit_standardizer
 from recon_jax.attacks._reconn_steps import (
     DROPOUT_STREAM,
@@ -57,6 +57,7 @@ from recon_jax.io import array_digest
 from recon_jax.models.reconstructors import reconstructor_mlp, transposed_conv_decoder
 
 __all__ = [
+    "CheckpointMismatchError",
     "RECONSTRUCTOR_KINDS",
     "ReconstructorSpec",
     "reconstructor_network",
@@ -285,7 +286,8 @@ def train_reconstructor(features, targets, spec: ReconstructorSpec, key: jax.Arr
         hashed from everything that determines it; a later call with the same arguments resumes after the last
         saved epoch (``spec.epochs`` may be larger) and gives the same result as an uninterrupted run. A checkpoint
         that ran past where this call stops (smaller ``spec.epochs``, or a ``spec.patience`` that stops sooner) is
-        not used: the call trains from the start and replaces it.
+        not used: the call trains from the start and replaces it. A checkpoint saved by other code (the recon_jax
+        sources but ``evidence`` and ``report``, Python or a numeric package's version) is refused.
       checkpoint_key: JSON-able description of what the hash cannot see; required with ``checkpoint_dir`` when
         ``spec.optimizer`` or ``spec.perceptual_fn`` is given (functions have no stable hash).
       stream_rows: rows gathered per block (rounded down to a multiple of the batch size; default 2,048).
@@ -298,6 +300,8 @@ def train_reconstructor(features, targets, spec: ReconstructorSpec, key: jax.Arr
     Raises:
       TypeError: if ``spec`` is not a :class:`ReconstructorSpec`.
       ValueError: on mismatched shapes or out-of-range hyper-parameters.
+      CheckpointMismatchError: (a ``ValueError``) the checkpoint in ``checkpoint_dir`` was saved for a model of
+        other shapes, or by other code (:class:`~recon_jax.attacks._reconn_checkpoint.EpochCheckpoint`).
 
     >>> import jax, jax.numpy as jnp
     >>> f = jax.random.normal(jax.random.key(1), (64, 5)); t = jax.nn.sigmoid(f[:, :2] @ jnp.ones((2, 4)))
@@ -399,7 +403,7 @@ def train_reconstructor(features, targets, spec: ReconstructorSpec, key: jax.Arr
         if saved is not None and _stop_point(saved, epochs, patience, min_delta, monitor) < len(saved["losses"]):
             # The checkpoint ran past where this call stops (fewer epochs, or a patience that stops sooner): its
             # state cannot be rolled back, so this call trains from the start and its saves replace that file.
-            saved = None
+            saved, ckpt.resumed_from_code = None, []
         if saved is not None:
             state, best = saved["state"], saved["best"]
             losses, eval_mse, best_epoch = saved["losses"], saved["eval_mse"], saved["best_epoch"]

@@ -33,8 +33,8 @@ def experiment_flags(default_config: str | None, default_workdir: str | None):
     workdir = flags.DEFINE_string("workdir", default_workdir, "output directory")
     if "allow_resume_across_code" not in flags.FLAGS:
         flags.DEFINE_bool("allow_resume_across_code", False,
-                          "resume from caches written by other code (refused by default; the report then lists "
-                          "which code made which part)")
+                          "resume from caches, shadow stores and reconstructor checkpoints written by other code "
+                          "(refused by default; the report then lists which code made which part)")
     return config, workdir
 
 

@@ -39,7 +39,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from recon_jax.io import atomic_write_json, atomic_write_text, stable_hash, strict_json
+from recon_jax import io as recon_io
+from recon_jax.io import (atomic_write_json, atomic_write_text, code_record, resume_across_code_allowed, stable_hash,
+                          strict_json)
 from recon_jax.evidence.claims import check_claims, claims_markdown
 
 __all__ = [
@@ -232,70 +234,36 @@ def _read_segments(workdir: str) -> list:
         return json.load(f)
 
 
-def _source_files() -> list[str]:
+def _source_roots() -> list[str]:
     """The source whose change can change a result: the recon_jax package and, in a checkout, experiments/."""
     pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    roots = [pkg, os.path.join(os.path.dirname(pkg), "experiments")]
-    files = []
-    for root in roots:
-        for dirpath, dirnames, names in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-            files += [os.path.join(dirpath, n) for n in sorted(names) if n.endswith(".py")]
-    return files
-
-
-_FINGERPRINT: list = []
+    return [pkg, os.path.join(os.path.dirname(pkg), "experiments")]
 
 
 def code_fingerprint() -> str:
-    """SHA-256 (hex, 16 characters) of the library's and the experiments' Python source as it is on disk, and of
-    the Python version and the versions of the packages whose numerics the results rest on (:data:`_NUMERIC_PACKAGES`).
+    """The fingerprint (16 hex characters) of the library's and the experiments' Python source as it is on disk,
+    with the Python version and the versions of the packages whose numerics the results rest on: the
+    ``fingerprint`` of :func:`recon_jax.io.code_record` over both folders.
 
     It keys resume points by code (git commits alone miss uncommitted edits and copies without ``.git``; a jax or
-    flax upgrade can move trained weights as an edit can); computed once per process.
+    flax upgrade can move trained weights as an edit can); computed once per process. The library's own stores
+    record :func:`recon_jax.io.library_code`, which leaves the experiments (and this harness) out.
 
     >>> len(code_fingerprint())
     16
     """
-    if not _FINGERPRINT:
-        import hashlib
-
-        h = hashlib.sha256()
-        pkg_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        for path in _source_files():
-            h.update(os.path.relpath(path, pkg_parent).encode() + b"\0")
-            with open(path, "rb") as f:
-                h.update(f.read() + b"\0")
-        h.update(repr(_numeric_versions()).encode())
-        _FINGERPRINT.append(h.hexdigest()[:16])
-    return _FINGERPRINT[0]
-
-
-_NUMERIC_PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "scipy", "dm-haiku", "scikit-learn", "umap-learn")
-
-
-def _numeric_versions() -> list:
-    """``[python major.minor, (package, version or None), ...]`` for :data:`_NUMERIC_PACKAGES`."""
-    def version(name):
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            return None
-
-    return [f"{sys.version_info.major}.{sys.version_info.minor}"] + [(p, version(p)) for p in _NUMERIC_PACKAGES]
+    return code_record(_source_roots())["fingerprint"]
 
 
 class ResumeAcrossCodeError(ValueError):
     """A resume point was written by other code than the code running now."""
 
 
-_ALLOW_ACROSS_CODE: list = [False]
-
-
 def allow_resume_across_code(allow: bool = True) -> None:
     """Lets :func:`keyed_dir` resume from directories written by other code (``--allow_resume_across_code``); the
-    run's ``segments`` then show which code made which part."""
-    _ALLOW_ACROSS_CODE[0] = bool(allow)
+    run's ``segments`` then show which code made which part. The same switch
+    (:func:`recon_jax.io.allow_resume_across_code`) lets the library's stores inside such directories resume."""
+    recon_io.allow_resume_across_code(allow)
 
 
 class NonFiniteResult(FloatingPointError):
@@ -424,7 +392,7 @@ def keyed_dir(workdir: str, name: str, key: Any) -> str:
         with open(code_file) as f:
             written = json.load(f)
     has_content = any(n not in ("key.json", "code.json") for n in os.listdir(path))
-    if has_content and (written is None or written.get("code_hash") != here) and not _ALLOW_ACROSS_CODE[0]:
+    if has_content and (written is None or written.get("code_hash") != here) and not resume_across_code_allowed():
         by = "code of unknown version (no code.json)" if written is None else (
             f"code {written.get('code_hash')} (commit {written.get('commit')})")
         raise ResumeAcrossCodeError(

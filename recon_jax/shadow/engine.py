@@ -35,7 +35,7 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from tqdm.auto import tqdm
 
-from recon_jax.io import array_digest
+from recon_jax.io import ABOVE_STORES, array_digest, library_code
 from recon_jax.mechanisms.base import GaussianMechanism
 from recon_jax.models.adapters import ModelFns, model_identity
 from recon_jax.models.flatten import layout_of
@@ -50,6 +50,10 @@ from recon_jax.training.gram import choose_first_layer, fixed_set_gram, train_gr
 from recon_jax.training.train import train
 
 __all__ = ["generate_shadow_models", "preflight", "shadow_model_fn", "SharedInputs"]
+
+# The layers of recon_jax above this one (tests/test_layers.py): no code of theirs runs while the engine trains, so
+# the store's code record leaves them out (an edit of an attack keeps shadow models usable).
+ABOVE_ENGINE = ("attacks", *ABOVE_STORES)
 
 
 class SharedInputs(flax.struct.PyTreeNode):
@@ -231,7 +235,9 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
       mesh: a 1-D mesh whose axis is named ``"models"``; default: all devices
         (:func:`~recon_jax.shadow.default_mesh`).
       store: a directory: stream chunks there atomically, resume a previous run with the same configuration,
-        and return the memory-mapped result. ``None`` keeps everything in memory.
+        and return the memory-mapped result. ``None`` keeps everything in memory. A store made by other code (the
+        recon_jax sources below ``attacks``, Python or a numeric package's version: :mod:`recon_jax.shadow.store`)
+        is refused.
       progress: show a tqdm bar (models/s).
       desc: the bar's label: what these models are (``"shadow models"``, ``"released models"``, ...).
       dtype: cast inputs to this float dtype (default: the fixed set's float dtype, float32 for integers).
@@ -257,7 +263,7 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
         ``"models"`` axis); :class:`~recon_jax.shadow.UnsupportedConfiguration` (a ``ValueError`` naming the model,
         the algorithm, the devices and what to change, chained to the original error) if the program cannot be
         traced or compiled, before any model trains; :class:`~recon_jax.shadow.ShadowStoreMismatchError` if
-        ``store`` holds a shadow set with a different configuration.
+        ``store`` holds a shadow set with a different configuration or made by other code.
 
     >>> import jax, jax.numpy as jnp
     >>> from recon_jax.models import from_flax, balle_mnist_mlp
@@ -340,7 +346,7 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
         st.acquire()  # one writer at a time: waits while another process writes this store
     try:
         if st is not None:
-            manifest = st.open(config, count, layout, specs)
+            manifest = st.open(config, count, layout, specs, code=library_code(without=ABOVE_ENGINE))
             st.clean_leftovers(manifest)
             if manifest.get("complete"):
                 return st.load()

@@ -25,7 +25,7 @@ def fill_store(directory: str | os.PathLike | None, config: dict, count: int,
                output_specs: dict[str, tuple[tuple, str]],
                compute: Callable[[list[tuple[int, int]]], Iterable[dict[str, np.ndarray]]], *, chunk_size: int,
                layout: Layout | None = None, mmap: bool = True, progress: bool = False,
-               desc: str = "rows") -> ShadowSet:
+               desc: str = "rows", code: dict | None = None) -> ShadowSet:
     """Computes ``count`` rows chunk by chunk and returns them; with ``directory``, resumably through a store.
 
     ``compute(pieces)`` gets the row ranges ``[(start, stop), ...]`` still to do, in order, and yields one dict
@@ -33,7 +33,8 @@ def fill_store(directory: str | os.PathLike | None, config: dict, count: int,
     soon as it is done). Rows must not depend on how they are chunked.
 
     With ``directory`` (see :mod:`recon_jax.shadow.store`): takes the writer lock, opens or creates the manifest of
-    ``config`` (:class:`~recon_jax.shadow.store.ShadowStoreMismatchError` if the directory holds another configuration), computes only
+    ``config`` (:class:`~recon_jax.shadow.store.ShadowStoreMismatchError` if the directory holds another configuration,
+    or rows made by other code than ``code``), computes only
     the ranges no valid chunk covers (chunks of at most ``chunk_size`` rows), writes each chunk atomically,
     consolidates and returns the loaded store (memory-mapped if ``mmap``). A complete store is loaded (and its
     checksums verified) without computing anything. Without ``directory`` everything stays in memory.
@@ -49,6 +50,9 @@ def fill_store(directory: str | os.PathLike | None, config: dict, count: int,
       mmap: memory-map the loaded store's arrays.
       progress: show a tqdm bar over rows.
       desc: the bar's label.
+      code: the :func:`~recon_jax.io.code_record` of the code that computes the rows, recorded in the store and
+        compared on resume (default: :func:`~recon_jax.io.library_code`, all of recon_jax but the layers above
+        the stores).
 
     Returns:
       A :class:`ShadowSet` with one ``[count, *shape]`` array per output.
@@ -103,7 +107,7 @@ def fill_store(directory: str | os.PathLike | None, config: dict, count: int,
     store = ShadowStore(directory)
     store.acquire()  # one writer at a time: waits while another process writes this store
     try:
-        manifest = store.open(config, count, layout, {k: (s, d) for k, (s, d) in specs.items()})
+        manifest = store.open(config, count, layout, {k: (s, d) for k, (s, d) in specs.items()}, code=code)
         store.clean_leftovers(manifest)
         if not manifest.get("complete"):
             run(store.missing_ranges(manifest), store.write_chunk)

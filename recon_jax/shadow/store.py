@@ -8,7 +8,7 @@ consolidate protocol below through a :class:`ShadowStore`.
 
 Layout of a store directory::
 
-    manifest.json                      format, config hash + description, count, layout, output shapes/dtypes
+    manifest.json                      format, config hash + description, code, count, layout, output shapes/dtypes
     chunks/chunk-<start>-<stop>.npz    one per finished chunk: every output for models [start, stop) + indices
     <output>.npy                       after completion: one consolidated array per output (memory-mapped)
 
@@ -23,6 +23,19 @@ same directory is refused (:class:`ShadowStoreMismatchError`). The configuration
 recon_jax) is refused with a message to regenerate it; nothing is converted. Chunk size and device count are not
 part of the configuration: the rows do not depend on them. Typed keys enter a description as
 :func:`key_fingerprint` (implementation name and SHA-256 of the key data), arrays as :func:`array_digest`.
+
+The manifest also records the code that computes the rows (``code``: a :func:`recon_jax.io.code_record`, the hash
+of the recon_jax sources on disk with the Python and numeric package versions), and a store made by other code is
+refused (:class:`ShadowStoreMismatchError` naming what differs: the sources, or which package versions), so an
+upgrade of recon_jax, jax or flax never mixes rows of two codes in one store; a store from before this record
+(no ``code``) is refused too. The record covers what can compute the rows, by the package's layers
+(``tests/test_layers.py``: no module imports from a layer above its own): for :func:`~recon_jax.shadow.fill_store`
+by default all of recon_jax but ``evidence`` and ``report`` (:func:`recon_jax.io.library_code`); for the
+shadow-model engine also without ``attacks`` (models enter by the jaxpr of their programs, the algorithm by its
+description, both in the configuration), so an edit of an attack or a report keeps shadow models usable. The
+configuration names everything else the rows depend on. :func:`recon_jax.io.allow_resume_across_code` resumes a
+store made by other code anyway and records each code in its manifest (``resumed_from_code``).
+:func:`load_shadow_models` reads a finished store whatever code made it (its manifest says which).
 
 One writer at a time: the writer holds an exclusive ``flock`` on ``<directory>.lock``, a file beside the store,
 so the lock outlives a deleted store directory; a second writer waits for it (then resumes, loads the finished
@@ -54,14 +67,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax.io import array_digest, atomic_save_npz, atomic_write_json, stable_hash
+from recon_jax.io import (array_digest, atomic_save_npz, atomic_write_json, code_difference, library_code,
+                          resume_across_code_allowed, stable_hash)
 from recon_jax.models.flatten import Layout
 
 __all__ = ["ShadowSet", "ShadowStore", "ShadowStoreCorruptError", "ShadowStoreLostError", "ShadowStoreMismatchError",
            "load_shadow_models", "config_hash", "host_key_data", "key_fingerprint"]
 
 # 2: chunk checksums + config hash, .npy checksums in the manifest, writer lock; 3: the configuration describes
-# every algorithm field and the first-layer path (format 2 left defaults out so that older stores resumed)
+# every algorithm field and the first-layer path (format 2 left defaults out so that older stores resumed). The
+# manifest's "code" (added within format 3) is checked by itself: a format-3 store without it is refused by the code
+# check, whose message says so
 FORMAT = "recon_jax.shadow/3"
 _CHUNK_RE = re.compile(r"^chunk-(\d{9})-(\d{9})\.npz$")
 _META = "__meta__"  # chunk member: JSON (uint8) with the config hash and each array's SHA-256
@@ -238,16 +254,23 @@ class ShadowStore:
             return json.load(f)
 
     def open(self, config: dict, count: int, layout: Layout | None,
-             output_specs: dict[str, tuple[tuple, str]]) -> dict:
-        """Creates the manifest, or checks that the existing one has the same configuration hash.
+             output_specs: dict[str, tuple[tuple, str]], code: dict | None = None) -> dict:
+        """Creates the manifest, or checks that the existing one has the same configuration hash and code.
 
         Args:
           config: JSON-compatible description of everything that determines the rows (hashed).
           count: number of rows.
           layout: the parameter layout of model rows (None for other rows).
           output_specs: output name -> (per-row shape, dtype string).
+          code: the :func:`~recon_jax.io.code_record` of the code that computes the rows (default:
+            :func:`~recon_jax.io.library_code`).
+
+        Raises:
+          ShadowStoreMismatchError: the directory holds a store of an older format, of another configuration, or
+            made by other code (unless :func:`~recon_jax.io.allow_resume_across_code`).
         """
         digest = config_hash(config)
+        code = library_code() if code is None else code
         existing = self.read_manifest()
         if existing is not None:
             if existing.get("format") != FORMAT:
@@ -259,12 +282,16 @@ class ShadowStore:
                     f"{self.directory} holds a shadow set with a different configuration "
                     f"(hash {existing.get('config_hash', '?')[:12]} != {digest[:12]}); "
                     "use a new directory, or delete this one to regenerate")
+            difference = code_difference(existing.get("code"), code)
+            if difference is not None:
+                existing = self._resume_across_code(existing, code, difference)
             self._own(existing["config_hash"])
             return existing
         manifest = {
             "format": FORMAT,
             "config_hash": digest,
             "config": config,
+            "code": code,
             "count": int(count),
             "layout": None if layout is None else layout.to_json(),
             "outputs": {k: {"shape": list(s), "dtype": d} for k, (s, d) in output_specs.items()},
@@ -273,6 +300,24 @@ class ShadowStore:
         os.makedirs(self.chunk_dir, exist_ok=True)
         atomic_write_json(self.manifest_path, manifest)
         self._own(digest)
+        return manifest
+
+    def _resume_across_code(self, manifest: dict, code: dict, difference: str) -> dict:
+        """Refuses a store made by other code (:func:`~recon_jax.io.allow_resume_across_code`: records the new code
+        and keeps the old ones under ``resumed_from_code``)."""
+        if not resume_across_code_allowed():
+            raise ShadowStoreMismatchError(
+                f"{self.directory} was made by other code than the code running now: {difference}. Its rows may "
+                "differ from what this code computes, so it is neither resumed nor returned as this code's; use a "
+                "new directory, or delete this one to regenerate it (or, knowingly, resume it after "
+                "recon_jax.io.allow_resume_across_code() or with --allow_resume_across_code, which record both "
+                "codes in its manifest.json)")
+        _log.warning("resuming shadow store %s made by other code (%s)", self.directory, difference)
+        if self._lock_fd is None:  # a reader (not the writer) leaves the manifest as it is
+            return manifest
+        manifest = dict(manifest, code=code,
+                        resumed_from_code=[*manifest.get("resumed_from_code", []), manifest.get("code")])
+        atomic_write_json(self.manifest_path, manifest)
         return manifest
 
     def _own(self, digest: str) -> None:

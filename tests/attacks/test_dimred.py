@@ -242,6 +242,17 @@ def test_store_resume_corruption_and_config_guard(tmp_path, monkeypatch):
     assert written == [(0, 3), (3, 6)]
     with pytest.raises(ValueError, match="different configuration"):
         D.shadow_embeddings(spec, known, cands, jax.random.key(1), **kw)
+    # A store made by other code (here: another scikit-learn) is refused, naming the difference.
+    from recon_jax import io as recon_io
+    from recon_jax.shadow import store as store_module
+
+    here = recon_io.library_code()
+    assert here["scope"]["skip"] == ["recon_jax/evidence", "recon_jax/report"]  # dimred is an attack: attacks/ count
+    older = dict(here["versions"], **{"scikit-learn": "0.1"})
+    monkeypatch.setattr(store_module, "library_code", lambda: dict(here, fingerprint="0" * 16, versions=older))
+    with pytest.raises(shadow.ShadowStoreMismatchError, match=r"other code .*scikit-learn \S+ then, 0\.1 now"):
+        D.shadow_embeddings(spec, known, cands, key, **kw)
+    assert written == [(0, 3), (3, 6)]
 
 
 def test_specs_validate_their_fields_and_are_hashable():

@@ -1,6 +1,7 @@
 """Tests for recon_jax.attacks.reconn, recon_jax.attacks.features and recon_jax.models.reconstructors."""
 
 import dataclasses
+import json
 
 import jax
 import jax.numpy as jnp
@@ -301,6 +302,49 @@ def test_resume_after_stop_equals_uninterrupted_run(tmp_path):
     # A different configuration (batch size) never picks up that checkpoint.
     other = _fit(f, t, epochs=1, batch_size=32, checkpoint_dir=str(tmp_path))
     assert other.resumed_from == 0 and len(list(tmp_path.iterdir())) == 2
+
+
+def _checkpoint_code(path):
+    with np.load(path) as z:
+        return json.loads(z["__code__"].tobytes().decode()), {k: z[k] for k in z.files}
+
+
+def test_a_checkpoint_saved_by_other_code_is_refused_naming_what_differs(tmp_path, monkeypatch):
+    from recon_jax import io as recon_io
+    from recon_jax.attacks import _reconn_checkpoint
+
+    f, t = _toy_task(200)
+    _fit(f, t, epochs=2, checkpoint_dir=str(tmp_path))
+    (path,) = tmp_path.iterdir()
+    here = recon_io.library_code()
+    assert _checkpoint_code(path)[0] == here  # recon_jax but evidence/ and report/, Python, numeric versions
+    assert _fit(f, t, epochs=3, checkpoint_dir=str(tmp_path)).resumed_from == 2  # the same code resumes
+    upgraded = dict(here, fingerprint="0" * 16, versions=dict(here["versions"], flax="0.0.1"))
+    monkeypatch.setattr(_reconn_checkpoint, "library_code", lambda: upgraded)
+    with pytest.raises(reconn.CheckpointMismatchError,
+                       match=rf"checkpoint .*reconstructor-.*\.npz was saved by other code than the code running now: "
+                             rf"flax {here['versions']['flax']} then, 0\.0\.1 now\. .*delete the file to train from "
+                             r"the start, or use another checkpoint_dir"):
+        _fit(f, t, epochs=4, checkpoint_dir=str(tmp_path))
+    # Asked to (--allow_resume_across_code): it resumes, and the file then names both codes.
+    monkeypatch.setattr(recon_io, "_ACROSS_CODE", [True])
+    assert _fit(f, t, epochs=4, checkpoint_dir=str(tmp_path)).resumed_from == 3
+    code, _ = _checkpoint_code(path)
+    assert code["fingerprint"] == "0" * 16 and code["resumed_from_code"] == [here]
+
+
+def test_a_checkpoint_from_before_the_code_record_is_refused(tmp_path):
+    f, t = _toy_task(200)
+    _fit(f, t, epochs=2, checkpoint_dir=str(tmp_path))
+    (path,) = tmp_path.iterdir()
+    _, arrays = _checkpoint_code(path)
+    del arrays["__code__"]  # what the previous recon_jax saved
+    np.savez(path, **arrays)
+    with pytest.raises(reconn.CheckpointMismatchError,
+                       match=r"saved by other code than the code running now: it records no code fingerprint "
+                             r"\(written by a recon_jax from before stores recorded their code\)"):
+        _fit(f, t, epochs=3, checkpoint_dir=str(tmp_path))
+    assert issubclass(reconn.CheckpointMismatchError, ValueError)  # what the shape check raised before
 
 
 def test_checkpoint_past_this_calls_stop_is_not_used(tmp_path):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from recon_jax import evidence
+from recon_jax import io as recon_io
 from recon_jax.evidence import run as evidence_run
 from recon_jax.evidence.claims import claim
 from recon_jax.evidence.run import NonFiniteResult, finish_run, keyed_dir, publish, require_finite, start_run
@@ -258,14 +259,14 @@ def test_resume_across_a_code_change_is_refused_unless_asked(tmp_path, monkeypat
     written = json.loads(open(os.path.join(d, "code.json")).read())
     assert written["code_hash"] == evidence.code_fingerprint()
     assert keyed_dir(str(tmp_path), "models", {"a": 1}) == d  # same code: resumes
-    monkeypatch.setattr(evidence_run, "_FINGERPRINT", ["0123456789abcdef"])  # the code changed
+    monkeypatch.setattr(evidence_run, "code_fingerprint", lambda: "0123456789abcdef")  # the code changed
     with pytest.raises(evidence.ResumeAcrossCodeError, match="allow_resume_across_code"):
         keyed_dir(str(tmp_path), "models", {"a": 1})
     # An empty directory (a run stopped before storing anything) is simply taken over.
     e = keyed_dir(str(tmp_path), "empty", {"b": 2})
-    monkeypatch.setattr(evidence_run, "_FINGERPRINT", ["fedcba9876543210"])
+    monkeypatch.setattr(evidence_run, "code_fingerprint", lambda: "fedcba9876543210")
     assert keyed_dir(str(tmp_path), "empty", {"b": 2}) == e
-    monkeypatch.setattr(evidence_run, "_ALLOW_ACROSS_CODE", [True])
+    monkeypatch.setattr(recon_io, "_ACROSS_CODE", [True])  # the one switch of --allow_resume_across_code
     assert keyed_dir(str(tmp_path), "models", {"a": 1}) == d
     again = json.loads(open(os.path.join(d, "code.json")).read())
     assert again["code_hash"] == "fedcba9876543210" and again["resumed_from"]["code_hash"] == written["code_hash"]
@@ -273,21 +274,37 @@ def test_resume_across_a_code_change_is_refused_unless_asked(tmp_path, monkeypat
 
 def test_code_fingerprint_follows_the_source(tmp_path, monkeypatch):
     src = tmp_path / "pkg"
-    src.mkdir()
+    (src / "sub").mkdir(parents=True)
     (src / "a.py").write_text("x = 1\n")
-    monkeypatch.setattr(evidence_run, "_source_files", lambda: [str(src / "a.py")])
-    monkeypatch.setattr(evidence_run, "_FINGERPRINT", [])
-    first = evidence.code_fingerprint()
+    (src / "sub" / "b.py").write_text("y = 1\n")
+    monkeypatch.setattr(recon_io, "_RECORDS", {})
+
+    def record(**kw):
+        recon_io._RECORDS.clear()  # read once per process: forget what was read
+        return recon_io.code_record([str(src)], **kw)
+
+    first = record()
+    assert first == recon_io.code_record([str(src)])  # read once, then the same
     (src / "a.py").write_text("x = 2\n")
-    monkeypatch.setattr(evidence_run, "_FINGERPRINT", [])
-    second = evidence.code_fingerprint()
-    assert second != first
+    second = record()
+    assert second["fingerprint"] != first["fingerprint"] and second["sources"] != first["sources"]
+    assert second["versions"] == first["versions"]
+    # A skipped folder does not count; another does.
+    (src / "sub" / "b.py").write_text("y = 2\n")
+    assert record(skip=["pkg/sub"])["sources"] == record(skip=["pkg/sub"])["sources"] != record()["sources"]
     # ... and the versions of the numeric packages (a jax upgrade moves trained weights as an edit does).
-    versions = evidence_run._numeric_versions()
-    assert versions[0].count(".") == 1 and dict(versions[1:])["jax"] == jax.__version__
-    monkeypatch.setattr(evidence_run, "_numeric_versions", lambda: versions[:1] + [("jax", "0.0.1")] + versions[2:])
-    monkeypatch.setattr(evidence_run, "_FINGERPRINT", [])
-    assert evidence.code_fingerprint() != second
+    versions = recon_io.numeric_versions()
+    assert versions["python"].count(".") == 1 and versions["jax"] == jax.__version__
+    before = record()
+    monkeypatch.setattr(recon_io, "numeric_versions", lambda: dict(versions, jax="0.0.1"))
+    upgraded = record()
+    assert upgraded["sources"] == before["sources"] and upgraded["fingerprint"] != before["fingerprint"]
+    assert recon_io.code_difference(before, upgraded) == f"jax {jax.__version__} then, 0.0.1 now"
+    # The run harness's fingerprint is this record over the library and the experiments.
+    monkeypatch.setattr(recon_io, "numeric_versions", lambda: versions)
+    recon_io._RECORDS.clear()
+    assert evidence.code_fingerprint() == recon_io.code_record(evidence_run._source_roots())["fingerprint"]
+    assert recon_io.code_record(evidence_run._source_roots())["scope"]["roots"] == ["recon_jax", "experiments"]
 
 
 def test_segments_are_listed_in_metrics_and_report(tmp_path, monkeypatch):
@@ -296,7 +313,7 @@ def test_segments_are_listed_in_metrics_and_report(tmp_path, monkeypatch):
     assert len(first["segments"]) == 1 and first["segments"][0]["finished"]
     assert "## Segments" not in open(os.path.join(tmp_path, "report.md")).read()
     start_run(str(tmp_path), {"x": 1})  # a segment that stops early (no finish_run)
-    monkeypatch.setattr(evidence_run, "_FINGERPRINT", ["0123456789abcdef"])
+    monkeypatch.setattr(evidence_run, "code_fingerprint", lambda: "0123456789abcdef")
     run = start_run(str(tmp_path), {"x": 1})
     last = finish_run(run, {"m": 1.0}, "# r\n", [claim("c", True, "d", verdict="holds")])
     assert [s["finished"] for s in last["segments"]] == [True, False, True]

@@ -1,5 +1,6 @@
 """Shadow engine: vmap == loop, sharded == unsharded, chunk-size and resume invariance, store behaviour."""
 
+import json
 import os
 
 import haiku as hk
@@ -175,6 +176,31 @@ def test_store_resume_after_interruption_equals_uninterrupted(tmp_path, monkeypa
     with pytest.raises(shadow.ShadowStoreMismatchError, match="different configuration"):
         _gen(fixed, targets, probe, outputs=("params", "target_loss"), store=d,
              alg=training.full_batch_gd(learning_rate=0.3, momentum=0.9, epochs=6))
+
+
+def test_a_store_made_by_other_code_is_refused(tmp_path, monkeypatch):
+    """The engine's store records the code below the attacks (what can train a shadow model) and refuses a resume
+    under other code, naming what differs."""
+    from recon_jax import io as recon_io
+    from recon_jax.shadow import engine
+
+    fixed, targets, probe = _data(k=3)
+    d = str(tmp_path / "store")
+    first = _gen(fixed, targets, probe, outputs=("params",), store=d)
+    with open(os.path.join(d, "manifest.json")) as f:
+        code = json.load(f)["code"]
+    assert code == recon_io.library_code(without=("attacks", "evidence", "report"))
+    assert code["scope"]["skip"] == ["recon_jax/attacks", "recon_jax/evidence", "recon_jax/report"]
+    np.testing.assert_array_equal(_gen(fixed, targets, probe, outputs=("params",), store=d)["params"],
+                                  first["params"])  # the same code: the finished store
+    real = engine.library_code
+    monkeypatch.setattr(engine, "library_code",
+                        lambda without: dict(real(without=without), fingerprint="0" * 16, sources="1" * 16))
+    with pytest.raises(shadow.ShadowStoreMismatchError,
+                       match=r"other code than the code running now: the sources differ \(the \.py files of "
+                             r"recon_jax/ without recon_jax/attacks, recon_jax/evidence, recon_jax/report: .* use a "
+                             r"new directory, or delete this one to regenerate it"):
+        _gen(fixed, targets, probe, outputs=("params",), store=d)
 
 
 def test_store_tells_apart_losses_that_share_a_name(tmp_path):

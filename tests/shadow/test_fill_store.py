@@ -1,6 +1,7 @@
 """The store protocol for any generator of fixed-shape rows (recon_jax.shadow.fill_store), the configuration hash
-(recon_jax.io.stable_hash; a store keyed by the older digest is refused with a message to regenerate it) and how
-keys enter a config."""
+(recon_jax.io.stable_hash; a store keyed by the older digest is refused with a message to regenerate it), the code
+record (a store made by other code, or before stores recorded their code, is refused) and how keys enter a
+config."""
 
 import json
 import os
@@ -9,8 +10,10 @@ import jax
 import numpy as np
 import pytest
 
+from recon_jax import io as recon_io
 from recon_jax import shadow
 from recon_jax.io import stable_hash
+from recon_jax.shadow import store as store_module
 
 SPECS = {"x": ((3,), "float32"), "i": ((), "int64")}
 
@@ -95,3 +98,87 @@ def test_key_fingerprint_is_the_engines_key_description():
     assert shadow.key_fingerprint(None) is None
     with pytest.raises(ValueError, match="typed keys"):
         shadow.key_fingerprint(jax.random.PRNGKey(0))
+
+
+def _interrupted_store(d, config):
+    """A store whose writer stopped after its chunks, before consolidating them (what a resume finds)."""
+    real = shadow.ShadowStore.consolidate
+    shadow.ShadowStore.consolidate = lambda self, m: (_ for _ in ()).throw(KeyboardInterrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            shadow.fill_store(d, config, 4, SPECS, _rows(), chunk_size=2)
+    finally:
+        shadow.ShadowStore.consolidate = real
+
+
+def _manifest(d):
+    with open(os.path.join(d, "manifest.json")) as f:
+        return json.load(f)
+
+
+def test_a_store_made_by_other_code_is_refused_naming_what_differs(tmp_path, monkeypatch):
+    d = str(tmp_path / "s")
+    _interrupted_store(d, {"k": 1})
+    here = recon_io.library_code()
+    assert _manifest(d)["code"] == here  # the sources of recon_jax but the layers above the stores, and versions
+    assert here["scope"] == {"roots": ["recon_jax"], "skip": ["recon_jax/evidence", "recon_jax/report"]}
+    log = []
+    out = shadow.fill_store(d, {"k": 1}, 4, SPECS, _rows(log), chunk_size=2)  # the same code resumes (no row made)
+    assert log == [] and out["i"].tolist() == [0, 1, 2, 3]
+
+    _interrupted_store(str(tmp_path / "t"), {"k": 1})
+    edited = dict(here, fingerprint="0" * 16, sources="1" * 16)  # an edit of the library
+    monkeypatch.setattr(store_module, "library_code", lambda: edited)
+    with pytest.raises(shadow.ShadowStoreMismatchError,
+                       match=r"made by other code than the code running now: the sources differ \(the \.py files "
+                             r"of recon_jax/ without recon_jax/evidence, recon_jax/report: "
+                             rf"{here['sources']} then, 1{{16}} now\)\. .*use a new directory, or delete this one"):
+        shadow.fill_store(str(tmp_path / "t"), {"k": 1}, 4, SPECS, _rows(log), chunk_size=2)
+    upgraded = dict(here, fingerprint="0" * 16, versions=dict(here["versions"], jax="0.0.1", flax=None))
+    monkeypatch.setattr(store_module, "library_code", lambda: upgraded)
+    with pytest.raises(shadow.ShadowStoreMismatchError,
+                       match=rf"other code than the code running now: flax {here['versions']['flax']} then, None "
+                             rf"now; jax {here['versions']['jax']} then, 0\.0\.1 now\. "):
+        shadow.fill_store(str(tmp_path / "t"), {"k": 1}, 4, SPECS, _rows(log), chunk_size=2)
+    with pytest.raises(shadow.ShadowStoreMismatchError, match="other code"):  # a finished store too
+        shadow.fill_store(d, {"k": 1}, 4, SPECS, _rows(log), chunk_size=2)
+    assert log == []  # refused before any row was made
+    assert shadow.load_shadow_models(d)["i"].tolist() == [0, 1, 2, 3]  # reading a finished store is not resuming it
+
+
+def test_a_store_from_before_the_code_record_is_refused(tmp_path):
+    d = str(tmp_path / "s")
+    _interrupted_store(d, {"k": 1})
+    manifest = _manifest(d)
+    del manifest["code"]  # what the previous recon_jax wrote (same format string, no code)
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+    log = []
+    with pytest.raises(shadow.ShadowStoreMismatchError,
+                       match=r"other code than the code running now: it records no code fingerprint \(written by a "
+                             r"recon_jax from before stores recorded their code\)\. .*delete this one"):
+        shadow.fill_store(d, {"k": 1}, 4, SPECS, _rows(log), chunk_size=2)
+    assert log == [] and len(os.listdir(os.path.join(d, "chunks"))) == 2  # nothing made, nothing deleted
+
+
+def test_resuming_across_code_when_asked_records_both_codes(tmp_path, monkeypatch):
+    d = str(tmp_path / "s")
+    _interrupted_store(d, {"k": 1})
+    first = _manifest(d)["code"]
+    edited = dict(first, fingerprint="0" * 16, sources="1" * 16)
+    monkeypatch.setattr(store_module, "library_code", lambda: edited)
+    monkeypatch.setattr(recon_io, "_ACROSS_CODE", [True])  # recon_jax.io.allow_resume_across_code()
+    log = []
+    out = shadow.fill_store(d, {"k": 1}, 4, SPECS, _rows(log), chunk_size=2)
+    assert log == [] and out["i"].tolist() == [0, 1, 2, 3]
+    manifest = _manifest(d)
+    assert manifest["code"] == edited and manifest["resumed_from_code"] == [first]
+
+
+def test_a_store_records_the_code_its_caller_names(tmp_path, monkeypatch):
+    d = str(tmp_path / "s")
+    narrow = recon_io.library_code(without=("attacks", "evidence", "report"))
+    shadow.fill_store(d, {"k": 1}, 4, SPECS, _rows(), chunk_size=2, code=narrow)
+    assert _manifest(d)["code"] == narrow != recon_io.library_code()
+    with pytest.raises(shadow.ShadowStoreMismatchError, match="its fingerprint covers other files"):
+        shadow.fill_store(d, {"k": 1}, 4, SPECS, _rows(), chunk_size=2)  # the default covers attacks/ too
