@@ -42,10 +42,16 @@ def test_ssim_against_skimage(pair):
                                   use_sample_covariance=False)
         for a, b in zip(x.astype(np.float64), y.astype(np.float64))
     ]
-    # Border handling differs (dm_pix uses 'valid' filtering, skimage crops 3 pixels after 'reflect'), so the two
-    # agree only to a couple of decimals on 16x16 images.
-    np.testing.assert_allclose(metrics.ssim(x, y), ref, atol=2e-2)
+    # dm_pix filters 'valid'; skimage filters with 'reflect' and then crops (win_size - 1) / 2 = 5 pixels, which
+    # leaves the same 6x6 valid windows: the two agree to float32 rounding (observed 2.4e-7). A tolerance of 1e-5
+    # still tells a wrong constant apart (K2 = 0.05, sigma = 2 or max_val = 2 move these values by 1e-3 to 3e-3).
+    np.testing.assert_allclose(metrics.ssim(x, y), ref, rtol=0, atol=1e-5)
     np.testing.assert_allclose(metrics.ssim(x, x), 1.0, atol=1e-5)
+    # data_range reaches the constants C1 = (K1 L)^2, C2 = (K2 L)^2: 8-bit pixels against skimage at L = 255.
+    ref255 = [skm.structural_similarity(a[..., 0], b[..., 0], data_range=255.0, gaussian_weights=True, sigma=1.5,
+                                        use_sample_covariance=False)
+              for a, b in zip(255.0 * x.astype(np.float64), 255.0 * y.astype(np.float64))]
+    np.testing.assert_allclose(metrics.ssim(255.0 * x, 255.0 * y, data_range=255.0), ref255, rtol=0, atol=1e-5)
 
 
 def test_metrics_jit_vmap_and_validation(pair):

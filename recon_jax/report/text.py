@@ -35,6 +35,20 @@ def _cell(u) -> str:
     return f"{u['setting']} k={u['prior_size']}"
 
 
+def _lowest_reachable(trials, confidence) -> float:
+    """The largest lower end the Clopper-Pearson interval of a success rate over ``trials`` games can have (every
+    game won): a bound at or above it cannot be failed by that many games, whatever the attack does."""
+    from recon_jax.attacks.audit import clopper_pearson
+
+    return float(clopper_pearson(int(trials), int(trials), confidence)[0])
+
+
+def _too_few_note(cells) -> str:
+    """The cells left out of a within-bound claim because their games are too few to fail it (context, not claims)."""
+    return (". Context, not claimed (too few games: even winning every one, the interval's lower end would not "
+            "exceed the bound): " + ", ".join(cells)) if cells else ""
+
+
 def _above_bound(upd) -> list[str]:
     """Every (setting, k, candidates) cell whose measured success exceeds its bound, with its binomial p-value."""
     return [f"{_cell(u)} {u['candidates']}: {u['prior_aware_success']:.3f} vs bound {u['prior_aware_bound']:.3g} "
@@ -45,9 +59,10 @@ def _above_bound(upd) -> list[str]:
 def claims(config, result) -> list[dict]:
     """The findings the report checks, each with a verdict (holds / fails / undecided) from its comparisons
     (:func:`recon_jax.evidence.claims.comparison`), each only where the run has its rows and where it can fail
-    (cells whose ReRo bound is >= 0.999 are context, not claims): the informed attack without DP; crafted-canary
-    prior-aware success within its bound and reaching it; the final-model success within its bound; no audit above
-    the accountant's epsilon; and the Gaussian-DP and one-run audits reaching their fractions of it where eps <= 10.
+    (cells whose ReRo bound is >= 0.999, or at least the lower end of the success rate's interval with every game
+    won, are context, not claims): the informed attack without DP; crafted-canary prior-aware success within its
+    bound and reaching it; the final-model success within its bound; no audit above the accountant's epsilon; and
+    the Gaussian-DP and one-run audits reaching their fractions of it where eps <= 10.
     Thresholds and tolerances come from the config, fixed before the run.
 
     >>> from recon_jax.report.config import get_config
@@ -68,19 +83,26 @@ def claims(config, result) -> list[dict]:
                                                  r["success_rate"], ">=", 0.5, interval=r["success_rate_ci"],
                                                  possible=(0, 1))]))
     crafted = [u for u in upd if u["candidates"] != "records" and u["prior_aware_bound"] < VACUOUS_BOUND]
-    if crafted:
+    # A cell whose games are too few for the interval's lower end to pass the bound cannot fail "within the bound"
+    # (at a bound of 0.994, 512 games won out of 512 leave a lower end of 0.993): context, like a bound of ~1.
+    within = [u for u in crafted if _lowest_reachable(u["trials"], config.confidence) > u["prior_aware_bound"]]
+    if within:
         comps = [comparison(f"{_cell(u)}: success", u["prior_aware_success"], "<=", u["prior_aware_bound"],
                             interval=u["prior_aware_ci"], tolerance=tol * u["prior_aware_bound"], possible=(0, 1))
-                 for u in crafted]
+                 for u in within]
         above = _above_bound(upd)
         out.append(claim(
             f"every crafted-canary prior-aware success lies within its ReRo bound (Hayes et al.; holds: 95% interval "
             f"below {1 + tol:g} x the bound, fails: above the bound)", comparisons=comps,
             detail="; ".join(f"{_cell(u)}: {u['prior_aware_success']:.3f} [{u['prior_aware_ci'][0]:.3f}, "
                              f"{u['prior_aware_ci'][1]:.3f}] vs {u['prior_aware_bound']:.3g} ({c['verdict']})"
-                             for u, c in zip(crafted, comps))
+                             for u, c in zip(within, comps))
             + ". Cells above their bound: " + ("; ".join(above) if above else "none") + _vacuous_note(
-                [_cell(u) for u in upd if u["candidates"] != "records" and u["prior_aware_bound"] >= VACUOUS_BOUND])))
+                [_cell(u) for u in upd if u["candidates"] != "records" and u["prior_aware_bound"] >= VACUOUS_BOUND])
+            + _too_few_note([f"{_cell(u)} ({u['trials']} games, lower end at most "
+                             f"{_lowest_reachable(u['trials'], config.confidence):.4f} vs bound "
+                             f"{u['prior_aware_bound']:.4f})" for u in crafted if u not in within])))
+    if crafted:
         reach = [u for u in crafted if u["prior_size"] in reach_prior_sizes(config)]
         if reach:
             comps = [comparison(f"{_cell(u)}: success / bound", u["success_over_bound"], ">=", config.crafted_reach,
@@ -93,6 +115,8 @@ def claims(config, result) -> list[dict]:
                                  f"{u['success_over_bound_ci'][1]:.3f}] over {u['trials']} games (exact optimum "
                                  f"{_fmt(u.get('exact_optimum_over_bound'))})" for u in reach)))
     fin = [r for r in rows if r.get("bound_at_eta") is not None and r["bound_at_eta"] < VACUOUS_BOUND]
+    few = [r for r in fin if _lowest_reachable(r["num_targets"], config.confidence) <= r["bound_at_eta"]]
+    fin = [r for r in fin if r not in few]
     if fin:
         out.append(claim(
             f"every final-model success P[MSE <= eta] lies within its ReRo bound (bound at the estimated kappa(eta), "
@@ -103,7 +127,8 @@ def claims(config, result) -> list[dict]:
             detail="; ".join(f"{r['setting']}: CI [{r['success_at_eta_ci'][0]:.3f}, {r['success_at_eta_ci'][1]:.3f}]"
                              f" vs bound {r['bound_at_eta']:.3f}" for r in fin) + _vacuous_note(
                 [r["setting"] for r in rows if r.get("bound_at_eta") is not None
-                 and r["bound_at_eta"] >= VACUOUS_BOUND])))
+                 and r["bound_at_eta"] >= VACUOUS_BOUND])
+            + _too_few_note([f"{r['setting']} ({r['num_targets']} targets)" for r in few])))
     dp = [r for r in rows if "audit_gdp_eps" in r]
     if dp:
         q = result.get("sample_rate", 1.0)

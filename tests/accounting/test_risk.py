@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import optimize, stats
 
 from recon_jax.accounting import PrivacyBounds, ReroBounds, privacy_bounds, tightest_rero
 
@@ -23,6 +23,40 @@ def test_full_batch_gdp_route_is_the_closed_form():
     assert b.eps_pld <= b.eps_rdp  # the PLD accountant is tighter than RDP
     with pytest.raises(KeyError, match="kappa=0.2"):
         b.at(0.2)
+
+
+def test_full_batch_every_field_is_its_closed_form(x64):
+    """Every number of the summary, not only the GDP route: each field from its formula (SciPy / NumPy), so that a
+    field computed with the wrong argument (steps dropped, eps_pld for eps_rdp, sigma * sqrt(T) for sigma / sqrt(T),
+    C left out) is caught. sigma = 16, T = 100, C = 2, N = 784; num_params = 1 for the p = 1 capacity closed form."""
+    sigma, steps, delta, c, n, eta = 16.0, 100, 1e-5, 2.0, 784, 10.0
+    b = privacy_bounds(sigma, 1.0, steps, delta, c, n, kappas=[0.01, 0.1, 0.5], eta_mse=eta, kappa_at_eta=0.003,
+                       num_params=1)
+    mu = math.sqrt(steps) / sigma
+    # Ziller et al.: E[MSE] >= C^2 sigma^2 / T, PSNR <= 10 log10(T / (C^2 sigma^2)) at data range 1, NCC <=
+    # (1 + N sigma^2 / T)^(-1/2), P[MSE <= eta] = P[chi2_N <= N eta T / (C^2 sigma^2)]. Closed forms in float64.
+    np.testing.assert_allclose(b.ziller_mse_lower_bound, c**2 * sigma**2 / steps, rtol=1e-12)
+    np.testing.assert_allclose(b.ziller_psnr_upper_bound, 10 * math.log10(steps / (c**2 * sigma**2)), rtol=1e-12)
+    np.testing.assert_allclose(b.ziller_ncc_upper_bound, (1 + n * sigma**2 / steps) ** -0.5, rtol=1e-12)
+    np.testing.assert_allclose(b.ziller_p_mse_below_eta, stats.chi2.cdf(n * eta * steps / (c**2 * sigma**2), n),
+                               rtol=1e-10)
+    # Bayes' capacity of T releases = one release at sigma / sqrt(T); p = 1: log(1 + 2 / (sqrt(2 pi) s)).
+    s_eff = sigma / math.sqrt(steps)
+    np.testing.assert_allclose(b.log_bayes_capacity, math.log1p(2 / (math.sqrt(2 * math.pi) * s_eff)), rtol=1e-12)
+    # eps of mu-GDP at delta (SciPy brentq on Dong et al.'s Cor. 2.13): the PLD accountant's pessimistic estimate
+    # sits at most 1e-4 above it (observed 2.4e-7); the RDP accountant above both.
+    exact = optimize.brentq(lambda e: stats.norm.cdf(-e / mu + mu / 2) - math.exp(e) * stats.norm.cdf(-e / mu - mu / 2)
+                            - delta, 0.0, 100.0, xtol=1e-14)
+    assert exact * (1 - 1e-9) <= b.eps_pld <= exact * (1 + 1e-4) < b.eps_rdp
+    for k in (0.01, 0.1, 0.5, 0.003):
+        r = b.at(k)
+        np.testing.assert_allclose(r.rero_gdp, stats.norm.cdf(stats.norm.ppf(k) + mu), rtol=1e-10)
+        # Thm 2 from (eps_rdp, 0): the two branches of the eps-DP trade-off curve.
+        e = b.eps_rdp
+        np.testing.assert_allclose(r.rero_dp, min(k * math.exp(e), k * math.exp(-e) - math.expm1(-e)), rtol=1e-10)
+        # zCDP (rho = T / (2 sigma^2), all orders) is tighter than the RDP curve on its finite grid, and both are
+        # looser than the exact GDP curve: a rho or a curve without the T steps would break the order.
+        assert r.rero_gdp < r.rero_zcdp <= r.rero_rdp * (1 + 1e-9) < r.rero_dp
 
 
 def test_subsampled_has_no_zcdp_route_and_adds_the_threshold_row():

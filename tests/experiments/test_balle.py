@@ -81,7 +81,9 @@ def test_rows_against_the_oracle_and_the_dp_bounds(gap, verdict, claim_problems)
     oracle = np.random.default_rng(4).uniform(0.015, 0.035, 40)
     results = {"default": _result(oracle + gap + _wiggle(), oracle)}
     dp = []
-    for eps, bound in ((10.0, 0.6), (1000.0, 1.0)):
+    # eps = 100: a bound of 0.95 is below 0.999 but at least 0.9278, the lower end of the 90% interval of 40 of 40
+    # targets below eta: no run of 40 targets can refute it, so it is context like the bound of 1.
+    for eps, bound in ((10.0, 0.6), (100.0, 0.95), (1000.0, 1.0)):
         name = f"dp_eps={eps:g}"
         results[name] = _result(np.full(40, 0.07), oracle)
         dp.append({"setting": name, "num_targets": 40, "eta": 0.024, "success_at_eta": 0.0, "rero_bound_gdp": bound,
@@ -92,7 +94,8 @@ def test_rows_against_the_oracle_and_the_dp_bounds(gap, verdict, claim_problems)
     assert [c["name"].split(":")[0] for c in claims] == ["default attack beats the NN oracle (Table II ✓)",
                                                          "dp_eps=10"]
     assert claims[0]["verdict"] == verdict and claims[1]["verdict"] == "holds"
-    assert balle_mnist.vacuous_dp_rows(dp) == ["dp_eps=1000"]
+    assert balle_mnist.vacuous_dp_rows(dp, 0.05) == ["dp_eps=100", "dp_eps=1000"]
+    assert balle_mnist.vacuous_dp_rows([dict(dp[1], num_targets=60)], 0.05) == []  # 60 targets: lower end 0.9513
 
 
 @pytest.mark.slow  # every Table II row at smoke sizes (~4 min on 2 cores)

@@ -386,15 +386,18 @@ def _update_row(setting, sigma, k, kind, wins, trials, bound):
             "p_value_above_bound": 0.5, "exact_optimum_over_bound": 0.94}
 
 
-def test_claims_drop_vacuous_cells_and_decide_from_intervals():
+def test_claims_drop_vacuous_cells_and_decide_from_intervals(claim_problems):
     """Issue 38 item 3 and issue 35 item 3 on synthetic numbers: cells whose bound is ~1 are context, not claims;
     an interval straddling a threshold is undecided; the report's audit claims read their own fields."""
     config = _smoke()
     upd = [_update_row("DP sigma=1", 1.0, 10, "simplex", 100, 100, 1.0),  # bound 1: cannot fail
            _update_row("DP sigma=16", 16.0, 10, "simplex", 1440, 6000, 0.2557),  # 0.24: decided both ways
            _update_row("DP sigma=16", 16.0, 2, "simplex", 4400, 6000, 0.734),
-           _update_row("DP sigma=16", 16.0, 10, "records", 45, 200, 0.2557)]
-    dp = {"noise_multiplier": 16.0, "setting": "DP sigma=16", "eps_rdp": 2.78, "eps_pld": 2.56,
+           _update_row("DP sigma=16", 16.0, 10, "records", 45, 200, 0.2557),
+           # results/risk_report/default's sigma = 4, k = 2 cell: 512 games cannot fail a bound of 0.9938 (their
+           # interval's lower end is at most 0.9928, with all 512 won), so it is context; it still counts for "reach".
+           _update_row("DP sigma=4", 4.0, 2, "simplex", 510, 512, 0.9938)]
+    dp = {"noise_multiplier": 16.0, "setting": "DP sigma=16", "num_targets": 200, "eps_rdp": 2.78, "eps_pld": 2.56,
           "success_at_eta": 0.005, "success_at_eta_ci": [0.0, 0.028], "bound_at_eta": 0.227,
           "empirical_eps": 1.1, "audit_rigorous_ceiling": 5.7, "audit_gdp_eps": 2.2, "audit_gdp_eps_hat": 2.5,
           "audit_gdp_eps_upper": 2.8, "audit_gdp_mu_lower": 0.55, "audit_runs_per_world": 3000,
@@ -412,8 +415,14 @@ def test_claims_drop_vacuous_cells_and_decide_from_intervals():
     assert [k["what"] for k in within["comparisons"]] == ["DP sigma=16 k=10: success", "DP sigma=16 k=2: success"]
     assert within["verdict"] == "holds"
     assert "Context, not claimed" in within["detail"] and "DP sigma=1 k=10" in within["detail"]  # shown, not claimed
+    assert "too few games" in within["detail"] and "DP sigma=4 k=2 (512 games" in within["detail"]
+    # With every game won it could fail: 600 games leave a lower end of 0.99387 > 0.9938, and 600 of 600 fails.
+    lost = [_update_row("DP sigma=4", 4.0, 2, "simplex", 600, 600, 0.9938)]
+    (c,) = [c for c in text.claims(config, {"rows": [], "prior_aware": lost, "sample_rate": 1.0})
+            if c["name"].startswith("every crafted-canary")]
+    assert c["verdict"] == "fails" and not claim_problems([c])
     reach = next(c for n, c in out.items() if n.startswith("crafted canaries reach"))
-    assert reach["verdict"] == "holds" and len(reach["comparisons"]) == 2
+    assert reach["verdict"] == "holds" and len(reach["comparisons"]) == 3
     final = next(c for n, c in out.items() if n.startswith("every final-model"))
     assert [k["what"] for k in final["comparisons"]] == ["DP sigma=16: P[MSE <= eta]"]  # sigma 1: bound 1.0
     assert final["detail"].endswith("Context, not claimed (ReRo bound >= 0.999, which no success can exceed): DP sigma=1")

@@ -137,6 +137,22 @@ def test_dp_clipping_bounds_every_per_example_gradient(key, clip_norm):
     for g in range(n_layers):
         assert np.all(np.linalg.norm(per_layer[:, ids == g], axis=1) <= clip_norm / np.sqrt(2) * (1 + 1e-5))
     assert np.all(np.linalg.norm(per_layer, axis=1) <= clip_norm * (1 + 1e-5))
+    # The values, not only the norms (a clip that shrinks too much stays within them): a naive per-layer clip of each
+    # example's gradient pytree, each top-level layer's subtree scaled by min(1, (C / sqrt(L)) / its norm) in
+    # float64, independent of layer_groups and clip_gradients. Tolerances as for the gradients above.
+    grad_one = jax.jit(lambda xi, yi: jax.grad(
+        lambda p: training.softmax_cross_entropy(FNS.apply(p, xi[None]), yi[None])[0])(p0))
+    layer_bound = clip_norm / np.sqrt(len(p0))
+    for i in range(fixed[0].shape[0]):
+        gi = grad_one(fixed[0][i], fixed[1][i])
+        naive = {}
+        for name, sub in gi.items():
+            norm = np.sqrt(sum(np.sum(np.asarray(a, np.float64) ** 2) for a in jax.tree_util.tree_leaves(sub)))
+            factor = min(1.0, layer_bound / norm)
+            naive[name] = jax.tree_util.tree_map(lambda a, f=factor: np.asarray(a, np.float64) * f, sub)
+        want = np.asarray(models.ravel(naive)[0])
+        tol = dict(rtol=1e-5, atol=1e-7) if eps <= 2.0**-24 else dict(rtol=0, atol=4 * eps * _max_abs(gi))
+        np.testing.assert_allclose(per_layer[i], want, **tol)
 
 
 def test_dp_gd_released_gradients_are_bounded_and_noised(key):
