@@ -49,7 +49,7 @@ from recon_jax.evidence.markdown import markdown_table
 from recon_jax.io import array_digest
 from recon_jax.evidence.plots import image_grid
 from recon_jax.evidence.progress import step
-from recon_jax.evidence.run import config_to_dict, finish_run, keyed_dir, require_finite, start_run
+from recon_jax.evidence.run import config_to_dict, finish_run, keyed_dir, require_finite, start_run, wall_time
 from recon_jax.report import command_line
 from recon_jax.report.figure import plot_threat_models
 from recon_jax.report.setup import (ConfigError, build_model, check_model, load_data, reconstructor_for,
@@ -315,9 +315,11 @@ def run(config, workdir: str) -> dict:
         figures["bounds_vs_attack"] = plot_threat_models(dp_rows, update_rows,
                                                          os.path.join(workdir, "bounds_vs_attack.png"))
     elapsed = time.time() - t0
+    total = wall_time(run_info)  # with the earlier segments' when this run resumed their stores
     result = {"rows": rows, "prior_aware": update_rows, "candidate_gradient_geometry": geometry,
               "calibration": calibration, "eta_mse": eta, "kappa_at_eta": kappa_eta, "sample_rate": q,
               "steps": steps, "num_params": num_params, "runtime_seconds": elapsed,
+              "total_seconds": total.seconds, "total_segments": total.segments, "total_complete": total.complete,
               "timings_seconds": timings, "figures": {k: os.path.basename(v) for k, v in figures.items()},
               "overrides": changed, "split": {**dataclasses.asdict(split), "sentence": split.sentence()}}
     claims = risk_claims(config, result)

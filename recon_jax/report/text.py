@@ -399,10 +399,20 @@ def report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1
     if cal is not None:
         text += ["## Calibration to a risk target", "", calibration_sentence(cal, rows), ""]
     text += ["## Interpretation", "", interpretation(rows, kappa_eta, config), "",
-             f"Runtime: {result['runtime_seconds'] / 60:.1f} min "
+             f"Runtime: {_runtime(result)} "
              f"({', '.join(f'{k} {v:.0f} s' for k, v in result['timings_seconds'].items())}). "
              f"Config: `config.json`; numbers: `metrics.json`."]
     return "\n".join(text) + "\n"
+
+
+def _runtime(result) -> str:
+    """``"1.2 min"``; for a run that resumed what earlier processes stored, their total and this process's share."""
+    here = f"{result['runtime_seconds'] / 60:.1f} min"
+    n = result.get("total_segments", 1)
+    if n < 2:
+        return here
+    return (f"{'' if result.get('total_complete', True) else 'at least '}{result['total_seconds'] / 60:.1f} min in "
+            f"{n} segments (see Segments), this process {here}")
 
 
 def header_lines(config, changed: dict, split: dict | None) -> str:
