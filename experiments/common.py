@@ -28,6 +28,7 @@ from recon_jax.evidence.claims import (VERDICTS, check_claims, claim, claims_mar
 from recon_jax.evidence.launcher import experiment_flags, forget_overrides, launch, run_app, run_summary
 from recon_jax.evidence.run import (NonFiniteResult, ResumeAcrossCodeError, RunInfo, allow_resume_across_code,
                                     code_fingerprint, config_to_dict, finish_run, keyed_dir, prepare_workdir,
-                                    provenance, publish, require_finite, start_run, wall_time, write_run_info)
+                                    provenance, publish, require_finite, start_run, stored_result, StoredResult,
+                                    wall_time, write_run_info)
 
 __all__ = [*recon_jax.evidence.run.__all__, *recon_jax.evidence.claims.__all__, *recon_jax.evidence.launcher.__all__]

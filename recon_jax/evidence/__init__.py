@@ -21,7 +21,8 @@ from recon_jax.evidence.plots import histogram_vs_reference, image_grid
 from recon_jax.evidence.progress import step
 from recon_jax.evidence.run import (NonFiniteResult, ResumeAcrossCodeError, RunInfo, allow_resume_across_code,
                                     code_fingerprint, config_to_dict, finish_run, keyed_dir, prepare_workdir,
-                                    provenance, publish, require_finite, start_run, wall_time, write_run_info)
+                                    provenance, publish, require_finite, start_run, stored_result, StoredResult,
+                                    wall_time, write_run_info)
 from recon_jax.evidence.segments import WallTime, read_segments, total_wall_time
 
 __all__ = [*run.__all__, *segments.__all__, *claims.__all__, *launcher.__all__, *markdown.__all__, *plots.__all__,

@@ -36,7 +36,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
@@ -57,6 +57,8 @@ __all__ = [
     "NonFiniteResult",
     "require_finite",
     "keyed_dir",
+    "stored_result",
+    "StoredResult",
     "code_fingerprint",
     "allow_resume_across_code",
     "ResumeAcrossCodeError",
@@ -441,6 +443,47 @@ def keyed_dir(workdir: str, name: str, key: Any) -> str:
                                       "resumed_from": written,
                                       "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     return path
+
+
+_RESULT = "result.json"
+
+
+def _plain(obj: Any) -> Any:
+    """Arrays and NumPy or JAX scalars as JSON's lists and numbers."""
+    if isinstance(obj, np.generic) or hasattr(obj, "__array__"):
+        return np.asarray(obj).tolist()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+class StoredResult(NamedTuple):
+    """What :func:`stored_result` returns: the result, whether it was read from an earlier run, and its folder."""
+
+    value: Any
+    resumed: bool
+    path: str
+
+
+def stored_result(workdir: str, name: str, key: Any, compute: Callable[[], Any]) -> StoredResult:
+    """A phase's JSON result, kept in ``keyed_dir(workdir, name, key)``: read from there when an earlier run of the
+    same key stored it, else ``compute()``d and stored (atomically).
+
+    ``key`` holds everything that determines the result (:func:`keyed_dir`). The result is returned as it reads
+    back from JSON (lists for tuples, plain floats, +-inf kept), so a run that computes it and one that resumes it
+    continue from equal values. A result holding a NaN is returned but never stored (:func:`require_finite` and
+    :func:`finish_run` refuse it later, naming it).
+    """
+    folder = keyed_dir(workdir, name, key)
+    path = os.path.join(folder, _RESULT)
+    if os.path.exists(path):
+        with open(path) as f:
+            return StoredResult(json.load(f), True, folder)
+    result = json.loads(json.dumps(compute(), default=_plain))
+    try:
+        strict_json(result)  # raises on a NaN, naming its key
+    except ValueError:
+        return StoredResult(result, False, folder)
+    atomic_write_json(path, result)
+    return StoredResult(result, False, folder)
 
 
 _PUBLISHED = ("report.md", "metrics.json", "config.json")
