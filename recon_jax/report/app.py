@@ -60,7 +60,7 @@ from recon_jax.report.setup import (ConfigError, build_model, check_model, load_
                                     validate_config, with_image_size)
 from recon_jax.report.sizes import fit_sizes, overrides
 from recon_jax.report.text import claims as risk_claims
-from recon_jax.report.text import report_markdown
+from recon_jax.report.text import report_markdown, shown_rows
 from recon_jax.report.updates import every_update_released
 
 __all__ = ["DEFAULT_CONFIG", "ConfigError", "validate_config", "sampling", "run", "console_main"]
@@ -387,8 +387,8 @@ def run(config, workdir: str) -> dict:
     gone = _prune_other_stores(workdir, stores)
     if gone:
         print(f"removed {len(gone)} cached model folder(s) of other configs from {workdir}: {', '.join(gone)}")
-    print(markdown_table(rows, ["setting", "test_accuracy", "eps_rdp", "empirical_eps", "mean_mse", "success_rate",
-                                "success_at_eta"]))
+    print(markdown_table(shown_rows(rows), ["setting", "test_accuracy", "eps_rdp", "empirical_eps", "mean_mse",
+                                            "success_rate", "success_at_eta"]))
     if update_rows:
         print(markdown_table(update_rows, ["setting", "prior_size", "candidates", "prior_aware_success",
                                            "prior_aware_bound"]))

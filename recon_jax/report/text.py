@@ -8,7 +8,8 @@ from recon_jax.evidence.claims import claim, comparison, is_vacuous
 from recon_jax.evidence.markdown import markdown_table
 from recon_jax.report.updates import VACUOUS_BOUND, reach_prior_sizes
 
-__all__ = ["claims", "decidability_banner", "report_markdown", "header_lines", "calibration_sentence", "interpretation"]
+__all__ = ["claims", "decidability_banner", "report_markdown", "header_lines", "calibration_sentence", "interpretation",
+           "NOT_PRIVATE", "shown_rows"]
 
 
 def _separation_sentence(upd) -> str:
@@ -282,6 +283,21 @@ def _audits_section(config, dp_rows, conf, q) -> list[str]:
             "Gaussian shape).", "", markdown_table(erows), ""]
 
 
+NOT_PRIVATE = "∞ (no DP)"
+"""The non-private setting's epsilon in report.md and the printed summary (metrics.json keeps ``"inf"``)."""
+
+
+def shown_rows(rows: list[dict]) -> list[dict]:
+    """``rows`` for a table people read: the non-private setting's epsilon columns (infinite: no DP guarantee) as
+    :data:`NOT_PRIVATE`, not ``inf``.
+
+    >>> shown_rows([{"noise_multiplier": 0.0, "eps_rdp": float("inf"), "eps_pld": float("inf")}])[0]["eps_rdp"]
+    '∞ (no DP)'
+    """
+    eps = ("eps_rdp", "eps_pld")
+    return [{**r, **{k: NOT_PRIVATE for k in eps if k in r}} if r.get("noise_multiplier") == 0 else r for r in rows]
+
+
 def _na(v):
     """A value for a table cell: "n/a" where the quantity does not exist (Poisson sampling has no closed form)."""
     return "n/a" if v is None else v
@@ -349,7 +365,7 @@ def report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1
             if config.shuffle == "fresh" else
             "known to the adversary (shared by every model); it knows which step of each epoch used the target, "
             "so the accounting applies no subsampling amplification (q = 1, one step per epoch)."))
-    text += ["## Attack results (final model released)", "", markdown_table(rows, attack_cols), "",
+    text += ["## Attack results (final model released)", "", markdown_table(shown_rows(rows), attack_cols), "",
              "![targets, reconstructions and NN oracle](reconstructions.png)", ""]
     dp_rows = [r for r in rows if "bounds" in r]
     upd = result["prior_aware"]
