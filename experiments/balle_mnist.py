@@ -34,7 +34,7 @@ import numpy as np
 
 from experiments import balle_figures
 from experiments.common import (check_config, claim, comparison, finish_run, is_vacuous, keyed_dir, launch,
-                                paired_comparison, require_finite, start_run, student_t_half_width)
+                                paired_comparison, require_finite, start_run, student_t_half_width, wall_time)
 from experiments.configs.balle_mnist import CHECKS
 import recon_jax
 from recon_jax import models, training
@@ -258,7 +258,7 @@ def run(config, workdir: str) -> dict:
     mia_summary, mia_rows, panels = _informed_mia(c, sp, key) if c.mia_num_models > 0 else (None, [], {})
     figs = _figures(c, sp, orc, oracle_summary, results, rows, shadow_curve, dp_points, panels, workdir)
 
-    total = time.time() - t_start
+    total = wall_time(run_info)  # every segment's, when this run resumed what earlier processes stored
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rss = {}
     if os.path.exists("/proc/self/status"):  # Linux: resident memory now, anonymous vs file-backed (memory maps)
@@ -269,7 +269,8 @@ def run(config, workdir: str) -> dict:
                "mia_rows": mia_rows,
                "shadow_curve": [{"num_shadow_models": int(k), "mean_mse": float(m)} for k, m in shadow_curve],
                "classifier_accuracy": classifier_acc, "figures": {k: os.path.basename(v) for k, v in figs.items()},
-               "peak_rss_mb": round(peak_mb, 1), "rss_at_end_mb": rss, "total_seconds": round(total, 1)}
+               "peak_rss_mb": round(peak_mb, 1), "rss_at_end_mb": rss, "total_seconds": total.seconds,
+               "total_segments": total.segments}
     if rows and rows[0]["setting"] == "default":
         metrics["mean_mse"] = rows[0]["mean_mse"]
         metrics["success_rate"] = rows[0]["success_rate"]
@@ -571,8 +572,9 @@ def _report(c, rows, oracle_summary, mia_summary, dp_points, classifier_acc, fig
                           "to 1 for the targets to refute (even all of them below eta), so 'within the bound' cannot "
                           "fail there."]
     lines += ["", "Figures: " + ", ".join(f"`{os.path.basename(v)}`" for v in figs.values()), "",
-              f"Total time {total / 60:.1f} min; peak resident memory {peak_mb:.0f} MB (includes memory-mapped "
-              "shadow-store pages, which the OS can reclaim)."]
+              f"Total time {total.text()}; peak resident memory {peak_mb:.0f} MB"
+              f"{' (last segment)' if total.segments > 1 else ''} (includes memory-mapped shadow-store pages, which "
+              "the OS can reclaim)."]
     return "\n".join(lines) + "\n"
 
 

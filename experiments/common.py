@@ -33,7 +33,8 @@ from recon_jax.evidence.config_checks import (ConfigError, Rule, any_of, check_c
 from recon_jax.evidence.launcher import experiment_flags, forget_overrides, launch, run_app, run_summary
 from recon_jax.evidence.run import (NonFiniteResult, ResumeAcrossCodeError, RunInfo, allow_resume_across_code,
                                     code_fingerprint, config_to_dict, finish_run, keyed_dir, prepare_workdir,
-                                    provenance, publish, require_finite, start_run, write_run_info)
+                                    provenance, publish, require_finite, start_run, stored_result, StoredResult,
+                                    wall_time, write_run_info)
 
 __all__ = [*recon_jax.evidence.run.__all__, *recon_jax.evidence.claims.__all__,
            *recon_jax.evidence.config_checks.__all__, *recon_jax.evidence.launcher.__all__]

@@ -29,8 +29,8 @@ def test_report_holds_the_risk_application_only():
     report = {p.stem for p in (ROOT / "report").glob("*.py")}
     assert report == {"__init__", "app", "command_line", "config", "figure", "setup", "sizes", "text", "updates"}
     evidence = {p.stem for p in (ROOT / "evidence").glob("*.py")}
-    assert evidence == {"__init__", "run", "claims", "config_checks", "launcher", "markdown", "plots", "progress",
-                        "hcr_figures"}
+    assert evidence == {"__init__", "run", "segments", "claims", "config_checks", "launcher", "markdown", "plots",
+                        "progress", "hcr_figures"}
     elsewhere = {p.stem for p in ROOT.rglob("*.py") if p.parent.name not in ("report", "evidence")}
     assert not ((report | evidence) - {"__init__"}) & elsewhere
     assert (ROOT.parent / "experiments" / "balle_figures.py").exists()

@@ -2,6 +2,7 @@
 
 - :mod:`recon_jax.evidence.run`: provenance (``config.json``), NaN refusal, keyed caches and resume points, segments,
   ``finish_run`` (report.md, metrics.json) and ``publish``.
+- :mod:`recon_jax.evidence.segments`: the processes that made a run (``segments.json``) and their total wall time.
 - :mod:`recon_jax.evidence.claims`: claims and their verdicts (``VERDICTS``: holds, fails, undecided), comparisons.
 - :mod:`recon_jax.evidence.launcher`: the ``--config`` / ``--workdir`` flags and ``run_app`` of the launchers, and
   ``launch``, every experiment's command line.
@@ -13,7 +14,7 @@
   and the ``colab/hcr`` notebook; imported from that module, not exported here.
 """
 
-from recon_jax.evidence import claims, config_checks, launcher, markdown, plots, progress, run
+from recon_jax.evidence import claims, config_checks, launcher, markdown, plots, progress, run, segments
 from recon_jax.evidence.claims import (VERDICTS, check_claims, claim, claims_markdown, comparison, is_vacuous,
                                        paired_comparison, student_t_half_width)
 from recon_jax.evidence.config_checks import (ConfigError, Rule, any_of, check_config, each, field_value, integer,
@@ -24,7 +25,9 @@ from recon_jax.evidence.plots import histogram_vs_reference, image_grid
 from recon_jax.evidence.progress import step
 from recon_jax.evidence.run import (NonFiniteResult, ResumeAcrossCodeError, RunInfo, allow_resume_across_code,
                                     code_fingerprint, config_to_dict, finish_run, keyed_dir, prepare_workdir,
-                                    provenance, publish, require_finite, start_run, write_run_info)
+                                    provenance, publish, require_finite, start_run, stored_result, StoredResult,
+                                    wall_time, write_run_info)
+from recon_jax.evidence.segments import WallTime, read_segments, total_wall_time
 
-__all__ = [*run.__all__, *claims.__all__, *config_checks.__all__, *launcher.__all__, *markdown.__all__, *plots.__all__,
-           *progress.__all__]
+__all__ = [*run.__all__, *segments.__all__, *claims.__all__, *config_checks.__all__, *launcher.__all__,
+           *markdown.__all__, *plots.__all__, *progress.__all__]

@@ -18,7 +18,9 @@ old numbers. Each such directory also records the code that filled it (:func:`co
 library's and the experiments' source, with the git commit and uncommitted files for people): resuming from one
 written by other code is refused (:class:`ResumeAcrossCodeError`) unless asked for (``--allow_resume_across_code``,
 :func:`allow_resume_across_code`). Every process that works in a workdir is a *segment* (``segments.json``: commit,
-code hash, start, wall time); metrics.json lists them, and report.md does when there was more than one. ``publish(workdir, results_dir)`` copies a finished run's report, metrics, config and figures to
+code hash, start, wall time: :mod:`recon_jax.evidence.segments`); metrics.json lists them, and report.md does when
+there was more than one, with their total (:func:`wall_time`; config.json's ``wall_time_s`` is that total).
+``publish(workdir, results_dir)`` copies a finished run's report, metrics, config and figures to
 ``results/<experiment>/<variant>/`` (``make results EXP=name``).
 """
 
@@ -34,7 +36,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
@@ -43,6 +45,8 @@ from recon_jax import io as recon_io
 from recon_jax.io import (atomic_write_json, atomic_write_text, code_record, resume_across_code_allowed, stable_hash,
                           strict_json)
 from recon_jax.evidence.claims import check_claims, claims_markdown
+from recon_jax.evidence.segments import (WallTime, close_segment, open_segment, read_segments, segments_markdown,
+                                         total_wall_time)
 
 __all__ = [
     "prepare_workdir",
@@ -51,9 +55,12 @@ __all__ = [
     "RunInfo",
     "start_run",
     "finish_run",
+    "wall_time",
     "NonFiniteResult",
     "require_finite",
     "keyed_dir",
+    "stored_result",
+    "StoredResult",
     "code_fingerprint",
     "allow_resume_across_code",
     "ResumeAcrossCodeError",
@@ -215,23 +222,29 @@ def start_run(workdir: str, config: Any, seed: int | None = None, extra: dict | 
     start = time.perf_counter()
     workdir = prepare_workdir(workdir)
     info = write_run_info(workdir, config, seed=seed, extra=extra)
-    segments = _read_segments(workdir)
-    segments.append({"commit": info.get("git_commit"), "dirty_files": info.get("git_dirty_files"),
-                     "code_hash": code_fingerprint(), "started_utc": info.get("time_utc"), "seconds": None,
-                     "finished": False})
-    atomic_write_json(os.path.join(workdir, _SEGMENTS), strict_json(segments))
+    _RESUMED[:] = [p for p in _RESUMED if not _inside(p, workdir)]  # an earlier run of this process in workdir
+    open_segment(workdir, {"commit": info.get("git_commit"), "dirty_files": info.get("git_dirty_files"),
+                           "code_hash": code_fingerprint(), "started_utc": info.get("time_utc")})
     return RunInfo(workdir=workdir, info=info, start=start)
 
 
-_SEGMENTS = "segments.json"
+def wall_time(run: RunInfo) -> WallTime:
+    """The run's wall time so far, over every segment of its workdir (this one up to now), or this segment's alone
+    when it resumed nothing the earlier ones stored (no :func:`keyed_dir` of the workdir had content): for a report's
+    total time, written before :func:`finish_run`, which records the same sum as config.json's ``wall_time_s``."""
+    return total_wall_time(read_segments(run.workdir)[:-1], time.perf_counter() - run.start, _resumed(run.workdir))
 
 
-def _read_segments(workdir: str) -> list:
-    path = os.path.join(workdir, _SEGMENTS)
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return json.load(f)
+_RESUMED: list = []  # keyed_dir paths this process found with content (resumed from an earlier segment)
+
+
+def _inside(path: str, workdir: str) -> bool:
+    return os.path.abspath(path).startswith(os.path.join(os.path.abspath(workdir), ""))
+
+
+def _resumed(workdir: str) -> bool:
+    """Whether this process resumed anything stored in ``workdir``'s keyed directories."""
+    return any(_inside(p, workdir) for p in _RESUMED)
 
 
 def _source_roots() -> list[str]:
@@ -294,7 +307,10 @@ def require_finite(value: Any, what: str, hint: str = "") -> None:
 
 def finish_run(run: RunInfo, metrics: dict, report: str, claims: list[dict], *, smoke_banner: bool = True) -> dict:
     """Writes the run's outputs: report.md with a Claims section, metrics.json (with ``claims``; strict JSON,
-    NaN refused naming its key, +-inf as ``"inf"``/``"-inf"``), and the wall time into config.json.
+    NaN refused naming its key, +-inf as ``"inf"``/``"-inf"``), and the wall time into config.json: ``wall_time_s``
+    sums every segment of the workdir (:func:`wall_time`; ``wall_time_segments`` of them, ``wall_time_complete``
+    False when a segment that stopped early counts with its lower bound; this segment alone when it resumed nothing),
+    ``segment_wall_time_s`` is this process's.
 
     Every claim carries a verdict (holds / fails / undecided: :func:`~recon_jax.evidence.claims.claim` with
     ``comparisons`` or ``verdict``); the verdict-less form ``claim(name, holds, detail)`` survives only in results
@@ -313,10 +329,7 @@ def finish_run(run: RunInfo, metrics: dict, report: str, claims: list[dict], *, 
     metrics = dict(metrics)
     metrics["claims"] = list(claims)
     wall = time.perf_counter() - run.start
-    segments = _read_segments(run.workdir)
-    if segments and not segments[-1]["finished"]:
-        segments[-1].update(seconds=round(wall, 1), finished=True)
-        atomic_write_json(os.path.join(run.workdir, _SEGMENTS), strict_json(segments))
+    segments, total = close_segment(run.workdir, wall, _resumed(run.workdir))
     metrics["segments"] = segments
     try:
         safe = strict_json(metrics)
@@ -324,11 +337,12 @@ def finish_run(run: RunInfo, metrics: dict, report: str, claims: list[dict], *, 
         raise NonFiniteResult(f"{err} (in metrics.json of {run.workdir})") from None
     report = report.rstrip("\n")
     text = ((_with_smoke_banner(report, run.info) if smoke_banner else report) + "\n\n" + claims_markdown(claims)
-            + _segments_markdown(segments) + _machine_markdown(run.info))
+            + segments_markdown(segments, total) + _machine_markdown(run.info))
     atomic_write_text(os.path.join(run.workdir, "report.md"), text)
     atomic_write_json(os.path.join(run.workdir, "metrics.json"), safe)
-    info = dict(run.info, wall_time_s=round(wall, 1), finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                load_average_1min_end=_load())
+    info = dict(run.info, wall_time_s=total.seconds, wall_time_segments=total.segments,
+                wall_time_complete=total.complete, segment_wall_time_s=round(wall, 1),
+                finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), load_average_1min_end=_load())
     atomic_write_json(os.path.join(run.workdir, "config.json"), strict_json(info))
     run.info = info
     return safe
@@ -359,18 +373,6 @@ def _machine_markdown(info: dict) -> str:
             "uncertainty, not bit for bit (the compiler picks other kernels and summation orders there).\n")
 
 
-def _segments_markdown(segments: list) -> str:
-    if len(segments) < 2:
-        return ""
-    rows = [f"| {i + 1} | {(s.get('commit') or 'unknown')[:10]} | {s.get('code_hash')} | {s.get('started_utc')} | "
-            f"{'—' if s.get('seconds') is None else s['seconds']} | {'yes' if s.get('finished') else 'no'} |"
-            for i, s in enumerate(segments)]
-    return ("\n\n## Segments\n\nThis run was made by several processes in one workdir, each resuming what the "
-            "earlier ones stored (wall seconds of a segment that stopped early are unknown):\n\n"
-            "| segment | commit | code hash | started (UTC) | seconds | finished |\n|---|---|---|---|---|---|\n"
-            + "\n".join(rows) + "\n")
-
-
 def keyed_dir(workdir: str, name: str, key: Any) -> str:
     """A cache or resume directory ``workdir/<name>-<hash of key>``; writes ``key.json`` and ``code.json`` inside.
 
@@ -392,6 +394,8 @@ def keyed_dir(workdir: str, name: str, key: Any) -> str:
         with open(code_file) as f:
             written = json.load(f)
     has_content = any(n not in ("key.json", "code.json") for n in os.listdir(path))
+    if has_content:
+        _RESUMED.append(path)
     if has_content and (written is None or written.get("code_hash") != here) and not resume_across_code_allowed():
         by = "code of unknown version (no code.json)" if written is None else (
             f"code {written.get('code_hash')} (commit {written.get('commit')})")
@@ -407,6 +411,47 @@ def keyed_dir(workdir: str, name: str, key: Any) -> str:
                                       "resumed_from": written,
                                       "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     return path
+
+
+_RESULT = "result.json"
+
+
+def _plain(obj: Any) -> Any:
+    """Arrays and NumPy or JAX scalars as JSON's lists and numbers."""
+    if isinstance(obj, np.generic) or hasattr(obj, "__array__"):
+        return np.asarray(obj).tolist()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+class StoredResult(NamedTuple):
+    """What :func:`stored_result` returns: the result, whether it was read from an earlier run, and its folder."""
+
+    value: Any
+    resumed: bool
+    path: str
+
+
+def stored_result(workdir: str, name: str, key: Any, compute: Callable[[], Any]) -> StoredResult:
+    """A phase's JSON result, kept in ``keyed_dir(workdir, name, key)``: read from there when an earlier run of the
+    same key stored it, else ``compute()``d and stored (atomically).
+
+    ``key`` holds everything that determines the result (:func:`keyed_dir`). The result is returned as it reads
+    back from JSON (lists for tuples, plain floats, +-inf kept), so a run that computes it and one that resumes it
+    continue from equal values. A result holding a NaN is returned but never stored (:func:`require_finite` and
+    :func:`finish_run` refuse it later, naming it).
+    """
+    folder = keyed_dir(workdir, name, key)
+    path = os.path.join(folder, _RESULT)
+    if os.path.exists(path):
+        with open(path) as f:
+            return StoredResult(json.load(f), True, folder)
+    result = json.loads(json.dumps(compute(), default=_plain))
+    try:
+        strict_json(result)  # raises on a NaN, naming its key
+    except ValueError:
+        return StoredResult(result, False, folder)
+    atomic_write_json(path, result)
+    return StoredResult(result, False, folder)
 
 
 _PUBLISHED = ("report.md", "metrics.json", "config.json")

@@ -23,7 +23,10 @@ claims: :mod:`recon_jax.report.text`.
 The workdir keeps what a rerun needs: each setting's ``models-<hash>`` folder (keyed by the config) ends with the
 attack's results (``attack.npz``), which a rerun of the same config reads instead of training again; its shadow and
 released models and reconstructor checkpoint are deleted once those are saved (``keep_intermediates=True`` keeps
-them), and a finished run deletes the ``models-<hash>`` folders of other configs in the workdir.
+them). The games and audits (``updates-<hash>``) and the calibration (``calibration-<hash>``) keep their results
+(:func:`recon_jax.evidence.run.stored_result`), keyed by the config fields they read, digests of the arrays they
+read and the code (:func:`_phase_key`), so a rerun with nothing changed computes none of them and a changed value
+recomputes. A finished run deletes the folders of other configs in the workdir.
 """
 
 from __future__ import annotations
@@ -50,14 +53,15 @@ from recon_jax.io import array_digest
 from recon_jax.evidence.config_checks import ConfigError
 from recon_jax.evidence.plots import image_grid
 from recon_jax.evidence.progress import step
-from recon_jax.evidence.run import config_to_dict, finish_run, keyed_dir, require_finite, start_run
+from recon_jax.evidence.run import (code_fingerprint, config_to_dict, finish_run, keyed_dir, require_finite,
+                                    start_run, stored_result, wall_time)
 from recon_jax.report import command_line
 from recon_jax.report.figure import plot_threat_models
 from recon_jax.report.setup import (build_model, check_model, load_data, reconstructor_for, validate_config,
                                     with_image_size)
 from recon_jax.report.sizes import fit_sizes, overrides
 from recon_jax.report.text import claims as risk_claims
-from recon_jax.report.text import report_markdown
+from recon_jax.report.text import report_markdown, shown_rows
 from recon_jax.report.updates import every_update_released
 
 __all__ = ["DEFAULT_CONFIG", "ConfigError", "validate_config", "sampling", "run", "console_main"]
@@ -115,6 +119,27 @@ def _inputs_identity(fns, train, evaluation) -> dict:
             "data": [array_digest(np.asarray(a)) for a in (*train, *evaluation)]}
 
 
+# Config fields a phase never reads (the claims' thresholds, the final-model attack's sizes and reconstructor,
+# what is kept): every other field is in the phase's key, with the arrays it reads (by digest) and the code.
+_NOT_IN_PHASES = ("keep_intermediates", "reconstructor", "reconstructor_epochs", "reconstructor_batch_size",
+                  "reconstructor_learning_rate", "num_shadow", "num_targets", "include_non_private",
+                  "bound_tolerance", "crafted_reach", "audit_gdp_reach", "audit_one_run_reach")
+_NOT_IN_UPDATES = _NOT_IN_PHASES + ("calibration_rero", "calibration_kappa", "calibration_models")
+_NOT_IN_CALIBRATION = _NOT_IN_PHASES + ("noise_multipliers", "kappas", "prior_sizes", "prior_aware_trials",
+                                        "crafted_candidates", "crafted_precision", "crafted_trials", "audit_runs",
+                                        "one_run_canaries", "confidence", "delta")
+
+
+def _phase_key(config, exclude, inputs, arrays, **values) -> dict:
+    """The key of a phase's stored result (the games and audits, the calibration): the config but the fields
+    ``exclude`` names, ``inputs`` (:func:`_inputs_identity`), digests of ``arrays`` (name -> array or pytree),
+    ``values`` (the sampling rate, steps, the DP rows' bounds) and the code (:func:`code_fingerprint`)."""
+    fields = {k: v for k, v in config_to_dict(config).items() if k not in exclude}
+    digests = {name: [array_digest(np.asarray(x)) for x in jax.tree_util.tree_leaves(tree)]
+               for name, tree in arrays.items()}
+    return {"config": fields, "inputs": inputs, "arrays": digests, "code": code_fingerprint(), **values}
+
+
 _ATTACK = "attack.npz"
 _INTERMEDIATES = ("shadow", "released", "reconstructor")
 
@@ -129,12 +154,16 @@ def _drop_intermediates(store: str) -> None:
             os.unlink(lock)
 
 
+_STORES = ("models", "updates", "calibration")
+
+
 def _prune_other_stores(workdir: str, keep: list[str]) -> list[str]:
-    """Deletes the ``models-<hash>`` folders of other configs in ``workdir`` (runs with earlier configs leave
-    them; only a rerun of that config could use one, and it would overwrite this report). Returns their names."""
+    """Deletes the ``models-<hash>``, ``updates-<hash>`` and ``calibration-<hash>`` folders of other configs (or
+    code) in ``workdir`` (runs with earlier configs leave them; only a rerun of that config could use one, and it
+    would overwrite this report). Returns their names."""
     keep = {os.path.abspath(k) for k in keep}
     gone = []
-    for path in sorted(glob.glob(os.path.join(workdir, "models-*"))):
+    for path in sorted(p for name in _STORES for p in glob.glob(os.path.join(workdir, f"{name}-*"))):
         if os.path.isdir(path) and os.path.abspath(path) not in keep:
             shutil.rmtree(path)
             gone.append(os.path.basename(path))
@@ -149,6 +178,26 @@ def _prepare(config):
     config, split = fit_sizes(config, len(data[0]), len(data[2]))
     validate_config(config, num_train=len(data[0]), num_test=len(data[2]))
     return config, changed, split, data
+
+
+def _calibrate(config, fns, p0, fixed, s, eval_set, q, steps, key, shuffle_key) -> dict:
+    """The smallest sigma with ReRo <= calibration_rero at kappa calibration_kappa, and the test accuracy of
+    calibration_models released models trained at it."""
+    with step(f"calibration: the smallest sigma with ReRo <= {config.calibration_rero:g} at kappa "
+              f"{config.calibration_kappa:g}"):
+        sigma_cal = float(accounting.calibrate_sigma_for_rero(config.calibration_rero, config.calibration_kappa,
+                                                              q, steps))
+    calibration = {"rero": config.calibration_rero, "kappa": config.calibration_kappa, "sample_rate": q,
+                   "steps": steps, "noise_multiplier": sigma_cal, "test_accuracy": None, "models": 0}
+    if math.isfinite(sigma_cal):
+        m_cal = config.calibration_models
+        cal = shadow.generate_shadow_models(
+            fns, _algorithm(config, sigma_cal), fixed, (s.target_images[:m_cal], s.target_labels[:m_cal]),
+            key, init_params=p0, shuffle_key=shuffle_key, outputs=("eval_accuracy",), eval_set=eval_set,
+            chunk_size=config.chunk_size, desc=f"calibration models (sigma={sigma_cal:.3g})")
+        calibration["test_accuracy"] = float(np.mean(cal["eval_accuracy"]))
+        calibration["models"] = m_cal
+    return calibration
 
 
 def run(config, workdir: str) -> dict:
@@ -279,31 +328,42 @@ def run(config, workdir: str) -> dict:
         timings[name] = time.time() - t_set
 
     update_rows, geometry = [], None
+    dp_rows = [r for r in rows if r["noise_multiplier"] > 0]
     if dp_settings:
         print("== every update released: prior-aware games (records, crafted canaries), audits ==", flush=True)
-        optimizer = _algorithm(config, None).make_optimizer()  # one object: each game compiles once
-        update_rows, geometry = every_update_released(
-            config, fns, p0, fixed, test_x, test_y, [r for r in rows if r["noise_multiplier"] > 0], q, steps,
-            (k_game, k_audit, k_one_run), optimizer, timings)
+        before = [set(r) for r in dp_rows]
+
+        def updates():
+            optimizer = _algorithm(config, None).make_optimizer()  # one object: each game compiles once
+            out = every_update_released(config, fns, p0, fixed, test_x, test_y, dp_rows, q, steps,
+                                        (k_game, k_audit, k_one_run), optimizer, timings)
+            return {"update_rows": out[0], "geometry": out[1],
+                    "audits": [{k: r[k] for k in r if k not in b} for r, b in zip(dp_rows, before)]}
+
+        t_upd = time.time()
+        phase_key = _phase_key(config, _NOT_IN_UPDATES, inputs, {"p0": p0, "fixed": fixed, "test": (test_x, test_y)},
+                               rows=[{k: r[k] for k in ("setting", "noise_multiplier", "bounds")} for r in dp_rows],
+                               sample_rate=q, steps=steps)
+        stored = stored_result(workdir, "updates", phase_key, updates)
+        stores.append(stored.path)
+        for row, audits in zip(dp_rows, stored.value["audits"]):
+            row.update(audits)  # the games' audit keys, as stored (the same values a fresh run continues from)
+        update_rows, geometry = stored.value["update_rows"], stored.value["geometry"]
+        if stored.resumed:
+            print(f"games and audits: results of an earlier run of this config ({stored.path})", flush=True)
+            timings["prior_aware_and_audits_resumed"] = time.time() - t_upd
 
     calibration = None
     if dp_settings or config.calibration_models:
         t_cal = time.time()
-        with step(f"calibration: the smallest sigma with ReRo <= {config.calibration_rero:g} at kappa "
-                  f"{config.calibration_kappa:g}"):
-            sigma_cal = float(accounting.calibrate_sigma_for_rero(config.calibration_rero, config.calibration_kappa,
-                                                                  q, steps))
-        calibration = {"rero": config.calibration_rero, "kappa": config.calibration_kappa, "sample_rate": q,
-                       "steps": steps, "noise_multiplier": sigma_cal, "test_accuracy": None, "models": 0}
-        if math.isfinite(sigma_cal):
-            m_cal = config.calibration_models
-            cal = shadow.generate_shadow_models(
-                fns, _algorithm(config, sigma_cal), fixed, (s.target_images[:m_cal], s.target_labels[:m_cal]),
-                k_calib, init_params=p0, shuffle_key=shuffle_key, outputs=("eval_accuracy",), eval_set=eval_set,
-                chunk_size=config.chunk_size, desc=f"calibration models (sigma={sigma_cal:.3g})")
-            calibration["test_accuracy"] = float(np.mean(cal["eval_accuracy"]))
-            calibration["models"] = m_cal
-        timings["calibration"] = time.time() - t_cal
+        targets = (s.target_images[:config.calibration_models], s.target_labels[:config.calibration_models])
+        phase_key = _phase_key(config, _NOT_IN_CALIBRATION, inputs, {"p0": p0, "fixed": fixed, "targets": targets},
+                               sample_rate=q, steps=steps)
+        stored = stored_result(workdir, "calibration", phase_key,
+                               lambda: _calibrate(config, fns, p0, fixed, s, eval_set, q, steps, k_calib, shuffle_key))
+        stores.append(stored.path)
+        calibration = stored.value
+        timings["calibration_resumed" if stored.resumed else "calibration"] = time.time() - t_cal
 
     figures = {}
     grid = {"target": s.target_images}
@@ -311,14 +371,15 @@ def run(config, workdir: str) -> dict:
     grid["NN oracle"] = s.pool_images[np.asarray(orc.nn_index)]
     figures["reconstructions"] = image_grid(grid, os.path.join(workdir, "reconstructions.png"),
                                             title="Targets, attack reconstructions per setting, NN oracle")
-    dp_rows = [r for r in rows if r["noise_multiplier"] > 0]
     if dp_rows:
         figures["bounds_vs_attack"] = plot_threat_models(dp_rows, update_rows,
                                                          os.path.join(workdir, "bounds_vs_attack.png"))
     elapsed = time.time() - t0
+    total = wall_time(run_info)  # with the earlier segments' when this run resumed their stores
     result = {"rows": rows, "prior_aware": update_rows, "candidate_gradient_geometry": geometry,
               "calibration": calibration, "eta_mse": eta, "kappa_at_eta": kappa_eta, "sample_rate": q,
               "steps": steps, "num_params": num_params, "runtime_seconds": elapsed,
+              "total_seconds": total.seconds, "total_segments": total.segments, "total_complete": total.complete,
               "timings_seconds": timings, "figures": {k: os.path.basename(v) for k, v in figures.items()},
               "overrides": changed, "split": {**dataclasses.asdict(split), "sentence": split.sentence()}}
     claims = risk_claims(config, result)
@@ -327,8 +388,8 @@ def run(config, workdir: str) -> dict:
     gone = _prune_other_stores(workdir, stores)
     if gone:
         print(f"removed {len(gone)} cached model folder(s) of other configs from {workdir}: {', '.join(gone)}")
-    print(markdown_table(rows, ["setting", "test_accuracy", "eps_rdp", "empirical_eps", "mean_mse", "success_rate",
-                                "success_at_eta"]))
+    print(markdown_table(shown_rows(rows), ["setting", "test_accuracy", "eps_rdp", "empirical_eps", "mean_mse",
+                                            "success_rate", "success_at_eta"]))
     if update_rows:
         print(markdown_table(update_rows, ["setting", "prior_size", "candidates", "prior_aware_success",
                                            "prior_aware_bound"]))

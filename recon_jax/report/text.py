@@ -8,7 +8,8 @@ from recon_jax.evidence.claims import claim, comparison, is_vacuous
 from recon_jax.evidence.markdown import markdown_table
 from recon_jax.report.updates import VACUOUS_BOUND, reach_prior_sizes
 
-__all__ = ["claims", "decidability_banner", "report_markdown", "header_lines", "calibration_sentence", "interpretation"]
+__all__ = ["claims", "decidability_banner", "report_markdown", "header_lines", "calibration_sentence", "interpretation",
+           "NOT_PRIVATE", "shown_rows"]
 
 
 def _separation_sentence(upd) -> str:
@@ -307,6 +308,21 @@ def _audits_section(config, dp_rows, conf, q) -> list[str]:
             "Gaussian shape).", "", markdown_table(erows), ""]
 
 
+NOT_PRIVATE = "∞ (no DP)"
+"""The non-private setting's epsilon in report.md and the printed summary (metrics.json keeps ``"inf"``)."""
+
+
+def shown_rows(rows: list[dict]) -> list[dict]:
+    """``rows`` for a table people read: the non-private setting's epsilon columns (infinite: no DP guarantee) as
+    :data:`NOT_PRIVATE`, not ``inf``.
+
+    >>> shown_rows([{"noise_multiplier": 0.0, "eps_rdp": float("inf"), "eps_pld": float("inf")}])[0]["eps_rdp"]
+    '∞ (no DP)'
+    """
+    eps = ("eps_rdp", "eps_pld")
+    return [{**r, **{k: NOT_PRIVATE for k in eps if k in r}} if r.get("noise_multiplier") == 0 else r for r in rows]
+
+
 def _na(v):
     """A value for a table cell: "n/a" where the quantity does not exist (Poisson sampling has no closed form)."""
     return "n/a" if v is None else v
@@ -374,7 +390,7 @@ def report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1
             if config.shuffle == "fresh" else
             "known to the adversary (shared by every model); it knows which step of each epoch used the target, "
             "so the accounting applies no subsampling amplification (q = 1, one step per epoch)."))
-    text += ["## Attack results (final model released)", "", markdown_table(rows, attack_cols), "",
+    text += ["## Attack results (final model released)", "", markdown_table(shown_rows(rows), attack_cols), "",
              "![targets, reconstructions and NN oracle](reconstructions.png)", ""]
     dp_rows = [r for r in rows if "bounds" in r]
     upd = result["prior_aware"]
@@ -424,10 +440,20 @@ def report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1
     if cal is not None:
         text += ["## Calibration to a risk target", "", calibration_sentence(cal, rows), ""]
     text += ["## Interpretation", "", interpretation(rows, kappa_eta, config), "",
-             f"Runtime: {result['runtime_seconds'] / 60:.1f} min "
+             f"Runtime: {_runtime(result)} "
              f"({', '.join(f'{k} {v:.0f} s' for k, v in result['timings_seconds'].items())}). "
              f"Config: `config.json`; numbers: `metrics.json`."]
     return "\n".join(text) + "\n"
+
+
+def _runtime(result) -> str:
+    """``"1.2 min"``; for a run that resumed what earlier processes stored, their total and this process's share."""
+    here = f"{result['runtime_seconds'] / 60:.1f} min"
+    n = result.get("total_segments", 1)
+    if n < 2:
+        return here
+    return (f"{'' if result.get('total_complete', True) else 'at least '}{result['total_seconds'] / 60:.1f} min in "
+            f"{n} segments (see Segments), this process {here}")
 
 
 def header_lines(config, changed: dict, split: dict | None) -> str:

@@ -345,3 +345,27 @@ def test_smoke_variant_reports_say_so_under_their_title(tmp_path):
         assert lines[0] == "# Title"
         assert (lines[2].startswith("**Smoke sizes.**") and "do not test the paper's findings" in lines[2]) == expect
         assert ("Body." in lines[2:5]) and sum("Smoke sizes" in line for line in lines) == int(expect)
+
+
+def test_stored_result_resumes_and_never_stores_a_nan(tmp_path):
+    """A phase's result is computed once per key and read back by a rerun, as JSON gives it back (+-inf kept); a
+    result holding a NaN is returned but not stored, so a rerun computes it again."""
+    calls = []
+
+    def compute(value):
+        def f():
+            calls.append(value)
+            return {"x": np.float32(value), "rows": (1, float("inf"))}
+        return f
+
+    first = evidence_run.stored_result(str(tmp_path), "phase", {"a": 1}, compute(0.5))
+    again = evidence_run.stored_result(str(tmp_path), "phase", {"a": 1}, compute(0.5))
+    assert (first.resumed, again.resumed, calls) == (False, True, [0.5])
+    assert first.value == again.value == {"x": 0.5, "rows": [1, float("inf")]} and first.path == again.path
+    other = evidence_run.stored_result(str(tmp_path), "phase", {"a": 2}, compute(0.25))  # another key: computed
+    assert not other.resumed and other.value["x"] == 0.25 and other.path != first.path
+    for _ in range(2):
+        bad = evidence_run.stored_result(str(tmp_path), "phase", {"a": 3}, compute(float("nan")))
+        assert not bad.resumed and np.isnan(bad.value["x"])
+        assert not os.path.exists(os.path.join(bad.path, "result.json"))
+    assert len(calls) == 4  # the NaN result computed again by the second call

@@ -84,9 +84,12 @@ def test_unknown_config_key_is_named(tmp_path):
         locked.sigma = 1.0
 
 
-def test_smoke_report_end_to_end(tmp_path):
+def test_smoke_report_end_to_end(tmp_path, capsys):
     config = _smoke()
     result = app.run(config, str(tmp_path))
+    # The model trained without DP has no epsilon: people read "∞ (no DP)", metrics.json keeps standard JSON.
+    printed = capsys.readouterr().out
+    assert "| non-private | " in printed and "∞ (no DP)" in printed and "| inf |" not in printed
     for name in ("report.md", "metrics.json", "config.json", "reconstructions.png", "bounds_vs_attack.png"):
         assert os.path.exists(tmp_path / name), name
     metrics = json.loads((tmp_path / "metrics.json").read_text())
@@ -132,7 +135,9 @@ def test_smoke_report_end_to_end(tmp_path):
     names = {c["name"] for c in metrics["claims"]}
     assert any("within its ReRo bound" in n for n in names)
     assert all(c["verdict"] in ("holds", "fails", "undecided") for c in metrics["claims"])
+    assert metrics["rows"][0]["eps_rdp"] == metrics["rows"][0]["eps_pld"] == "inf"
     report = (tmp_path / "report.md").read_text()
+    assert "| ∞ (no DP) | ∞ (no DP) |" in report and "| inf |" not in report
     for section in ("What the theorems guarantee", "Interpretation", "Audits: empirical epsilon",
                     "Calibration to a risk target", "every update released", "clip-norm units", "per-pair prediction",
                     "simplex optimum / bound", "Gaussian-DP reading", "One-run audit", "## Claims"):
