@@ -27,7 +27,8 @@ def test_report_holds_the_risk_application_only():
     modules named for what they are, none colliding with a module of another package), one paper's figures live
     beside their experiment; the old module paths are gone, with no shim left behind."""
     report = {p.stem for p in (ROOT / "report").glob("*.py")}
-    assert report == {"__init__", "app", "command_line", "config", "figure", "setup", "sizes", "text", "updates"}
+    assert report == {"__init__", "app", "command_line", "config", "figure", "reading", "setup", "sizes", "text",
+                      "updates"}
     evidence = {p.stem for p in (ROOT / "evidence").glob("*.py")}
     assert evidence == {"__init__", "run", "segments", "claims", "config_checks", "launcher", "markdown", "plots",
                         "progress", "hcr_figures"}

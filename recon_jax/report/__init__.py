@@ -9,7 +9,8 @@ how well could someone reconstruct a training record, and what do the theorems g
   :mod:`recon_jax.evidence.config_checks`) and the model, data and reconstructor the config names;
   :mod:`recon_jax.report.sizes`: the sizes fitted to the data.
 - :mod:`recon_jax.report.updates`: the "every update released" threat model (prior-aware games, audits).
-- :mod:`recon_jax.report.text`, :mod:`recon_jax.report.figure`: the report's text, claims and figure.
+- :mod:`recon_jax.report.text`, :mod:`recon_jax.report.figure`: the report's text, claims and figure;
+  :mod:`recon_jax.report.reading`: its plain-language reading (interpretation, calibration).
 - :mod:`recon_jax.report.command_line`: the console script's command line.
 
 The harness it runs on (provenance, claims, caches, tables, figures) is :mod:`recon_jax.evidence`.

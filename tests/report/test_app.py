@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from recon_jax.attacks import informed
-from recon_jax.report import app, text
+from recon_jax.report import app, reading, text
 from recon_jax.report.config import get_config
 from recon_jax.shadow import ShadowSet
 
@@ -214,10 +214,10 @@ def test_interpretation_points_at_secret_batch_order():
     with config.unlocked():
         config.batch_size = 17
     row = {"noise_multiplier": 0, "success_rate": 0.0, "mean_mse": 0.09, "mean_oracle_mse": 0.04}
-    assert "--config.shuffle=known" in text.interpretation([row], 0.1, config)
+    assert "--config.shuffle=known" in reading.interpretation([row], 0.1, config)
     with config.unlocked():
         config.shuffle = "known"
-    assert "--config.shuffle=known" not in text.interpretation([row], 0.1, config)
+    assert "--config.shuffle=known" not in reading.interpretation([row], 0.1, config)
 
 
 def _image_folder(root, n_train=70, n_test=30, size=16):
