@@ -296,13 +296,22 @@ def calibrate_sigma(eps: ArrayLike, q: ArrayLike, steps: ArrayLike, delta: Array
     return jnp.asarray(res, dt)
 
 
+def _log_expm1_plus(x: np.ndarray, q: float) -> np.ndarray:
+    """``log(e^x - 1 + q)`` (floored at 1e-300 inside the log), also where ``e^x`` overflows (x > 700)."""
+    big = x > 700.0
+    small = np.log(np.maximum(np.expm1(np.minimum(x, 700.0)) + q, 1e-300))
+    return np.where(big, x + np.log1p(-(1.0 - q) * np.exp(-np.maximum(x, 700.0))), small)
+
+
 def _subsampled_gaussian_delta(sigma: float, q: float, remove: bool, eps: np.ndarray) -> np.ndarray:
     """Hockey-stick divergence delta(eps) of one Poisson-subsampled Gaussian step (sensitivity 1), vectorised.
 
     Remove adjacency: P = (1 - q) N(0, s^2) + q N(1, s^2) against Q = N(0, s^2); the loss log(1 - q + q e^{(2x-1)/2s^2})
     increases in x, so delta = P(X > x*) - e^eps Q(X > x*) with x* = s^2 log((e^eps - 1 + q) / q) + 1/2 (delta =
     1 - e^eps where eps <= log(1 - q)). Add adjacency: the roles swapped, the loss decreases in x, x* = s^2 log((e^-eps
-    - 1 + q) / q) + 1/2 and delta = P(X < x*) - e^eps Q(X < x*) (0 where eps >= -log(1 - q)).
+    - 1 + q) / q) + 1/2 and delta = P(X < x*) - e^eps Q(X < x*) (0 where eps >= -log(1 - q)). Where ``|eps| > 700``
+    (loss grids of sigma below ~0.035) ``log(e^|eps| - 1 + q)`` is taken as ``|eps| + log1p(-(1 - q) e^-|eps|)``:
+    ``e^|eps|`` itself would overflow (x* = inf gave delta = 0 there instead of ~1).
     """
     from scipy.special import log_ndtr, ndtr
 
@@ -311,15 +320,15 @@ def _subsampled_gaussian_delta(sigma: float, q: float, remove: bool, eps: np.nda
     if remove:
         inside = eps > np.log1p(-q) if q < 1 else np.ones(eps.shape, bool)
         e = np.where(inside, eps, 1.0)
-        arg = np.log(np.maximum(np.expm1(e) + q, 1e-300)) - np.log(q)  # log((e^eps - 1 + q) / q)
+        arg = _log_expm1_plus(e, q) - np.log(q)  # log((e^eps - 1 + q) / q)
         x = s2 * arg + 0.5
         # survival functions as ndtr(-z); the e^eps term in log space
         delta = (1 - q) * ndtr(-x / sigma) + q * ndtr(-(x - 1) / sigma) - np.exp(e + log_ndtr(-x / sigma))
-        delta = np.where(inside, delta, -np.expm1(eps))
+        delta = np.where(inside, delta, -np.expm1(np.minimum(eps, 0.0)))  # eps <= log(1 - q) < 0 where it is used
     else:
         inside = eps < -np.log1p(-q) if q < 1 else np.ones(eps.shape, bool)
         e = np.where(inside, eps, 0.0)
-        arg = np.log(np.maximum(np.expm1(-e) + q, 1e-300)) - np.log(q)
+        arg = _log_expm1_plus(-e, q) - np.log(q)
         x = s2 * arg + 0.5
         mix = np.logaddexp(np.log1p(-q) + log_ndtr(x / sigma), np.log(q) + log_ndtr((x - 1) / sigma)) if q < 1 else \
             log_ndtr((x - 1) / sigma)

@@ -199,6 +199,28 @@ def test_vectorised_gaussian_pld_equals_dp_accounting(sigma, q):
         np.testing.assert_allclose(io, ir, rtol=1e-12, atol=1e-30)
 
 
+@pytest.mark.parametrize("sigma,q", [(0.02, 1.0), (0.03, 0.01), (0.02, 0.5)])
+def test_vectorised_divergences_where_e_to_the_eps_overflows(sigma, q):
+    """Below sigma ~ 0.035 the loss grid reaches |eps| > 709, where e^eps overflowed: x* became inf and the remove
+    divergence 0 where it is ~1 (an unsound PMF for pld_tradeoff). Now equal to dp_accounting's over its whole
+    connect-the-dots range (1e-15: float64 rounding of O(1) terms), without overflow warnings."""
+    import warnings
+
+    from dp_accounting.pld import privacy_loss_mechanism as plm
+
+    from recon_jax.accounting.dpsgd import _subsampled_gaussian_delta
+
+    for adjacency in [plm.AdjacencyType.REMOVE] + ([plm.AdjacencyType.ADD] if q < 1 else []):
+        loss = plm.GaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
+        b = loss.connect_dots_bounds()
+        assert max(abs(b.epsilon_lower), abs(b.epsilon_upper)) > 709  # the case at stake
+        eps = np.linspace(b.epsilon_lower, b.epsilon_upper, 2001)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            ours = _subsampled_gaussian_delta(sigma, q, adjacency == plm.AdjacencyType.REMOVE, eps)
+        np.testing.assert_allclose(ours, loss.get_delta_for_epsilon(eps), rtol=0, atol=1e-15)
+
+
 def test_tradeoff_subsampling_helps(x64):
     a = np.array([0.01])
     sub = rero_dpsgd_tradeoff(a, 1.0, 0.01, 100, value_discretization_interval=1e-3)
