@@ -217,6 +217,19 @@ def test_vmf_pld_epsilon_refuses_a_composition_over_budget(monkeypatch):
     assert vmf_pld_epsilon(2.0, 3, 1.0, 10, 1e-5) == few == composed.get_epsilon_for_delta(1e-5)  # as before
 
 
+def test_calibrate_vmf_kappa_pld_never_trips_the_refusal(monkeypatch):
+    """A target so loose that the largest kappa lies beyond the PLD's memory limit: calibrate_vmf_kappa returns the
+    largest kappa it can certify (at the limit, within rtol), meeting the target, instead of raising. The budget is
+    lowered to 16 MiB so that the limit is a small kappa (~11 at p = 3)."""
+    from recon_jax.accounting import _pld_memory
+
+    monkeypatch.setattr(_pld_memory, "BUDGET_BYTES", 2**24)
+    k = float(calibrate_vmf_kappa(1e3, 3, 1.0, 1, 1e-5, approach="pld", rtol=1e-2))
+    assert 5.0 < k < 20.0 and vmf_pld_epsilon(k, 3, 1.0, 1, 1e-5) <= 1e3
+    with pytest.raises(ValueError, match="too large for the VMF PLD"):
+        vmf_pld_epsilon(k * 1.01 ** 2, 3, 1.0, 1, 1e-5)
+
+
 def _delta_pair_p3(phi, kappa, q, eps, n=800):
     """Hockey-stick divergence (max of add and remove) of the q-subsampled VMF pair with mean directions at angle
     phi on S^2, by the midpoint rule over the sphere in polar coordinates (error ~ (pi/n)^2)."""
