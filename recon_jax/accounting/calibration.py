@@ -15,7 +15,9 @@ Routes (Hayes, Mahloujifar & Balle 2023: ``ReRo <= 1 - f(kappa)`` for a mechanis
   ``sigma = sqrt(T) / (Phi^{-1}(rero) - Phi^{-1}(kappa))`` (``inf`` when ``rero <= kappa``: no noise level
   pushes the bound below the prior). Pure ``jnp``: jittable, broadcasting, differentiable.
 - ``"tradeoff"`` (any q): bisection in log-sigma on :func:`recon_jax.accounting.rero_dpsgd_tradeoff` (the PLD
-  trade-off curve of Poisson-subsampled DP-SGD; host-side, each evaluation composes a PLD).
+  trade-off curve of Poisson-subsampled DP-SGD; host-side, each evaluation composes a PLD). A sigma that the PLD
+  refuses as too small for its memory budget counts as infeasible: for a target so loose that the answer lies below
+  that limit, the result is the smallest sigma the PLD can certify (still meeting the target), never an error.
 - ``"auto"``: ``"gdp"`` when ``q = 1``, otherwise ``"tradeoff"``.
 """
 
@@ -30,6 +32,7 @@ from jax.scipy import special as jsp
 from jax.typing import ArrayLike
 
 from recon_jax._validation import HALF_OPEN_UNIT, OPEN_UNIT, Range, concrete_or_none, guard, nan_if
+from recon_jax.accounting._pld_memory import PLDTooLarge
 from recon_jax.accounting.dpsgd import rero_dpsgd_tradeoff
 
 __all__ = ["calibrate_sigma_for_rero"]
@@ -60,7 +63,10 @@ def _sigma_tradeoff(rero: float, kappa: float, q: float, steps: int, rtol: float
         return math.inf
 
     def bound(sigma):
-        return float(rero_dpsgd_tradeoff([kappa], sigma, q, steps, **tradeoff_kwargs)[0])
+        try:
+            return float(rero_dpsgd_tradeoff([kappa], sigma, q, steps, **tradeoff_kwargs)[0])
+        except PLDTooLarge:  # a sigma too small for the PLD's memory budget certifies nothing: infeasible
+            return 1.0
 
     # Bracket: start from the full-batch GDP answer (subsampling only lowers the bound), widen until it brackets.
     hi = float(_sigma_gdp(rero, kappa, steps))

@@ -25,6 +25,7 @@ from jax.typing import ArrayLike
 
 from recon_jax._validation import (HALF_OPEN_UNIT, OPEN_UNIT, POSITIVE, Range, at_least, check, concrete_or_none, guard,
                                    nan_if, pad_batch, static_orders)
+from recon_jax.accounting import _pld_memory
 from recon_jax.accounting.conversions import eps_from_rdp
 from recon_jax.accounting.rdp import DEFAULT_ORDERS, rdp_subsampled_gaussian
 
@@ -51,28 +52,24 @@ def _eps_rdp(sigma, q, steps, delta, orders: np.ndarray):
     return eps_from_rdp(orders, steps[..., None] * rdp, delta)
 
 
-# Memory of dp_accounting's PLD of DP-SGD (measured peaks, resident set, on a 2-core CPU with dp_accounting 0.4: at
-# most 220 bytes per point of one step's privacy-loss grid while it is built, 80 bytes per point of the FFT that
-# composes the steps), and the budget the "pld" route keeps to: below it tiny sigma allocated tens of GiB
-# (sigma = 1e-3: 38 GiB) or TiB (1e-4) and failed with MemoryError.
-_PLD_MEMORY_BYTES = 2 * 2**30
-_PLD_BYTES_PER_STEP_POINT = 220
-_PLD_BYTES_PER_FFT_POINT = 80
+def _check_gaussian_composition(sigma: float, q: float, steps: int, grid: float, route: str, alternatives: str,
+                                cost, parts=None) -> None:
+    """The composition part of the PLD memory guard (:func:`recon_jax.accounting._pld_memory.check_composition`) for
+    the subsampled Gaussian: the closed-form grid bound first, then, only where that would not fit, the truncated
+    support from the one step's connect-the-dots probabilities (from ``parts``, :func:`_gaussian_deltas`, computed
+    here if not given). Raises ``PLDTooLarge`` (a ``ValueError`` naming sigma) before dp_accounting builds anything."""
+    points, top = _pld_memory.gaussian_grid(sigma, q, grid)
 
+    def directions():
+        found = _gaussian_deltas(sigma, q, grid) if parts is None else parts
+        return [_pld_memory.summarise(lo, _pld_memory.connect_dots_probs(d, grid)) for lo, _, d in found]
 
-class _PLDTooLarge(ValueError):
-    """The "pld" route refuses sigma this small: its privacy-loss distribution would exceed the memory budget."""
+    def refusal(need):
+        return (f"sigma = {sigma:g} is too small for {route} at q = {q:g}, steps = {steps} (value_discretization_"
+                f"interval={grid:g}): composing the steps needs {_pld_memory.gib(need)}; use {alternatives}")
 
-
-def _pld_min_sigma(value_discretization_interval: float) -> float:
-    """Smallest sigma whose one-step privacy-loss grid fits the memory budget (a closed form).
-
-    The grid spans at most ``1/sigma^2 + 20/sigma`` in privacy loss (the Gaussian's loss ``(2x - 1) / (2 sigma^2)``
-    over ``x`` within ~9.75 sigma of its means, the tail dp_accounting keeps; subsampling only narrows it), so it has
-    at most ``(1/sigma^2 + 20/sigma) / value_discretization_interval`` points; solved for sigma at the budget.
-    """
-    n = _PLD_MEMORY_BYTES / _PLD_BYTES_PER_STEP_POINT * value_discretization_interval
-    return 1.0 / (math.sqrt(100.0 + n) - 10.0)
+    bound = _pld_memory.trivial_size(points, top, steps, 1 if q == 1.0 else 2)
+    _pld_memory.check_composition(steps, bound, directions, cost, refusal)
 
 
 def _pld_epsilon(sigma: float, q: float, steps: int, delta: float, value_discretization_interval: float) -> float:
@@ -80,38 +77,22 @@ def _pld_epsilon(sigma: float, q: float, steps: int, delta: float, value_discret
 
     Returns 0 without dp_accounting where the total variation distance of the composition, at most
     ``steps * q * erf(1 / (2 sqrt(2) sigma))``, is <= ``delta`` (then delta(eps = 0) <= delta and epsilon is exactly
-    0; this covers sigma = inf and the sigma >= 1e155 whose square overflows in dp_accounting). Raises
-    :class:`_PLDTooLarge` (a ``ValueError`` naming sigma) where the privacy-loss distribution would not fit.
+    0; this covers sigma = inf and the sigma >= 1e155 whose square overflows in dp_accounting). Raises ``PLDTooLarge``
+    (:mod:`recon_jax.accounting._pld_memory`, a ``ValueError`` naming sigma) where the privacy-loss distribution would
+    not fit, before dp_accounting builds it.
     """
     if steps * q * math.erf(1.0 / (2.0 * math.sqrt(2.0) * sigma)) <= delta:
         return 0.0
-    smin = _pld_min_sigma(value_discretization_interval)
-    if sigma < smin:
-        raise _PLDTooLarge(
-            f"sigma must be >= {smin:.3g} for accountant='pld' with value_discretization_interval="
-            f"{value_discretization_interval:g} (below it one step's privacy-loss distribution needs more than "
-            f"{_PLD_MEMORY_BYTES / 2**30:g} GiB); got {sigma!r}: use accountant='rdp' or a larger "
-            "value_discretization_interval")
-    from dp_accounting.pld import common
+    grid = value_discretization_interval
+    _pld_memory.check_gaussian_step(sigma, grid, "accountant='pld'",
+                                    "accountant='rdp' or a larger value_discretization_interval")
+    _check_gaussian_composition(sigma, q, steps, grid, "accountant='pld'",
+                                "accountant='rdp', a larger sigma or a larger value_discretization_interval",
+                                _pld_memory.fft_bytes)
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
-    from scipy import fft
 
-    pld = pld_lib.from_gaussian_mechanism(sigma, value_discretization_interval=value_discretization_interval,
-                                          sampling_prob=q)
-    if steps > 1:  # the FFT length of self_compose (dp_accounting's common.self_convolve), before it allocates
-        pmfs = [pld._pmf_remove] + ([] if pld._symmetric else [pld._pmf_add])
-        for pmf in pmfs:
-            probs = pmf.to_dense_pmf()._probs
-            lo, hi = common.compute_self_convolve_bounds(probs, steps, 1e-15)
-            need = fft.next_fast_len(max(hi - lo + 1, len(probs))) * _PLD_BYTES_PER_FFT_POINT
-            if need > _PLD_MEMORY_BYTES:
-                raise _PLDTooLarge(
-                    f"sigma = {sigma:g} is too small for accountant='pld' at q = {q:g}, steps = {steps} "
-                    f"(value_discretization_interval={value_discretization_interval:g}): composing the steps needs "
-                    f"about {need / 2**30:.1f} GiB (limit {_PLD_MEMORY_BYTES / 2**30:g} GiB); use accountant='rdp', "
-                    "a larger sigma or a larger value_discretization_interval")
-    composed = pld_lib.identity(value_discretization_interval).compose(
-        pld.self_compose(steps))  # as the accountant composes it (same rounding)
+    pld = pld_lib.from_gaussian_mechanism(sigma, value_discretization_interval=grid, sampling_prob=q)
+    composed = pld_lib.identity(grid).compose(pld.self_compose(steps))  # as the accountant composes it (same rounding)
     return float(composed.get_epsilon_for_delta(delta))
 
 
@@ -145,7 +126,9 @@ def dpsgd_epsilon(sigma: ArrayLike, q: ArrayLike, steps: ArrayLike, delta: Array
     sigma and that limit, and so does a sigma above it whose composition over ``steps`` would exceed the budget (at
     the default interval, measured: q = 1, steps = 1 accepts sigma = 0.045 (peak 1.5 GiB); q = 0.01, steps = 1000
     refuses 0.09 and accepts 0.095 (1.8 GiB); q = 0.1, steps = 100 accepts 0.1 (1.6 GiB); q = 0.001, steps = 1e5
-    refuses 0.15 and accepts 0.17 (1.5 GiB)). Use ``"rdp"`` there.
+    refuses 0.15 and accepts 0.17 (1.5 GiB)). Use ``"rdp"`` there. Both are decided before dp_accounting builds
+    anything, from closed forms and, for the composition, the step's own probabilities
+    (:mod:`recon_jax.accounting._pld_memory`, shared with :func:`pld_tradeoff` and the VMF PLD).
 
     The first ``"rdp"`` call with ``q < 1`` in a process compiles the fractional-order RDP series for all the
     orders (XLA compilation: 3-6 s on a shared 2-core CPU, most of it that one program; later calls take
@@ -211,7 +194,7 @@ def _calibrate_sigma_pld(eps, q, steps, delta, sigma_rdp, step, rtol):
     def ok(s):
         try:
             return _pld_epsilon(s, q, steps, delta, step) <= eps
-        except _PLDTooLarge:
+        except _pld_memory.PLDTooLarge:
             return False
 
     hi = float(sigma_rdp)
@@ -296,13 +279,22 @@ def calibrate_sigma(eps: ArrayLike, q: ArrayLike, steps: ArrayLike, delta: Array
     return jnp.asarray(res, dt)
 
 
+def _log_expm1_plus(x: np.ndarray, q: float) -> np.ndarray:
+    """``log(e^x - 1 + q)`` (floored at 1e-300 inside the log), also where ``e^x`` overflows (x > 700)."""
+    big = x > 700.0
+    small = np.log(np.maximum(np.expm1(np.minimum(x, 700.0)) + q, 1e-300))
+    return np.where(big, x + np.log1p(-(1.0 - q) * np.exp(-np.maximum(x, 700.0))), small)
+
+
 def _subsampled_gaussian_delta(sigma: float, q: float, remove: bool, eps: np.ndarray) -> np.ndarray:
     """Hockey-stick divergence delta(eps) of one Poisson-subsampled Gaussian step (sensitivity 1), vectorised.
 
     Remove adjacency: P = (1 - q) N(0, s^2) + q N(1, s^2) against Q = N(0, s^2); the loss log(1 - q + q e^{(2x-1)/2s^2})
     increases in x, so delta = P(X > x*) - e^eps Q(X > x*) with x* = s^2 log((e^eps - 1 + q) / q) + 1/2 (delta =
     1 - e^eps where eps <= log(1 - q)). Add adjacency: the roles swapped, the loss decreases in x, x* = s^2 log((e^-eps
-    - 1 + q) / q) + 1/2 and delta = P(X < x*) - e^eps Q(X < x*) (0 where eps >= -log(1 - q)).
+    - 1 + q) / q) + 1/2 and delta = P(X < x*) - e^eps Q(X < x*) (0 where eps >= -log(1 - q)). Where ``|eps| > 700``
+    (loss grids of sigma below ~0.035) ``log(e^|eps| - 1 + q)`` is taken as ``|eps| + log1p(-(1 - q) e^-|eps|)``:
+    ``e^|eps|`` itself would overflow (x* = inf gave delta = 0 there instead of ~1).
     """
     from scipy.special import log_ndtr, ndtr
 
@@ -311,15 +303,15 @@ def _subsampled_gaussian_delta(sigma: float, q: float, remove: bool, eps: np.nda
     if remove:
         inside = eps > np.log1p(-q) if q < 1 else np.ones(eps.shape, bool)
         e = np.where(inside, eps, 1.0)
-        arg = np.log(np.maximum(np.expm1(e) + q, 1e-300)) - np.log(q)  # log((e^eps - 1 + q) / q)
+        arg = _log_expm1_plus(e, q) - np.log(q)  # log((e^eps - 1 + q) / q)
         x = s2 * arg + 0.5
         # survival functions as ndtr(-z); the e^eps term in log space
         delta = (1 - q) * ndtr(-x / sigma) + q * ndtr(-(x - 1) / sigma) - np.exp(e + log_ndtr(-x / sigma))
-        delta = np.where(inside, delta, -np.expm1(eps))
+        delta = np.where(inside, delta, -np.expm1(np.minimum(eps, 0.0)))  # eps <= log(1 - q) < 0 where it is used
     else:
         inside = eps < -np.log1p(-q) if q < 1 else np.ones(eps.shape, bool)
         e = np.where(inside, eps, 0.0)
-        arg = np.log(np.maximum(np.expm1(-e) + q, 1e-300)) - np.log(q)
+        arg = _log_expm1_plus(-e, q) - np.log(q)
         x = s2 * arg + 0.5
         mix = np.logaddexp(np.log1p(-q) + log_ndtr(x / sigma), np.log(q) + log_ndtr((x - 1) / sigma)) if q < 1 else \
             log_ndtr((x - 1) / sigma)
@@ -328,29 +320,32 @@ def _subsampled_gaussian_delta(sigma: float, q: float, remove: bool, eps: np.nda
     return np.clip(delta, 0.0, 1.0)
 
 
-def _gaussian_pld(sigma: float, q: float, grid: float):
-    """dp_accounting's pessimistic connect-the-dots PLD of one subsampled Gaussian step, with the hockey-stick
-    divergences at the grid's epsilons computed vectorised (:func:`_subsampled_gaussian_delta`) instead of one
-    inverse privacy loss per epsilon; the epsilon range and the discretisation are dp_accounting's."""
-    import math
-
-    from dp_accounting.pld import pld_pmf
-    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+def _gaussian_deltas(sigma: float, q: float, grid: float) -> list[tuple[int, int, np.ndarray]]:
+    """``(lo, hi, deltas)`` of one subsampled Gaussian step's remove direction, and of its add direction where
+    ``q < 1``: the hockey-stick divergences at the grid's epsilons ``lo * grid .. hi * grid``, computed vectorised
+    (:func:`_subsampled_gaussian_delta`) instead of one inverse privacy loss per epsilon; the epsilon range is
+    dp_accounting's (its ``connect_dots_bounds``)."""
     from dp_accounting.pld import privacy_loss_mechanism as plm
 
-    def one(adjacency):
-        loss = plm.GaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
-        bounds = loss.connect_dots_bounds()
+    parts = []
+    for adjacency in [plm.AdjacencyType.REMOVE] + ([] if q == 1.0 else [plm.AdjacencyType.ADD]):
+        bounds = plm.GaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency).connect_dots_bounds()
         lo = math.floor(bounds.epsilon_lower / grid)
         hi = math.ceil(bounds.epsilon_upper / grid)
-        deltas = _subsampled_gaussian_delta(sigma, q, adjacency == plm.AdjacencyType.REMOVE,
-                                            np.arange(lo, hi + 1) * grid)
-        return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(grid, lo, hi, deltas)
+        parts.append((lo, hi, _subsampled_gaussian_delta(sigma, q, adjacency == plm.AdjacencyType.REMOVE,
+                                                         np.arange(lo, hi + 1) * grid)))
+    return parts
 
-    remove = one(plm.AdjacencyType.REMOVE)
-    if q == 1.0:
-        return pld_lib.PrivacyLossDistribution(remove)
-    return pld_lib.PrivacyLossDistribution(remove, one(plm.AdjacencyType.ADD))
+
+def _gaussian_pld(sigma: float, q: float, grid: float, parts=None):
+    """dp_accounting's pessimistic connect-the-dots PLD of one subsampled Gaussian step, from the divergences of
+    :func:`_gaussian_deltas` (``parts``, computed here if not given); the discretisation is dp_accounting's."""
+    from dp_accounting.pld import pld_pmf
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    parts = _gaussian_deltas(sigma, q, grid) if parts is None else parts
+    return pld_lib.PrivacyLossDistribution(
+        *(pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(grid, lo, hi, d) for lo, hi, d in parts))
 
 
 def _dense_pmf(pmf) -> tuple[np.ndarray, np.ndarray, float]:
@@ -389,6 +384,10 @@ def _upper_envelope(xs: np.ndarray, ys: np.ndarray, alphas: np.ndarray) -> np.nd
     return best
 
 
+_TRADEOFF_ALTERNATIVES = ("a larger value_discretization_interval, or an RDP bound "
+                          "(recon_jax.bounds.rero_from_rdp_curve; rero_gdp for q = 1)")
+
+
 def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretization_interval: float = 1e-3,
                  eps_grid=None) -> np.ndarray:
     r"""Trade-off curve ``f(alpha)`` of subsampled DP-SGD from ``dp_accounting``'s PLD (host-side).
@@ -415,7 +414,10 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
       NumPy array ``f(alphas)`` in [0, 1 - alpha].
 
     Raises:
-      ValueError: for out-of-range inputs.
+      ValueError: for out-of-range inputs, and where the PLD would need more than 2 GiB (as for
+        :func:`dpsgd_epsilon`'s ``"pld"``: a sigma below ``1 / (sqrt(100 + 9.76e6 * value_discretization_interval)
+        - 10)``, 0.0112 at the default 1e-3, or a composition whose FFT, or the profile over its points, would not
+        fit), naming sigma; checked before anything large is allocated.
 
     >>> import numpy as np
     >>> from scipy.stats import norm
@@ -426,8 +428,18 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
     guard(("sigma", sigma, POSITIVE), *_dpsgd_specs(q, steps, 0.5))  # checks only: a host-side function
     check("alphas", alphas, lambda a: (a >= 0) & (a <= 1), "in [0, 1]")
     check("value_discretization_interval", value_discretization_interval, lambda v: v > 0, "> 0")
+    if eps_grid is not None:
+        check("eps_grid", eps_grid, lambda e: e >= 0, ">= 0")
     alphas = np.asarray(alphas, np.float64)
-    pld = _gaussian_pld(float(sigma), float(q), float(value_discretization_interval)).self_compose(int(steps))
+    sigma, q, steps, grid = float(sigma), float(q), int(steps), float(value_discretization_interval)
+    _pld_memory.check_gaussian_step(sigma, grid, "pld_tradeoff", _TRADEOFF_ALTERNATIVES)
+    parts = _gaussian_deltas(sigma, q, grid)
+    _check_gaussian_composition(sigma, q, steps, grid, "pld_tradeoff", "a larger sigma, " + _TRADEOFF_ALTERNATIVES,
+                                lambda size: _pld_memory.tradeoff_bytes(size, None if eps_grid is None
+                                                                        else np.size(eps_grid)), parts)
+    one_step = _gaussian_pld(sigma, q, grid, parts)
+    del parts  # the divergences are in the PMFs now
+    pld = one_step.self_compose(steps)
     directions = [_dense_pmf(pld._pmf_remove)]
     if not pld._symmetric:
         directions.append(_dense_pmf(pld._pmf_add))
@@ -435,7 +447,6 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
         top = max(float(d[0].max()) for d in directions)
         eps = np.arange(0.0, top + 1.5 * value_discretization_interval, value_discretization_interval)
     else:
-        check("eps_grid", eps_grid, lambda e: e >= 0, ">= 0")
         eps = np.unique(np.asarray(eps_grid, np.float64))
     deltas = np.max([_profile_at_losses(*d, eps) for d in directions], axis=0)
     flat = alphas.ravel()
@@ -465,7 +476,7 @@ def rero_dpsgd_tradeoff(kappa, sigma: float, q: float, steps: int, **kwargs) -> 
       NumPy array of upper bounds in [kappa, 1].
 
     Raises:
-      ValueError: for out-of-range inputs.
+      ValueError: for out-of-range inputs, or a PLD over the memory budget (see :func:`pld_tradeoff`).
 
     >>> import numpy as np
     >>> g = rero_dpsgd_tradeoff([0.01], 2.0, 0.01, 100)

@@ -40,6 +40,7 @@ from jax.typing import ArrayLike
 
 from recon_jax._validation import (FINITE_POSITIVE, Range, check, concrete_or_none, greater_than, guard, nan_if,
                                    pad_batch)
+from recon_jax.accounting._pld_memory import PLDTooLarge
 from recon_jax.accounting.conversions import delta_from_rdp, eps_from_rdp, kov_composition
 from recon_jax.accounting.rdp import rdp_poisson_subsampled
 from recon_jax.accounting.vmf_pld import vmf_pld_epsilon
@@ -392,9 +393,13 @@ def _calibrate_kappa_flat(eps, dim, q, n, delta, approach, iters):
 
 
 def _calibrate_kappa_pld(eps, dim, q, n, delta, step, rtol):
-    """Host search on log(kappa) for approach="pld": bracket by doubling from kappa = 1, then bisect."""
+    """Host search on log(kappa) for approach="pld": bracket by doubling from kappa = 1, then bisect. A kappa the PLD
+    refuses as too large for its memory budget counts as infeasible (the result: the largest kappa it can certify)."""
     def ok(k):
-        return vmf_pld_epsilon(k, dim, q, n, delta, value_discretization_interval=step) <= eps
+        try:
+            return vmf_pld_epsilon(k, dim, q, n, delta, value_discretization_interval=step) <= eps
+        except PLDTooLarge:
+            return False
 
     lo = 1.0
     while not ok(lo):

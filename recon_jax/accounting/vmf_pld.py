@@ -24,8 +24,13 @@ plus all mass the cells do not cover (tails more than ``width`` curvature-widths
 deficit), and turned into a PMF by the pessimistic connect-the-dots construction of Doroshenko et al. (2022);
 with ``connect_dots=False`` each cell's mass goes to the grid point at or above the largest loss in the cell
 ("privacy buckets") and the uncovered mass to an infinite loss, which is looser by up to one grid step per step.
-Composition over steps and conversion to epsilon are ``dp_accounting``'s (``PrivacyLossDistribution.self_compose``, pessimistic tail
-truncation). Host-side NumPy; not jittable.
+Composition over steps and conversion to epsilon are ``dp_accounting``'s (``PrivacyLossDistribution.self_compose``,
+pessimistic tail truncation). Host-side NumPy; not jittable.
+
+Memory: a large ``kappa`` (the loss spans ``4 kappa``) or a fine grid makes the step's cells and loss grid, and the
+FFT that composes the steps, huge. Both are sized first (the cells and grid points in closed form; the FFT from the
+step's probabilities, as ``dp_accounting`` sizes it) and refused above 2 GiB with a ``ValueError`` naming kappa
+(:mod:`recon_jax.accounting._pld_memory`, shared with the Gaussian PLD routes).
 """
 
 from __future__ import annotations
@@ -36,11 +41,16 @@ import math
 import numpy as np
 
 from recon_jax._validation import FINITE_POSITIVE, HALF_OPEN_UNIT, POSITIVE, check
+from recon_jax.accounting import _pld_memory
 
 __all__ = ["vmf_pld", "vmf_pld_epsilon"]
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(8)
-_MAX_CELLS = 20_000_000
+_WIDTH, _CELLS = 20.0, 2048  # vmf_pld's defaults (vmf_pld_epsilon uses them too)
+# Peak resident memory of one step, measured on a 2-core CPU: <= 350 bytes per cell while the cell masses are
+# integrated (8 quadrature nodes each), then <= 238 bytes per point of the loss grid (both directions: divergences,
+# dp_accounting's PMFs) beside the cells' masses and edges (48 bytes each).
+_CELL_BYTES, _GRID_BYTES, _KEPT_CELL_BYTES = 360, 250, 48
 
 
 def _log_normaliser(kappa: float, dim: float) -> float:
@@ -83,15 +93,30 @@ def _mode_window(kappa: float, dim: float, width: float) -> tuple[float, float]:
     return max(0.0, theta - width * sd), min(math.pi, theta + width * sd)
 
 
+def _windows(kappa: float, dim: float, width: float) -> list[tuple[float, float]]:
+    """The integration windows in theta: around the mode of g_+ and its mirror (one window where they overlap)."""
+    lo, hi = _mode_window(kappa, dim, width)
+    windows = [(lo, hi), (math.pi - hi, math.pi - lo)]  # g_+ and its mirror g_-
+    return [(lo, math.pi - lo)] if windows[1][0] <= windows[0][1] else windows
+
+
+def _one_step_sizes(kappa: float, dim: float, q: float, step: float, width: float, cells: int) -> tuple[int, int]:
+    """Upper bounds on the loss-grid points (one direction) and on the cells of one step, in closed form (as
+    :func:`_vmf_pld_cached` lays them out; one point of slack at each end of the grid)."""
+    windows = _windows(kappa, dim, width)
+
+    def loss(theta):
+        return float(_remove_loss(np.array(theta), kappa, q))
+
+    n_cells = sum(cells + max(0, math.floor(loss(a) / step) - math.ceil(loss(b) / step) + 1) for a, b in windows)
+    k_lo, k_hi = math.floor(loss(windows[-1][1]) / step), math.ceil(loss(windows[0][0]) / step)
+    return k_hi - k_lo + 3, n_cells
+
+
 def _cell_edges(lo: float, hi: float, kappa: float, q: float, step: float, cells: int) -> np.ndarray:
     uniform = np.linspace(lo, hi, cells + 1)
     l_hi, l_lo = float(_remove_loss(np.array(lo), kappa, q)), float(_remove_loss(np.array(hi), kappa, q))
-    k0, k1 = math.ceil(l_lo / step), math.floor(l_hi / step)
-    if k1 - k0 + 1 > _MAX_CELLS:
-        raise ValueError(
-            f"value_discretization_interval={step:g} needs {k1 - k0 + 1} loss bins for kappa={kappa:g}, q={q:g}; "
-            "use a larger value_discretization_interval"
-        )
+    k0, k1 = math.ceil(l_lo / step), math.floor(l_hi / step)  # sized beforehand by _one_step_sizes
     pre = _remove_loss_preimage(np.arange(k0, k1 + 1, dtype=np.float64) * step, kappa, q) if k1 >= k0 else np.empty(0)
     pre = pre[(pre > lo) & (pre < hi)]
     return np.unique(np.concatenate([uniform, pre]))
@@ -115,14 +140,18 @@ def _dense_pmf(index: np.ndarray, mass: np.ndarray, step: float):
     lower = int(index.min())
     probs = np.bincount(index - lower, weights=mass)
     infinity = max(0.0, 1.0 - float(math.fsum(mass)))
-    return pld_pmf.DensePLDPmf(step, lower, probs, infinity, pessimistic_estimate=True)
+    pmf = pld_pmf.DensePLDPmf(step, lower, probs, infinity, pessimistic_estimate=True)
+    return pmf, _pld_memory.summarise(lower, probs)
 
 
 def _connect_dots(k_lo: int, k_hi: int, deltas: np.ndarray, step: float):
-    """Pessimistic connect-the-dots PMF (Doroshenko et al. 2022) from delta(k * step), k = k_lo..k_hi."""
+    """Pessimistic connect-the-dots PMF (Doroshenko et al. 2022) from delta(k * step), k = k_lo..k_hi, and the
+    summary the composition's memory guard needs (from the same probabilities, computed here)."""
     from dp_accounting.pld import pld_pmf
 
-    return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(step, k_lo, k_hi, np.clip(deltas, 0.0, 1.0))
+    deltas = np.clip(deltas, 0.0, 1.0)
+    pmf = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(step, k_lo, k_hi, deltas)
+    return pmf, _pld_memory.summarise(k_lo, _pld_memory.connect_dots_probs(deltas, step))
 
 
 @functools.lru_cache(maxsize=64)
@@ -130,10 +159,7 @@ def _vmf_pld_cached(kappa: float, dim: float, q: float, step: float, width: floa
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
     log_z = _log_normaliser(kappa, dim)
-    lo, hi = _mode_window(kappa, dim, width)
-    windows = [(lo, hi), (math.pi - hi, math.pi - lo)]  # g_+ and its mirror g_-
-    if windows[1][0] <= windows[0][1]:
-        windows = [(lo, math.pi - lo)]
+    windows = _windows(kappa, dim, width)
     edges = [_cell_edges(a, b, kappa, q, step, cells) for a, b in windows]
     plus, minus, left, right = [], [], [], []
     for e in edges:
@@ -174,8 +200,8 @@ def _vmf_pld_cached(kappa: float, dim: float, q: float, step: float, width: floa
             d_add = up_t[j] + max(0.0, 1.0 - up_t[0]) - np.exp(-eps) * low_t[j]
             add = _connect_dots(-k_hi, -k_lo, d_add[::-1], step)
     if add is None:  # q = 1: add and remove PLDs coincide (theta -> pi - theta)
-        return pld_lib.PrivacyLossDistribution(remove)
-    return pld_lib.PrivacyLossDistribution(remove, add)
+        return pld_lib.PrivacyLossDistribution(remove[0]), (remove[1],)
+    return pld_lib.PrivacyLossDistribution(remove[0], add[0]), (remove[1], add[1])
 
 
 def _check(kappa, dim, q, step):
@@ -185,8 +211,27 @@ def _check(kappa, dim, q, step):
     check("value_discretization_interval", step, POSITIVE)
 
 
+_ALTERNATIVES = "a smaller kappa, a larger value_discretization_interval or vmf_epsilon's RDP approaches ('best', 1, 2)"
+
+
+def _checked_pld(kappa, dim, q, value_discretization_interval, width, cells, connect_dots):
+    """:func:`_vmf_pld_cached` after the argument checks and the one-step memory guard: raises ``PLDTooLarge`` (a
+    ``ValueError`` naming kappa, :mod:`recon_jax.accounting._pld_memory`) before any array of the step is built."""
+    kappa, dim, q, step = float(kappa), float(dim), float(q), float(value_discretization_interval)
+    _check(kappa, dim, q, step)
+    width, cells, connect_dots = float(width), int(cells), bool(connect_dots)
+    points, n_cells = _one_step_sizes(kappa, dim, q, step, width, cells)
+    need = max(_CELL_BYTES * n_cells, _GRID_BYTES * points + _KEPT_CELL_BYTES * n_cells)
+    if need > _pld_memory.BUDGET_BYTES:
+        raise _pld_memory.PLDTooLarge(
+            f"kappa = {kappa:g} is too large for the VMF PLD at dim = {dim:g}, q = {q:g} (value_discretization_"
+            f"interval={step:g}): one step's privacy-loss distribution needs {_pld_memory.gib(need)}; use "
+            f"{_ALTERNATIVES}")
+    return _vmf_pld_cached(kappa, dim, q, step, width, cells, connect_dots)
+
+
 def vmf_pld(kappa: float, dim: float, q: float, *, value_discretization_interval: float = 1e-3,
-            width: float = 20.0, cells: int = 2048, connect_dots: bool = True):
+            width: float = _WIDTH, cells: int = _CELLS, connect_dots: bool = True):
     """One step of the Poisson-subsampled VMF mechanism as a ``dp_accounting`` ``PrivacyLossDistribution``.
 
     Pessimistic (its hockey-stick divergences, also after ``self_compose``, are upper bounds); see the module
@@ -208,15 +253,14 @@ def vmf_pld(kappa: float, dim: float, q: float, *, value_discretization_interval
       ``dp_accounting.pld.privacy_loss_distribution.PrivacyLossDistribution`` of one step (add and remove).
 
     Raises:
-      ValueError: for out-of-range inputs, or a grid that would need more than 2e7 loss bins.
+      ValueError: for out-of-range inputs, or where building the step would need more than 2 GiB (its cells and
+        loss grid, counted in closed form first; a large ``kappa`` or a small ``value_discretization_interval``).
 
     >>> pld = vmf_pld(2.0, 3, 1.0, value_discretization_interval=1e-3)
     >>> bool(pld.get_epsilon_for_delta(0.0) <= 4.0 + 1e-3)  # the loss 2 kappa cos(theta) never exceeds 2 kappa
     True
     """
-    kappa, dim, q, step = float(kappa), float(dim), float(q), float(value_discretization_interval)
-    _check(kappa, dim, q, step)
-    return _vmf_pld_cached(kappa, dim, q, step, float(width), int(cells), bool(connect_dots))
+    return _checked_pld(kappa, dim, q, value_discretization_interval, width, cells, connect_dots)[0]
 
 
 def vmf_pld_epsilon(kappa: float, dim: float, q: float, steps: int, delta: float, *,
@@ -233,7 +277,8 @@ def vmf_pld_epsilon(kappa: float, dim: float, q: float, steps: int, delta: float
       epsilon (float; ``inf`` when the infinite-loss mass alone exceeds ``delta``).
 
     Raises:
-      ValueError: for out-of-range inputs.
+      ValueError: for out-of-range inputs, or where one step (see :func:`vmf_pld`) or composing the steps (the FFT
+        of ``dp_accounting``'s ``self_compose``, sized from the step's probabilities) would need more than 2 GiB.
 
     >>> e1 = vmf_pld_epsilon(50.0, 100, 0.1, 10, 1e-5, value_discretization_interval=1e-3)
     >>> e2 = vmf_pld_epsilon(50.0, 100, 0.1, 20, 1e-5, value_discretization_interval=1e-3)
@@ -244,7 +289,16 @@ def vmf_pld_epsilon(kappa: float, dim: float, q: float, steps: int, delta: float
         raise ValueError(f"steps must be an integer >= 1; got {steps}")
     if not (0 < delta < 1):
         raise ValueError(f"delta must be in (0, 1); got {delta}")
-    pld = vmf_pld(kappa, dim, q, value_discretization_interval=value_discretization_interval)
-    if int(steps) > 1:
-        pld = pld.self_compose(int(steps))
+    steps = int(steps)
+    pld, directions = _checked_pld(kappa, dim, q, value_discretization_interval, _WIDTH, _CELLS, True)
+
+    def refusal(need):
+        return (f"kappa = {float(kappa):g} is too large for the VMF PLD at dim = {float(dim):g}, q = {float(q):g}, "
+                f"steps = {steps} (value_discretization_interval={float(value_discretization_interval):g}): composing "
+                f"the steps needs {_pld_memory.gib(need)}; use fewer steps, {_ALTERNATIVES}")
+
+    exact = _pld_memory.composed_size(directions, steps)  # from the one step's own probabilities: no bound needed
+    _pld_memory.check_composition(steps, exact, lambda: directions, _pld_memory.fft_bytes, refusal)
+    if steps > 1:
+        pld = pld.self_compose(steps)
     return float(pld.get_epsilon_for_delta(float(delta)))

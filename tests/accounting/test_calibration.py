@@ -84,3 +84,17 @@ def test_tradeoff_route_refuses_fractional_steps(x64):
     # The GDP route keeps real steps: the closed form at 10.4 (SciPy root), not at 10.
     got = float(calibrate_sigma_for_rero(0.3, 0.1, 1.0, 10.4, route="gdp"))
     assert got == pytest.approx(_gdp_root(0.3, 0.1, 10.4), rel=1e-9)  # a closed form: float64 rounding only
+
+
+def test_tradeoff_route_never_trips_the_memory_refusal(monkeypatch):
+    """A target so loose that the smallest sigma lies below the PLD's memory limit: the tradeoff route returns the
+    smallest sigma it can certify (at the limit, within rtol), meeting the target, instead of raising (its bracket
+    halves towards 1e-6, where the PLD would ask for TiB). The budget is lowered to 64 MiB so that the limit is
+    0.0988 at the interval 1e-3 and the test stays small."""
+    from recon_jax.accounting import _pld_memory
+
+    monkeypatch.setattr(_pld_memory, "BUDGET_BYTES", 2**26)
+    floor = _pld_memory.gaussian_min_sigma(1e-3)
+    s = float(calibrate_sigma_for_rero(0.99, 0.01, 0.01, 1, rtol=1e-2))
+    assert floor <= s <= floor * 1.01 ** 2
+    assert float(rero_dpsgd_tradeoff([0.01], s, 0.01, 1)[0]) <= 0.99

@@ -1,5 +1,7 @@
 """DP-SGD epsilon and calibration against dp_accounting (RDP and PLD), and the PLD trade-off curve."""
 
+import time
+
 import dp_accounting
 import numpy as np
 import pytest
@@ -86,22 +88,109 @@ def test_pld_refuses_infinite_steps():
 def test_pld_refuses_a_composition_over_budget(monkeypatch):
     """Above the one-step limit, a composition whose FFT would exceed the budget is refused before it allocates
     (checked with the budget lowered to 64 MiB, so that the test stays small)."""
-    from recon_jax.accounting import dpsgd
+    from recon_jax.accounting import _pld_memory
 
-    monkeypatch.setattr(dpsgd, "_PLD_MEMORY_BYTES", 2**26)
+    monkeypatch.setattr(_pld_memory, "BUDGET_BYTES", 2**26)
     with pytest.raises(ValueError, match=r"sigma = 0\.12 is too small for accountant='pld' at q = 0\.01, steps = 1000"):
         dpsgd_epsilon(0.12, 0.01, 1000, 1e-5, "pld", value_discretization_interval=1e-3)
     dpsgd_epsilon(0.12, 0.01, 3, 1e-5, "pld", value_discretization_interval=1e-3)  # few steps fit
+
+
+def _forbid_pld_builders(monkeypatch, mechanism=True):
+    """Make dp_accounting's PLD builders fail if called (and its Gaussian privacy loss too, where ``mechanism``): a
+    refusal must come before any of them, so that a test can never allocate what the guard refuses."""
+    from dp_accounting.pld import pld_pmf
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from dp_accounting.pld import privacy_loss_mechanism as plm
+
+    def fail(*args, **kwargs):
+        raise AssertionError("dp_accounting was asked to build a privacy-loss distribution")
+
+    monkeypatch.setattr(pld_pmf, "create_pmf_pessimistic_connect_dots_fixed_gap", fail)
+    monkeypatch.setattr(pld_lib, "from_gaussian_mechanism", fail)
+    monkeypatch.setattr(pld_lib.PrivacyLossDistribution, "__init__", fail)
+    monkeypatch.setattr(pld_lib.PrivacyLossDistribution, "self_compose", fail)
+    if mechanism:
+        monkeypatch.setattr(plm.GaussianPrivacyLoss, "__init__", fail)
+
+
+@pytest.mark.parametrize("sigma", [1e-2, 1e-3, 1e-6])
+def test_pld_tradeoff_refuses_tiny_sigma_before_building(monkeypatch, sigma):
+    """pld_tradeoff and rero_dpsgd_tradeoff had no memory guard: sigma = 1e-3 at their default interval 1e-3 asked
+    for a one-step grid of 1e9 points (8 GB for its divergences alone, then dp_accounting's PMF and FFT). Below the
+    one-step limit they now refuse in closed form, naming sigma, the limit and the alternatives, before dp_accounting
+    builds anything (its builders fail here if called): in well under 2 s."""
+    _forbid_pld_builders(monkeypatch)
+    for call in (lambda: pld_tradeoff(sigma, 0.01, 100, [0.1]), lambda: rero_dpsgd_tradeoff([0.1], sigma, 0.01, 100)):
+        start = time.perf_counter()
+        with pytest.raises(ValueError, match=r"sigma must be >= 0\.0112 for pld_tradeoff with value_discretization_"
+                                             r"interval=0\.001 .*more than 2 GiB.*rero_from_rdp_curve"):
+            call()
+        assert time.perf_counter() - start < 2.0
+
+
+def test_pld_tradeoff_refuses_a_composition_over_budget(x64, monkeypatch):
+    """Above the one-step limit (one step of 2e4 points), 1e8 steps would need a ~360 GiB FFT: refused from the
+    step's own probabilities, before dp_accounting builds its PMFs (which fail here if called). A composition that
+    fits is unchanged: the dpsgd_epsilon bridge still equals dp_accounting's accountant exactly."""
+    alphas = np.array([1e-3, 0.1])
+    assert float(dpsgd_epsilon(1.0, 1.0, 100, 1e-5, "pld", value_discretization_interval=1e-3)) == \
+        _dp_pld_eps(1.0, 1.0, 100, 1e-5, 1e-3)  # the same computation, bit for bit
+    fits = pld_tradeoff(1.0, 1.0, 100, alphas)
+    _forbid_pld_builders(monkeypatch, mechanism=False)
+    for call in (lambda: pld_tradeoff(1.0, 1.0, 10**8, alphas), lambda: rero_dpsgd_tradeoff(alphas, 1.0, 1.0, 10**8)):
+        with pytest.raises(ValueError, match=r"sigma = 1 is too small for pld_tradeoff at q = 1, steps = 100000000 "
+                                             r"\(value_discretization_interval=0\.001\): composing the steps needs "
+                                             r"about [0-9.]+ GiB \(limit 2 GiB\); use a larger sigma"):
+            call()
+    with pytest.raises(ValueError, match=r"sigma = 1 is too small for accountant='pld' at q = 1, steps = 100000000"):
+        dpsgd_epsilon(1.0, 1.0, 10**8, 1e-5, "pld", value_discretization_interval=1e-3)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(pld_tradeoff(1.0, 1.0, 100, alphas), fits)  # deterministic: same value again
+
+
+@pytest.mark.parametrize("sigma,q,steps,vdi", [(1.0, 0.01, 1000, 1e-3), (0.5, 0.3, 10, 1e-3), (3.0, 1.0, 100, 1e-4),
+                                               (0.2, 1.0, 2, 1e-3), (0.3, 0.001, 100000, 1e-3),
+                                               (0.03, 1.0, 100, 1e-2)])
+def test_pld_memory_guard_sizes_the_composition_as_dp_accounting(sigma, q, steps, vdi):
+    """The guard reads no private field of dp_accounting's objects: it sizes the FFT from its own connect-the-dots
+    probabilities (equal to those of dp_accounting's PMF up to the vectorised divergences' rounding, 1e-11) with
+    dp_accounting's Chernoff truncation (the same bounds), and its closed-form grid bound holds. Here, and only
+    here, the test reads dp_accounting's fields to compare."""
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from scipy import fft
+
+    from recon_jax.accounting import _pld_memory
+    from recon_jax.accounting.dpsgd import _gaussian_deltas
+
+    ref = pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=vdi)
+    points, top = _pld_memory.gaussian_grid(sigma, q, vdi)
+    ffts = []
+    for (lo, hi, deltas), pmf in zip(_gaussian_deltas(sigma, q, vdi), [ref._pmf_remove, ref._pmf_add]):
+        dense = pmf.to_dense_pmf()
+        probs = _pld_memory.connect_dots_probs(deltas, vdi)
+        assert lo == dense._lower_loss and hi - lo + 1 == probs.size == dense._probs.size <= points and hi <= top
+        np.testing.assert_allclose(probs, dense._probs, rtol=0, atol=1e-11)
+        lo_t, hi_t = common.compute_self_convolve_bounds(dense._probs, steps, 1e-15)
+        assert _pld_memory.composed_support(_pld_memory.summarise(lo, probs), steps) == (lo_t, hi_t)
+        ffts.append(fft.next_fast_len(max(hi_t - lo_t + 1, probs.size)))
+    directions = [_pld_memory.summarise(lo, _pld_memory.connect_dots_probs(d, vdi))
+                  for lo, _, d in _gaussian_deltas(sigma, q, vdi)]
+    size = _pld_memory.composed_size(directions, steps)
+    assert size.fft_points == max(ffts)  # the FFT that dp_accounting's self_compose will take
+    bound = _pld_memory.trivial_size(points, top, steps, len(directions))
+    assert bound.fft_points >= size.fft_points and bound.kept_points >= size.kept_points and bound.top >= size.top
 
 
 def test_calibrate_sigma_pld_never_trips_the_refusal(x64, monkeypatch):
     """A target so loose that the smallest sigma lies below the PLD route's limit: calibrate_sigma returns the
     smallest sigma it can certify (at the limit, within rtol), meeting the target under dp_accounting, instead of
     raising (its bracket halves towards 1e-4)."""
-    from recon_jax.accounting import dpsgd
+    from recon_jax.accounting import _pld_memory
 
-    monkeypatch.setattr(dpsgd, "_PLD_MEMORY_BYTES", 2**26)  # limit 0.0988 at interval 1e-3: a small test
-    floor = dpsgd._pld_min_sigma(1e-3)
+    monkeypatch.setattr(_pld_memory, "BUDGET_BYTES", 2**26)  # limit 0.0988 at interval 1e-3: a small test
+    floor = _pld_memory.gaussian_min_sigma(1e-3)
     s = float(calibrate_sigma(1e4, 1.0, 1, 1e-5, "pld", value_discretization_interval=1e-3, rtol=1e-2))
     assert floor <= s <= floor * 1.01 ** 2
     assert _dp_pld_eps(s, 1.0, 1, 1e-5, 1e-3) <= 1e4
@@ -197,6 +286,28 @@ def test_vectorised_gaussian_pld_equals_dp_accounting(sigma, q):
         np.testing.assert_allclose(lo, lr, rtol=0, atol=1e-12)
         np.testing.assert_allclose(po, pr, rtol=0, atol=1e-11)
         np.testing.assert_allclose(io, ir, rtol=1e-12, atol=1e-30)
+
+
+@pytest.mark.parametrize("sigma,q", [(0.02, 1.0), (0.03, 0.01), (0.02, 0.5)])
+def test_vectorised_divergences_where_e_to_the_eps_overflows(sigma, q):
+    """Below sigma ~ 0.035 the loss grid reaches |eps| > 709, where e^eps overflowed: x* became inf and the remove
+    divergence 0 where it is ~1 (an unsound PMF for pld_tradeoff). Now equal to dp_accounting's over its whole
+    connect-the-dots range (1e-15: float64 rounding of O(1) terms), without overflow warnings."""
+    import warnings
+
+    from dp_accounting.pld import privacy_loss_mechanism as plm
+
+    from recon_jax.accounting.dpsgd import _subsampled_gaussian_delta
+
+    for adjacency in [plm.AdjacencyType.REMOVE] + ([plm.AdjacencyType.ADD] if q < 1 else []):
+        loss = plm.GaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
+        b = loss.connect_dots_bounds()
+        assert max(abs(b.epsilon_lower), abs(b.epsilon_upper)) > 709  # the case at stake
+        eps = np.linspace(b.epsilon_lower, b.epsilon_upper, 2001)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            ours = _subsampled_gaussian_delta(sigma, q, adjacency == plm.AdjacencyType.REMOVE, eps)
+        np.testing.assert_allclose(ours, loss.get_delta_for_epsilon(eps), rtol=0, atol=1e-15)
 
 
 def test_tradeoff_subsampling_helps(x64):

@@ -6,7 +6,10 @@ delta_n(eps) = int u(s) delta_{n-1}(eps - L(s)) ds (conditioning on the last rel
 form at p = 3 (s has density proportional to e^{+-kappa s} on [-1, 1]) and by SciPy quadrature otherwise.
 """
 
+import importlib
 import math
+import re
+import time
 
 import numpy as np
 import pytest
@@ -160,6 +163,71 @@ def test_vmf_pld_validation():
         vmf_pld_epsilon(1.0, 10, 0.5, 0, 1e-5)
     with pytest.raises(ValueError, match="value_discretization_interval"):
         vmf_pld(1e6, 10, 1.0, value_discretization_interval=1e-6)
+
+
+_VMF_PLD = importlib.import_module("recon_jax.accounting.vmf_pld")  # the module (the package exports the function)
+
+
+def _forbid_building(monkeypatch, one_step=True):
+    """Make the step's construction (its normaliser and cells, and dp_accounting's PMFs) and the composition fail if
+    called: a refusal must come before them, so that a test never allocates what the guard refuses."""
+    from dp_accounting.pld import pld_pmf
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the privacy-loss distribution was built")
+
+    if one_step:
+        for name in ("_log_normaliser", "_cell_edges"):
+            monkeypatch.setattr(_VMF_PLD, name, fail)
+        monkeypatch.setattr(pld_pmf, "create_pmf_pessimistic_connect_dots_fixed_gap", fail)
+    monkeypatch.setattr(pld_lib.PrivacyLossDistribution, "self_compose", fail)
+
+
+@pytest.mark.parametrize("kappa,p,q,steps,step,gib", [(1e6, 10, 1.0, 1, 1e-3, "931.3"),
+                                                      (1e5, 13700, 0.01, 1000, 1e-3, "44.5"),
+                                                      (50.0, 100, 0.1, 10, 1e-7, "327.9")])
+def test_vmf_pld_refuses_large_kappa_before_building(monkeypatch, kappa, p, q, steps, step, gib):
+    """A large kappa (the loss spans 4 kappa) or a fine grid asked for billions of loss bins (kappa = 1e6: 4e9 grid
+    points, ~930 GiB). Refused in closed form, naming kappa, the estimate and the alternatives, before any array of
+    the step is built (the construction fails here if called): in well under 2 s."""
+    _forbid_building(monkeypatch)
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=re.escape(
+            f"kappa = {kappa:g} is too large for the VMF PLD at dim = {p}, q = {q:g} (value_discretization_"
+            f"interval={step:g}): one step's privacy-loss distribution needs about {gib} GiB (limit 2 GiB); use a "
+            "smaller kappa")):
+        vmf_pld_epsilon(kappa, p, q, steps, 1e-5, value_discretization_interval=step)
+    with pytest.raises(ValueError, match=re.escape(f"kappa = {kappa:g} is too large")):
+        vmf_pld(kappa, p, q, value_discretization_interval=step)
+    assert time.perf_counter() - start < 2.0
+
+
+def test_vmf_pld_epsilon_refuses_a_composition_over_budget(monkeypatch):
+    """One step fits (8,001 grid points) but 1e9 steps would need a ~26,000 GiB FFT: refused from the step's own
+    probabilities before dp_accounting composes (its self_compose fails here if called). Fewer steps are unchanged."""
+    few = vmf_pld_epsilon(2.0, 3, 1.0, 10, 1e-5)
+    _forbid_building(monkeypatch, one_step=False)
+    with pytest.raises(ValueError, match=r"kappa = 2 is too large for the VMF PLD at dim = 3, q = 1, steps = "
+                                         r"1000000000 \(value_discretization_interval=0\.001\): composing the steps "
+                                         r"needs about [0-9.]+ GiB \(limit 2 GiB\); use fewer steps"):
+        vmf_pld_epsilon(2.0, 3, 1.0, 10**9, 1e-5)
+    monkeypatch.undo()
+    composed = vmf_pld(2.0, 3, 1.0).self_compose(10)
+    assert vmf_pld_epsilon(2.0, 3, 1.0, 10, 1e-5) == few == composed.get_epsilon_for_delta(1e-5)  # as before
+
+
+def test_calibrate_vmf_kappa_pld_never_trips_the_refusal(monkeypatch):
+    """A target so loose that the largest kappa lies beyond the PLD's memory limit: calibrate_vmf_kappa returns the
+    largest kappa it can certify (at the limit, within rtol), meeting the target, instead of raising. The budget is
+    lowered to 16 MiB so that the limit is a small kappa (~11 at p = 3)."""
+    from recon_jax.accounting import _pld_memory
+
+    monkeypatch.setattr(_pld_memory, "BUDGET_BYTES", 2**24)
+    k = float(calibrate_vmf_kappa(1e3, 3, 1.0, 1, 1e-5, approach="pld", rtol=1e-2))
+    assert 5.0 < k < 20.0 and vmf_pld_epsilon(k, 3, 1.0, 1, 1e-5) <= 1e3
+    with pytest.raises(ValueError, match="too large for the VMF PLD"):
+        vmf_pld_epsilon(k * 1.01 ** 2, 3, 1.0, 1, 1e-5)
 
 
 def _delta_pair_p3(phi, kappa, q, eps, n=800):
