@@ -359,13 +359,23 @@ def _dense_pmf(pmf) -> tuple[np.ndarray, np.ndarray, float]:
     return losses, probs, float(dense._infinity_mass)
 
 
+_EXP_SAFE = 700.0  # e^x is finite and e^-x a normal float64 for |x| <= 700 (overflow past ~709.78)
+
+
 def _profile_at_losses(losses, probs, inf_mass, eps) -> np.ndarray:
     """delta(eps) = inf_mass + sum_{l_i > eps} p_i (1 - e^{eps - l_i}) at sorted ``eps``, by reverse cumulative sums."""
     tail_p = np.concatenate([np.cumsum(probs[::-1])[::-1], [0.0]])
-    shift = losses.max()  # e^{-(l - shift)} <= e^{l_max - l_min}: no overflow for any discretised PLD
-    tail_q = np.concatenate([np.cumsum((probs * np.exp(shift - losses))[::-1])[::-1], [0.0]])
     first_above = np.searchsorted(losses, eps, side="right")
-    delta = inf_mass + tail_p[first_above] - np.exp(eps - shift) * tail_q[first_above]
+    shift = losses.max()
+    if shift - losses.min() <= _EXP_SAFE:  # e^{shift - l} <= e^{l_max - l_min} is finite
+        tail_q = np.concatenate([np.cumsum((probs * np.exp(shift - losses))[::-1])[::-1], [0.0]])
+        below = np.exp(eps - shift) * tail_q[first_above]
+    else:  # a loss range past ~709 (tiny sigma, many steps): the same sums in logs, sum_{l_i > eps} p_i e^{eps - l_i}
+        with np.errstate(divide="ignore"):  # log 0 = -inf for empty bins, as intended
+            log_w = np.log(probs) - losses
+        log_tail_q = np.concatenate([np.logaddexp.accumulate(log_w[::-1])[::-1], [-np.inf]])
+        below = np.exp(np.minimum(eps + log_tail_q[first_above], 0.0))  # <= sum p_i <= 1 (l_i > eps)
+    delta = inf_mass + tail_p[first_above] - below
     return np.clip(delta, inf_mass, 1.0)
 
 
@@ -400,8 +410,9 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
     the discretised PLD ``delta(eps) = A - e^eps B``, so both terms are monotone in eps there: the supremum over
     all eps >= 0 is attained at the loss values themselves. They are all evaluated at once (cumulative sums), and
     the supremum is taken on the concave hull of the points ``(e^eps, 1 - delta)`` (and ``(e^-eps, e^-eps (1 -
-    delta))``) by a binary search per alpha. The result is a lower bound on the true trade-off (bounds built from
-    it are sound), non-increasing in alpha, and stable at fine discretisations.
+    delta))``) by a binary search per alpha, over the eps <= 700 where ``e^eps`` is finite (a smaller supremum). The
+    result is a lower bound on the true trade-off (bounds built from it are sound), non-increasing in alpha, and
+    stable at fine discretisations.
 
     Args:
       sigma: noise multiplier > 0; q: sampling probability in (0, 1]; steps: number of steps >= 1.
@@ -451,6 +462,13 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
     deltas = np.max([_profile_at_losses(*d, eps) for d in directions], axis=0)
     flat = alphas.ravel()
     one_minus = 1.0 - deltas
+    # The supremum over eps <= 700 only, where e^eps is finite and e^-eps a normal number (a loss range past ~709
+    # made e^eps inf and the curve NaN): a supremum over fewer eps is a lower bound on f still, so the result stays
+    # sound; above 700 the first term is negative for every alpha > 1e-304 and the second below 1e-304.
+    usable = eps <= _EXP_SAFE
+    eps, one_minus = eps[usable], one_minus[usable]
+    if eps.size == 0:  # only a caller's eps_grid can be all above 700: the trivial lower bound f >= 0
+        return np.zeros(alphas.shape)
     f1 = _upper_envelope(np.exp(eps), one_minus, flat)  # sup 1 - delta - e^eps alpha
     u = np.exp(-eps)[::-1]  # increasing
     f2 = _upper_envelope(u, (u * one_minus[::-1]), flat)  # sup e^-eps (1 - delta - alpha)

@@ -310,6 +310,36 @@ def test_vectorised_divergences_where_e_to_the_eps_overflows(sigma, q):
         np.testing.assert_allclose(ours, loss.get_delta_for_epsilon(eps), rtol=0, atol=1e-15)
 
 
+def test_tradeoff_finite_where_the_loss_range_passes_709():
+    """sigma = 0.03 without subsampling: the PLD's losses span +-880, where e^eps overflowed and the curve came out
+    NaN (so did rero_dpsgd_tradeoff at sigma = 1, q = 1, 1000 steps). Now finite, never above the exact mu-GDP curve
+    (mu = 1/sigma; f(a) = Phi(Phi^-1(1 - a) - mu), from SciPy), and close to it where the tests that matter sit
+    (f ~ 1 at alpha 1e-290: the 1e-7 gap is the 0.01 discretisation)."""
+    import warnings
+
+    a = np.array([0.0, 1e-290, 1e-280, 1e-5, 0.01, 0.5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        f = pld_tradeoff(0.03, 1.0, 1, a, value_discretization_interval=1e-2)
+    exact = stats.norm.cdf(stats.norm.isf(a) - 1 / 0.03)
+    assert np.all(np.isfinite(f))
+    assert np.all(f <= exact + 1e-12)
+    np.testing.assert_allclose(f[1:3], exact[1:3], rtol=0, atol=1e-7)
+
+
+def test_profile_in_logs_equals_the_naive_sum():
+    """The privacy profile over a loss range past 709 (computed in logs there) against the definition, term by term:
+    delta(eps) = inf_mass + sum_{l > eps} p (1 - e^(eps - l)), each term finite (l > eps)."""
+    from recon_jax.accounting.dpsgd import _profile_at_losses
+
+    rng = np.random.default_rng(3)
+    losses = np.linspace(-900.0, 900.0, 1801)
+    probs = rng.dirichlet(np.ones(losses.size)) * (1 - 1e-6)
+    eps = np.array([0.0, 0.5, 10.0, 300.0, 699.5, 899.0, 950.0])
+    naive = [1e-6 + sum(p * -np.expm1(e - l) for l, p in zip(losses, probs) if l > e) for e in eps]
+    np.testing.assert_allclose(_profile_at_losses(losses, probs, 1e-6, eps), naive, rtol=1e-12, atol=1e-17)
+
+
 def test_tradeoff_subsampling_helps(x64):
     a = np.array([0.01])
     sub = rero_dpsgd_tradeoff(a, 1.0, 0.01, 100, value_discretization_interval=1e-3)
