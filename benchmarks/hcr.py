@@ -8,7 +8,8 @@ trained for ``--epochs`` epochs here unless ``--params`` points to a pickle writ
 settings (atol, btol, conlim, iteration limit), the same rounds, and the same DCT-II bounds.
 
 - ours: ``jax.jit(hcr_bounds_batch)``: one ``lax.while_loop`` LSQR per (example, restart), all vmapped,
-  so every Jacobian product is a batched matmul;
+  so every Jacobian product is a batched matmul; its Golub-Kahan vectors ``v_k`` are reorthogonalized (SciPy's
+  are not), which costs stored vectors and products but keeps float32 solves from wandering with the rounding;
 - baseline (the reference implementation's design): ``scipy.sparse.linalg.lsqr`` driven by a
   ``LinearOperator`` whose matvec / rmatvec call jitted ``jax.jvp`` / ``jax.vjp``, one example at a time.
 

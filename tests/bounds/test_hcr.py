@@ -341,6 +341,85 @@ def test_hcr_bounds_invalid_arguments():
         hcr_bounds(f, jnp.zeros(2), 1.0, key, coordinates="wavelet")
 
 
+def _relu_net32(seed=1, n_in=16, width=64, cond=1e3):
+    """A float32 ReLU net R^16 -> R^64, input [4, 4], whose first layer's columns are scaled from 1 down to 1/cond:
+    at x0 the Jacobian has full column rank and condition number ~2e3 (seed 1), so the Cramer-Rao bounds are
+    finite and the search has ill-conditioned least-squares problems to solve."""
+    rng = np.random.default_rng(seed)
+    w1 = rng.normal(size=(width, n_in)) * np.logspace(0, -np.log10(cond), n_in) / np.sqrt(n_in)
+    w1, w2 = jnp.asarray(w1, jnp.float32), jnp.asarray(rng.normal(size=(width, width)) / np.sqrt(width), jnp.float32)
+    b1 = jnp.asarray(rng.normal(size=width) * 0.3, jnp.float32)
+
+    def f(x):
+        return jax.nn.relu(w2 @ jax.nn.relu(w1 @ x.reshape(-1) + b1))
+
+    return f, jnp.asarray(rng.normal(size=(4, n_in // 4)), jnp.float32)
+
+
+def test_alg1_float32_jit_equals_eager():
+    """Eager and jitted Alg. 1 in float32 agree (STYLE: jit equals eager). They compile the search differently
+    (eager runs the linearisation op by op and compiles the rounds on their own; jit fuses the whole program), so
+    their products round differently. Before LSQR reorthogonalized, its float32 Golub-Kahan vectors lost
+    orthogonality, each solve ran 29-46 iterations for 16 unknowns and stopped where the rounding led: the two
+    returned bounds up to 75% apart (median 34%) here (float64: 13%, median 8e-4). Now float32 agrees to 7e-5
+    (float64: 2e-12). Tolerance 2e-3: a float32 solve is determined to ~cond(J) u = 2e3 x 6e-8 ~ 1e-4, and each
+    round's delta carries the forward passes' rounding, u ||a(x)|| against ||delta|| ~ 1e-3."""
+    f, x0 = _relu_net32()
+    jac = np.asarray(jax.jacfwd(f)(x0)).reshape(64, -1)
+    assert np.linalg.matrix_rank(jac) == 16 and 1e3 < np.linalg.cond(jac) < 1e4
+    key = jax.random.key(1)
+    kw = dict(num_restarts=4, num_rounds=4, perturbation_size=1e-2, return_info=True)
+    eager, info = hcr_bounds(f, x0, 0.1, key, **kw)
+    jitted, info_jit = jax.jit(lambda x: hcr_bounds(f, x, 0.1, key, **kw))(x0)
+    assert eager.dtype == jitted.dtype == jnp.float32 and np.all(np.asarray(eager) > 0)
+    np.testing.assert_allclose(np.asarray(jitted), np.asarray(eager), rtol=2e-3)
+    assert np.max(np.asarray(info.lsqr_itn)) <= 16  # as in exact arithmetic: at most n iterations
+    np.testing.assert_array_equal(np.asarray(info_jit.lsqr_itn), np.asarray(info.lsqr_itn))
+
+
+def test_alg1_input_shift_is_the_perturbation_evaluated():
+    """Delta is the shift the forward pass sees, (x + eps) - x, not LSQR's eps, which x + eps rounds: far from
+    the origin (float32 spacing 6e-5 at 1000, shifts 3e-4 to 3e-3) the two differ by up to 10%. For the linear
+    map a(v) = W (v - c) at x = c, a(x + Delta) = W Delta exactly, so each bound is the closed form at Delta
+    (float64 reference; rtol 1e-5: float32 products W Delta)."""
+    gen = np.random.default_rng(3)
+    w = gen.normal(size=(8, 5))
+    c = jnp.asarray(1000.0 + gen.uniform(size=5), jnp.float32)
+    f = lambda v: jnp.asarray(w, jnp.float32) @ (v - c)  # noqa: E731
+    sigma = 1.0
+    got, info = jax.jit(lambda x: hcr_bounds(f, x, sigma, jax.random.key(2), num_restarts=1, num_rounds=1,
+                                             perturbation_size=1e-2, coordinates="pixel", return_info=True))(c)
+    shift = np.asarray(info.best_input_shift)
+    x0 = np.asarray(c)
+    np.testing.assert_array_equal((x0 + shift) - x0, shift)  # float32 arithmetic: the shift is representable at x
+    assert np.min(np.abs(shift)) > 4 * np.spacing(np.float32(1000.0))  # a few spacings: x + eps rounds visibly
+    s = np.sum((w @ shift.astype(np.float64)) ** 2)
+    np.testing.assert_allclose(np.asarray(got), np.abs(shift) / np.sqrt(np.expm1(s / sigma**2)), rtol=1e-5)
+
+
+def test_alg1_promotes_float32_input_to_the_feature_dtype(x64):
+    """A float32 x through a float64 feature map (x64 on) is computed in float64, as if x were float64: x's
+    values are float64 values and the map promotes them anyway. (The jvp was linearised at the float32 x and got
+    float64 tangents from LSQR: "linearized function called on tangent values inconsistent with the original
+    primal values".) Same float64 computation: rtol 1e-12."""
+    f, x0 = _tanh_net(seed=2)
+    assert x0.dtype == jnp.float64
+    x32 = x0.astype(jnp.float32)
+    key = jax.random.key(3)
+    kw = dict(num_restarts=2, num_rounds=2, perturbation_size=1e-2, coordinates="pixel")
+    got = hcr_bounds(f, x32, 0.1, key, **kw)
+    ref = hcr_bounds(f, x32.astype(jnp.float64), 0.1, key, **kw)
+    assert got.dtype == jnp.float64 and np.all(np.asarray(got) > 0)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-12)
+    xs32 = jnp.stack([x32, -x32])
+    batch = jax.jit(lambda v: hcr_bounds_batch(f, v, 0.1, key, **kw))(xs32)
+    assert batch.dtype == jnp.float64 and batch.shape == xs32.shape
+    ref_mode = hcr_bounds_reference(f, xs32, 0.1, key, 2, 2, 1e-2, coordinates="pixel")
+    ref_mode64 = hcr_bounds_reference(f, xs32.astype(jnp.float64), 0.1, key, 2, 2, 1e-2, coordinates="pixel")
+    assert ref_mode.dtype == jnp.float64
+    np.testing.assert_allclose(np.asarray(ref_mode), np.asarray(ref_mode64), rtol=1e-12)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Dithering utilities.
 
