@@ -19,8 +19,8 @@ import os
 import jax
 import numpy as np
 
-from experiments.common import (check_config, claim, finish_run, keyed_dir, launch, paired_comparison, require_finite,
-                                start_run)
+from experiments.common import (check_config, check_fits, claim, finish_run, keyed_dir, launch, paired_comparison,
+                                require_finite, start_run)
 from experiments.configs.balle_cifar10 import CHECKS
 import recon_jax
 from recon_jax import models, training
@@ -50,10 +50,12 @@ def _features(config):
 def run(config, workdir: str) -> dict:
     """Runs the experiment; writes report.md, metrics.json, config.json and figures to ``workdir``."""
     check_config(config, CHECKS)  # before anything is written to workdir
+    images, labels = _load(config)
+    for fields in (("num_targets", "fixed_size", "num_shadow"), ("num_targets", "fixed_size", "eval_size")):
+        check_fits(config, fields, len(images), f"records of {config.dataset!r} (train + test)")
     run_info = start_run(workdir, config, seed=config.seed)
     workdir = run_info.workdir
     key = jax.random.key(config.seed)
-    images, labels = _load(config)
     sp = recon_jax.data.pool_splits(images, labels, fixed_size=config.fixed_size, num_shadow=config.num_shadow,
                                     num_targets=config.num_targets, eval_size=config.eval_size,
                                     key_or_seed=config.seed)

@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 from experiments import balle_figures
-from experiments.common import (check_config, claim, comparison, finish_run, is_vacuous, keyed_dir, launch,
+from experiments.common import (check_config, check_fits, claim, comparison, finish_run, is_vacuous, keyed_dir, launch,
                                 paired_comparison, require_finite, start_run, student_t_half_width, wall_time)
 from experiments.configs.balle_mnist import CHECKS
 import recon_jax
@@ -158,12 +158,14 @@ class _Sets:
 def run(config, workdir: str) -> dict:
     """Runs the experiment; writes report.md, metrics.json, config.json and figures to ``workdir``."""
     check_config(config, CHECKS)  # before anything is written to workdir
+    images, labels = recon_jax.data.load_dataset(config.dataset, "train+test")
+    for fields in (("num_targets", "fixed_size", "num_shadow"), ("num_targets", "fixed_size", "eval_size")):
+        check_fits(config, fields, len(images), f"records of {config.dataset!r} (train + test)")
     run_info = start_run(workdir, config, seed=config.seed)
     workdir = run_info.workdir
     t_start = time.time()
     c = config
     key = jax.random.key(c.seed)
-    images, labels = recon_jax.data.load_dataset(c.dataset, "train+test")
     sp = recon_jax.data.pool_splits(images, labels, fixed_size=c.fixed_size, num_shadow=c.num_shadow,
                                     num_targets=c.num_targets, eval_size=c.eval_size, key_or_seed=c.seed)
     del images, labels

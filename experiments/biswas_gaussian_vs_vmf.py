@@ -32,7 +32,8 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-from experiments.common import check_config, claim, comparison, finish_run, keyed_dir, launch, require_finite, start_run
+from experiments.common import (check_config, check_fits, claim, comparison, finish_run, keyed_dir, launch,
+                                require_finite, start_run)
 from experiments.configs.biswas_gaussian_vs_vmf import CHECKS
 from recon_jax.io import atomic_write_json
 
@@ -145,11 +146,15 @@ def _capacities(rows, dim) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _load(name: str, split: str, size: int, n: int, rng) -> tuple[np.ndarray, np.ndarray]:
+def _load(config, name: str, split: str, rng) -> tuple[np.ndarray, np.ndarray]:
+    """``config.num_train`` (``num_test``) records of ``name``'s ``split``, drawn without replacement by ``rng``,
+    at ``config.image_size`` (MNIST cropped, others resized)."""
     from recon_jax.data import load_dataset
 
     x, y = load_dataset(name, split)
-    idx = rng.choice(x.shape[0], size=min(n, x.shape[0]), replace=False)
+    field, size = f"num_{split}", config.image_size
+    check_fits(config, (field,), x.shape[0], f"{split} records of {name!r}")
+    idx = rng.choice(x.shape[0], size=config[field], replace=False)
     x, y = np.asarray(x[idx], np.float32), np.asarray(y[idx])
     if name == "mnist":
         lo = (x.shape[1] - size) // 2
@@ -229,6 +234,12 @@ def run(config, workdir: str) -> dict:
     from recon_jax.attacks.gradient import DLGOptions, InvertingGradientsOptions, dlg, inverting_gradients
     from recon_jax.mechanisms import GaussianMechanism, NoNoise, VMFMechanism
 
+    loaded = {}  # dataset -> (train, test) draws; before start_run, so a size the data cannot meet writes nothing
+    for d_i, dataset in enumerate(config.datasets):
+        short = dataset.split(":")[-1]
+        rng = np.random.default_rng(config.seed + d_i)
+        loaded[dataset] = tuple(_load(config, short if short == "mnist" else dataset, split, rng)
+                                for split in ("train", "test"))
     run_info = start_run(workdir, config, seed=config.seed)
     workdir = run_info.workdir
     key = jax.random.key(config.seed)
@@ -247,9 +258,7 @@ def run(config, workdir: str) -> dict:
     results = {"pairs": pairs, "datasets": {}}
     for d_i, dataset in enumerate(config.datasets):
         short = dataset.split(":")[-1]
-        rng = np.random.default_rng(config.seed + d_i)
-        xtr, ytr = _load(short if short == "mnist" else dataset, "train", config.image_size, config.num_train, rng)
-        xte, yte = _load(short if short == "mnist" else dataset, "test", config.image_size, config.num_test, rng)
+        (xtr, ytr), (xte, yte) = loaded[dataset]
         dkey = jax.random.fold_in(key, d_i)
         params0 = training.initial_params(fns, jax.random.fold_in(dkey, 0), jnp.asarray(xtr[:1]))
         if models.count_params(params0) != config.param_dim:

@@ -1,12 +1,14 @@
 """Helpers shared by the experiment entry points, re-exported from the package.
 
 The evidence helpers (provenance, NaN refusal, keyed caches, publishing) live in :mod:`recon_jax.evidence.run`,
-claims and their verdicts in :mod:`recon_jax.evidence.claims`, the config checks (``check_config``, ``ConfigError``)
-in :mod:`recon_jax.evidence.config_checks`, the command line (``--config`` / ``--workdir``,
+claims and their verdicts in :mod:`recon_jax.evidence.claims`, the config checks (``check_config``, ``check_fits``,
+``ConfigError``) in :mod:`recon_jax.evidence.config_checks`, the command line (``--config`` / ``--workdir``,
 :func:`~recon_jax.evidence.launcher.launch`) in :mod:`recon_jax.evidence.launcher`; every experiment imports them
 from here. Every experiment's ``run(config, workdir)`` follows the same shape::
 
     check_config(config, CHECKS)                              # CHECKS: experiments/configs/<name>.py, field -> range
+    images, labels = load_dataset(config.dataset, "train")
+    check_fits(config, ("fixed_size", "num_targets"), len(images), "training records")  # sizes the data can meet
     run_info = start_run(workdir, config, seed=config.seed)   # config.json with commit, machine, versions
     ...                                                       # require_finite(...) on losses, models, metrics
     claims = [claim("attack beats the oracle", detail=f"mean MSE {mse:.4f} vs oracle {oracle:.4f}",
@@ -29,7 +31,7 @@ import recon_jax.evidence.run
 from recon_jax.evidence.claims import (VERDICTS, check_claims, claim, claims_markdown, comparison, is_vacuous,
                                        paired_comparison, student_t_half_width)
 from recon_jax.evidence.config_checks import (ConfigError, Rule, any_of, check_config, each, field_value, integer,
-                                              number, one_of, optional)
+                                              check_fits, number, one_of, optional)
 from recon_jax.evidence.launcher import experiment_flags, forget_overrides, launch, run_app, run_summary
 from recon_jax.evidence.run import (NonFiniteResult, ResumeAcrossCodeError, RunInfo, allow_resume_across_code,
                                     code_fingerprint, config_to_dict, finish_run, keyed_dir, prepare_workdir,

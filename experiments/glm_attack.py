@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from experiments.common import (check_config, claim, comparison, finish_run, launch, paired_comparison, require_finite,
-                                start_run)
+from experiments.common import (check_config, check_fits, claim, comparison, finish_run, launch, paired_comparison,
+                                require_finite, start_run)
 from experiments.configs.glm_attack import CHECKS
 import recon_jax
 from recon_jax import metrics
@@ -30,11 +30,12 @@ from recon_jax.evidence import image_grid, markdown_table
 def run(config, workdir: str) -> dict:
     """Runs the experiment and writes report.md, metrics.json, config.json and figures to ``workdir``."""
     check_config(config, CHECKS)  # before anything is written to workdir
+    images, labels = recon_jax.data.load_dataset(config.dataset, "train")
+    check_fits(config, ("fixed_size", "num_targets"), len(images), f"training records of {config.dataset!r}")
     run_info = start_run(workdir, config, seed=config.seed)
     workdir = run_info.workdir
     t_start = time.time()
     with jax.enable_x64(True):
-        images, labels = recon_jax.data.load_dataset(config.dataset, "train")
         splits = recon_jax.data.informed_splits(images, labels, config.fixed_size, 0, config.num_targets,
                                                 key_or_seed=config.seed)
         shape = images.shape[1:]

@@ -40,8 +40,8 @@ import time
 import jax
 import numpy as np
 
-from experiments.common import (check_config, claim, comparison, config_to_dict, finish_run, keyed_dir, launch,
-                                paired_comparison, require_finite, start_run)
+from experiments.common import (ConfigError, check_config, claim, comparison, config_to_dict, finish_run, keyed_dir,
+                                launch, paired_comparison, require_finite, start_run)
 from experiments.configs.lumbut_dimred import CHECKS
 from recon_jax.attacks import dimred
 from recon_jax.attacks.dimred_embed import METHODS
@@ -131,14 +131,16 @@ def run(config, workdir: str) -> dict:
     """Runs the experiment and writes report.md, metrics.json, config.json and figures to ``workdir``."""
     check_config(config, CHECKS)  # before anything is written to workdir
     t0 = time.time()
-    run_info = start_run(workdir, config, seed=config.seed)
-    workdir = run_info.workdir
-    fast, slow = _expand(config, config.fast_methods), _expand(config, config.slow_methods)
     n_pub = config.n_train + config.n_val + config.n_test
     max_size = max(list(config.sizes) + list(config.slow_sizes) + list(config.seed_sizes) + [config.noise_size])
     images = _load_images(config, n_pub + max_size + 100)
     if images.shape[0] < n_pub + max_size:
-        raise ValueError(f"dataset has {images.shape[0]} images, need {n_pub + max_size}")
+        raise ConfigError(f"config.n_train + n_val + n_test + the largest of sizes, slow_sizes, seed_sizes and "
+                          f"noise_size: must be at most the {images.shape[0]} images of {config.dataset!r}, got "
+                          f"{n_pub} + {max_size} = {n_pub + max_size}")
+    run_info = start_run(workdir, config, seed=config.seed)
+    workdir = run_info.workdir
+    fast, slow = _expand(config, config.fast_methods), _expand(config, config.slow_methods)
     flat = images.reshape(images.shape[0], -1)
     rng = np.random.default_rng(config.seed)
     perm = rng.permutation(images.shape[0])

@@ -31,7 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from experiments.common import check_config, claim, comparison, finish_run, keyed_dir, launch, require_finite, start_run
+from experiments.common import (check_config, check_fits, claim, comparison, finish_run, keyed_dir, launch,
+                                require_finite, start_run)
 from experiments.configs.tygert_hcr import CHECKS
 from recon_jax import data
 from recon_jax.attacks.audit import clopper_pearson
@@ -54,7 +55,9 @@ ISTOP_LIMIT = 7  # LSQR's "iteration limit reached"
 def _load(config, split):
     kwargs = {"data_dir": config.data_dir} if config.dataset.startswith("tfds:") and config.data_dir else {}
     images, labels = data.load_dataset(config.dataset, split, **kwargs)
-    n = config.num_train if split == "train" else config.num_test
+    field = "num_train" if split == "train" else "num_test"
+    n = config[field]
+    check_fits(config, (field,), len(images), f"{split} records of {config.dataset!r}")
     if n:
         images, labels = images[:n], labels[:n]
     return images, labels
@@ -158,13 +161,14 @@ def run(config, workdir: str) -> dict:
     import matplotlib
 
     matplotlib.use("Agg")
+    x_test_raw, y_test = _load(config, "test")
+    check_fits(config, ("num_hcr_examples",), len(x_test_raw), "test records the run reads (num_test)")
     run_info = start_run(workdir, config, seed=config.seed)
     workdir = run_info.workdir
     key = jax.random.key(config.seed)
     train_key, dither_key, hcr_key, vis_key = (jax.random.fold_in(key, i) for i in range(4))
     model, normalize, denormalize = _model_and_norm(config)
 
-    x_test_raw, y_test = _load(config, "test")
     x_test = np.asarray(normalize(x_test_raw))
 
     # 1. Train (or reuse) the model: parameters keyed by the training config.
@@ -181,7 +185,7 @@ def run(config, workdir: str) -> dict:
     clean, noisy = float(clean), float(noisy)
 
     # 3. Rank and Cramer-Rao of the examples bounded.
-    n_hcr = min(config.num_hcr_examples, x_test.shape[0])
+    n_hcr = config.num_hcr_examples
     ranks, cr = _cramer_rao(config, feature_fn, sigma, x_test, n_hcr)
     cr_finite = np.isfinite(cr)
     input_dim = int(np.prod(x_test.shape[1:]))

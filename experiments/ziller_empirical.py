@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.stats
 
-from experiments.common import (check_config, claim, comparison, finish_run, launch, require_finite, start_run,
+from experiments.common import (check_config, check_fits, claim, comparison, finish_run, launch, require_finite, start_run,
                                 student_t_half_width)
 from experiments.configs.ziller_empirical import CHECKS
 from recon_jax import bounds, metrics
@@ -186,9 +186,10 @@ def run(config, workdir: str) -> dict:
 
     from recon_jax.data import load_dataset
 
+    images, _ = load_dataset(config.dataset, config.split)
+    check_fits(config, ("num_images",), len(images), f"{config.split} records of {config.dataset!r}")
     run_info = start_run(workdir, config, seed=config.seed)
     workdir = run_info.workdir
-    images, _ = load_dataset(config.dataset, config.split)
     rng = np.random.default_rng(config.seed)
     idx, x = _images(config, images, rng)
     dim = int(np.prod(x.shape[1:]))

@@ -7,7 +7,8 @@
 - :mod:`recon_jax.evidence.launcher`: the ``--config`` / ``--workdir`` flags and ``run_app`` of the launchers, and
   ``launch``, every experiment's command line.
 - :mod:`recon_jax.evidence.config_checks`: each config field's allowed range, declared per experiment (``CHECKS``)
-  and checked by ``check_config`` before a run writes anything (``ConfigError``: one line on the command line).
+  and checked by ``check_config`` before a run writes anything (``ConfigError``: one line on the command line);
+  ``check_fits``, the sizes the data must meet.
 - :mod:`recon_jax.evidence.markdown`, :mod:`recon_jax.evidence.plots`, :mod:`recon_jax.evidence.progress`: tables,
   the figures every run draws (image grids, histograms against a reference), progress lines.
 - :mod:`recon_jax.evidence.hcr_figures`: the HCR bounds' figures (Tygert et al.), for ``experiments/tygert_hcr.py``
@@ -17,8 +18,8 @@
 from recon_jax.evidence import claims, config_checks, launcher, markdown, plots, progress, run, segments
 from recon_jax.evidence.claims import (VERDICTS, check_claims, claim, claims_markdown, comparison, is_vacuous,
                                        paired_comparison, student_t_half_width)
-from recon_jax.evidence.config_checks import (ConfigError, Rule, any_of, check_config, each, field_value, integer,
-                                              number, one_of, optional)
+from recon_jax.evidence.config_checks import (ConfigError, Rule, any_of, check_config, check_fits, each, field_value,
+                                              integer, number, one_of, optional)
 from recon_jax.evidence.launcher import experiment_flags, forget_overrides, launch, run_app, run_summary
 from recon_jax.evidence.markdown import format_value, markdown_table
 from recon_jax.evidence.plots import histogram_vs_reference, image_grid

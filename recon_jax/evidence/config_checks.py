@@ -7,6 +7,8 @@ An experiment's config file (``experiments/configs/<name>.py``) declares ``CHECK
 read from the config being checked (list that field first). The first value outside its range raises
 :class:`ConfigError` (a ``ValueError``), ``config.<field>: must be <what is allowed>, got <value>``, which the command
 line (:func:`recon_jax.evidence.launcher.launch`, the risk report's console script) prints as one line, exit status 2.
+Sizes the data must meet (known once it is found) are checked by :func:`check_fits`, with the same error, after
+the data is loaded and still before the run writes anything.
 
 >>> checks = {"num_targets": integer(at_least=1), "probe_size": integer(at_least=0, at_most="num_targets"),
 ...           "alpha": number(above=0, below=1), "modes": each(one_of("a", "b"))}
@@ -26,7 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["ConfigError", "Rule", "integer", "number", "one_of", "each", "optional", "any_of", "field_value",
-           "check_config"]
+           "check_config", "check_fits"]
 
 
 class ConfigError(ValueError):
@@ -173,3 +175,23 @@ def check_config(config: Any, checks: Mapping[str, Rule]) -> None:
         value = field_value(config, field)
         if not rule.accepts(value, config):
             raise ConfigError(f"config.{field}: must be {rule.describe(config)}, got {value!r}")
+
+
+def check_fits(config: Any, fields: tuple[str, ...] | list[str], available: int, records: str) -> None:
+    """Checks that the records ``fields`` ask for, summed, fit in the ``available`` records the data holds: a limit
+    no :class:`Rule` can state, since it is known only once the data is found (call it before the run writes
+    anything). ``records`` names them for the message (e.g. ``"training records of 'mnist'"``).
+
+    >>> check_fits({"fixed": 900, "targets": 100}, ("fixed", "targets"), 1000, "records")
+    >>> check_fits({"fixed": 990, "targets": 100}, ("fixed", "targets"), 1000, "records")
+    Traceback (most recent call last):
+      ...
+    recon_jax.evidence.config_checks.ConfigError: config.fixed + targets: must be at most the 1000 records, got 990 + 100 = 1090
+
+    Raises:
+      ConfigError: ``config.<field> + <field>: must be at most the <available> <records>, got <sum>``.
+    """
+    values = [field_value(config, f) for f in fields]
+    if sum(values) > available:
+        got = " + ".join(_show(v) for v in values) + (f" = {_show(sum(values))}" if len(values) > 1 else "")
+        raise ConfigError(f"config.{' + '.join(fields)}: must be at most the {available} {records}, got {got}")

@@ -75,6 +75,26 @@ BAD = [
     ("ziller_table1", "smoke", {"route_kappas": (0.1, 1.0)},
      "config.route_kappas: must be a non-empty tuple, each entry a number in (0, 1), got (0.1, 1.0)"),
     ("risk_report", "smoke", {"num_targets": 0}, "config.num_targets: must be an integer >= 1, got 0"),
+    # Sizes the data cannot meet (known once the data is found, still before anything is written).
+    ("glm_attack", "smoke", {"fixed_size": 59999},
+     "config.fixed_size + num_targets: must be at most the 60000 training records of 'mnist', got 59999 + 4 = 60003"),
+    ("balle_mnist", "smoke", {"num_shadow": 69950},
+     "config.num_targets + fixed_size + num_shadow: must be at most the 70000 records of 'mnist' (train + test), got "
+     "16 + 50 + 69950 = 70016"),
+    ("balle_mnist", "smoke", {"eval_size": 69940},
+     "config.num_targets + fixed_size + eval_size: must be at most the 70000 records of 'mnist' (train + test), got "
+     "16 + 50 + 69940 = 70006"),
+    ("biswas_gaussian_vs_vmf", "smoke", {"num_test": 10001},
+     "config.num_test: must be at most the 10000 test records of 'mnist', got 10001"),
+    ("lumbut_dimred", "smoke", {"dataset": "mnist", "n_train": 60000},
+     "config.n_train + n_val + n_test + the largest of sizes, slow_sizes, seed_sizes and noise_size: must be at most "
+     "the 60000 images of 'mnist', got 60016 + "),
+    ("tygert_hcr", "smoke", {"num_test": 10001}, "config.num_test: must be at most the 10000 test records of 'mnist', "
+                                                 "got 10001"),
+    ("tygert_hcr", "smoke", {"num_hcr_examples": 257},
+     "config.num_hcr_examples: must be at most the 256 test records the run reads (num_test), got 257"),
+    ("ziller_empirical", "smoke", {"num_images": 10001},
+     "config.num_images: must be at most the 10000 test records of 'mnist', got 10001"),
 ]
 
 
@@ -86,7 +106,7 @@ def _never_start(*args, **kwargs):
     raise _Started
 
 
-@pytest.mark.parametrize("name,variant,bad,message", BAD, ids=[f"{b[0]}-{next(iter(b[2]))}" for b in BAD])
+@pytest.mark.parametrize("name,variant,bad,message", BAD, ids=[f"{b[0]}-{'-'.join(b[2])}" for b in BAD])
 def test_a_bad_value_stops_the_run_before_anything_is_written(tmp_path, monkeypatch, name, variant, bad, message):
     experiment = importlib.import_module(f"experiments.{name}")
     config = importlib.import_module(f"experiments.configs.{name}").get_config(variant)
