@@ -90,9 +90,11 @@ def _range(kind: str, is_kind: Callable[[Any], bool], low, low_open: bool, high,
     def bound(b, config):
         if b is None:
             return None, None
-        if isinstance(b, (str, Computed)):
-            value = field_value(config, b) if isinstance(b, str) else b.of(config)
-            return (value if _is_real(value) else None), f"{b if isinstance(b, str) else b.words} = {_show(value)}"
+        if isinstance(b, str):  # another field's value
+            b = Computed(b, lambda c, name=b: field_value(c, name))
+        if isinstance(b, Computed):
+            value = b.of(config)
+            return (value if _is_real(value) else None), f"{b.words} = {_show(value)}"
         return b, _show(b)
 
     def accepts(v, config) -> bool:
