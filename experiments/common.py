@@ -30,8 +30,9 @@ import recon_jax.evidence.launcher
 import recon_jax.evidence.run
 from recon_jax.evidence.claims import (VERDICTS, check_claims, claim, claims_markdown, comparison, is_vacuous,
                                        paired_comparison, student_t_half_width)
-from recon_jax.evidence.config_checks import (ConfigError, Rule, any_of, check_config, each, field_value, integer,
-                                              check_fits, number, one_of, optional)
+from recon_jax.evidence.config_checks import (Computed, ConfigError, Rule, any_of, check_config, check_fits, computed,
+                                              each, explained, field_value, integer, number, one_of, optional,
+                                              satisfies, when)
 from recon_jax.evidence.launcher import experiment_flags, forget_overrides, launch, run_app, run_summary
 from recon_jax.evidence.run import (NonFiniteResult, ResumeAcrossCodeError, RunInfo, allow_resume_across_code,
                                     code_fingerprint, config_to_dict, finish_run, keyed_dir, prepare_workdir,

@@ -22,33 +22,22 @@ the experiment adds the decoder and, with ``use_discriminator``, the PatchGAN).
 
 import ml_collections
 
+from experiments.configs.shared_checks import BALLE_RECONSTRUCTOR, BALLE_SIZES, BALLE_TRAINING, CLAIMS, SEED
 from recon_jax.evidence.config_checks import integer, number, one_of
-from recon_jax.models import ACTIVATIONS
 
 VARIANTS = ("smoke", "default", "paper")
 
 # Allowed values of the fields a user sets, checked before the run writes anything (experiments.common.check_config).
 CHECKS = {
-    "seed": integer(at_least=0),
+    **SEED,
     "dataset": one_of("synthetic", "tfds:cifar10"),
-    "fixed_size": integer(at_least=1),
-    "num_shadow": integer(at_least=2),
-    "num_targets": integer(at_least=1),
-    "eval_size": integer(at_least=0),
-    "probe_size": integer(at_least=1, at_most="num_shadow"),
-    "model.activation": one_of(*ACTIVATIONS),
-    "train.learning_rate": number(above=0),
-    "train.momentum": number(at_least=0, below=1),
-    "train.epochs": integer(at_least=1),
-    "chunk_size": integer(at_least=1),
-    "reconstructor.epochs": integer(at_least=1),
-    "reconstructor.batch_size": integer(at_least=1),
-    "reconstructor.learning_rate": number(above=0),
-    "reconstructor.validation_size": integer(at_least=0, below="num_shadow"),
+    **BALLE_SIZES,
+    **BALLE_TRAINING,
+    **BALLE_RECONSTRUCTOR,
     "reconstructor.adversarial_weight": number(at_least=0),
     "reconstructor.discriminator_learning_rate": number(above=0),
     "grid_columns": integer(at_least=1),
-    "claim_alpha": number(above=0, below=0.5),
+    **CLAIMS,
 }
 
 

@@ -51,8 +51,8 @@ the section, e.g. ``--config.reconstructor.epochs=50`` or ``--config.train.epoch
 import ml_collections
 from ml_collections import config_dict
 
+from experiments.configs.shared_checks import BALLE_RECONSTRUCTOR, BALLE_SIZES, BALLE_TRAINING, CLAIMS, MNIST_LIKE, SEED
 from recon_jax.evidence.config_checks import each, integer, number, one_of, optional
-from recon_jax.models import ACTIVATIONS
 
 VARIANTS = ("smoke", "default", "table2", "paper", "gpu")
 # The Table II rows the experiment knows (``settings`` picks some).
@@ -61,24 +61,13 @@ SETTINGS = ("default", "logits", "layer_subset", "width100", "epochs250", "relu"
 
 # Allowed values of the fields a user sets, checked before the run writes anything (experiments.common.check_config).
 CHECKS = {
-    "seed": integer(at_least=0),
-    "dataset": one_of("mnist", "tfds:mnist", "tfds:fashion_mnist"),  # 28 x 28 x 1, ten classes
-    "fixed_size": integer(at_least=1),
-    "num_shadow": integer(at_least=2),
-    "num_targets": integer(at_least=1),
-    "eval_size": integer(at_least=0),
-    "probe_size": integer(at_least=1, at_most="num_shadow"),
+    **SEED,
+    "dataset": one_of(*MNIST_LIKE),
+    **BALLE_SIZES,
     "model.hidden": integer(at_least=1),
-    "model.activation": one_of(*ACTIVATIONS),
-    "train.learning_rate": number(above=0),
-    "train.momentum": number(at_least=0, below=1),
-    "train.epochs": integer(at_least=1),
-    "chunk_size": integer(at_least=1),
+    **BALLE_TRAINING,
     "reconstructor.hidden": each(integer(at_least=1)),
-    "reconstructor.epochs": integer(at_least=1),
-    "reconstructor.batch_size": integer(at_least=1),
-    "reconstructor.learning_rate": number(above=0),
-    "reconstructor.validation_size": integer(at_least=0, below="num_shadow"),
+    **BALLE_RECONSTRUCTOR,
     "reconstructor.patience": optional(integer(at_least=1)),
     "settings": each(one_of(*SETTINGS)),
     "wide_hidden": integer(at_least=1),
@@ -98,7 +87,7 @@ CHECKS = {
     "mia_num_candidates": integer(at_least=1, at_most="num_targets"),
     "mia_fixed_sizes": each(integer(at_least=1), min_len=0),
     "grid_columns": integer(at_least=1),
-    "claim_alpha": number(above=0, below=0.5),
+    **CLAIMS,
     "oracle_within": number(above=0),
 }
 

@@ -6,14 +6,15 @@ all Table IV kappas, 10,000 IG iterations).
 
 import ml_collections
 
+from experiments.configs.shared_checks import CLAIMS, MNIST_LIKE, SEED
 from recon_jax.evidence.config_checks import Rule, each, integer, number, one_of
 
 VARIANTS = ("smoke", "default", "paper")
 
 # Allowed values of the fields a user sets, checked before the run writes anything (experiments.common.check_config).
 CHECKS = {
-    "seed": integer(at_least=0),
-    "datasets": each(one_of("mnist", "tfds:mnist", "tfds:fashion_mnist")),
+    **SEED,
+    "datasets": each(one_of(*MNIST_LIKE)),
     "image_size": integer(at_least=1, at_most=28),
     # models.biswas_mlp (50-15-10, no biases) on image_size x image_size inputs; p of the accounting
     "param_dim": Rule(lambda v, c: v == 50 * c.image_size**2 + 900,
@@ -41,7 +42,7 @@ CHECKS = {
     "ig_lr": number(above=0),
     "ig_tv_weight": number(at_least=0),
     "dlg_steps": integer(at_least=1),
-    "claim_alpha": number(above=0, below=0.5),
+    **CLAIMS,
 }
 
 # Table IV of Biswas et al.: (eps, kappa, sigma) used in their experiments.

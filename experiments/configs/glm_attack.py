@@ -2,13 +2,14 @@
 
 import ml_collections
 
+from experiments.configs.shared_checks import CLAIMS, SEED
 from recon_jax.evidence.config_checks import each, integer, number, one_of
 
 VARIANTS = ("smoke", "default", "paper")
 
 # Allowed values of the fields a user sets, checked before the run writes anything (experiments.common.check_config).
 CHECKS = {
-    "seed": integer(at_least=0),
+    **SEED,
     "dataset": one_of("mnist", "tfds:mnist", "tfds:fashion_mnist", "tfds:cifar10"),  # ten classes
     "positive_digits": each(integer(at_least=0, at_most=9)),
     "fixed_size": integer(at_least=1),
@@ -17,7 +18,7 @@ CHECKS = {
     "solver_tols": each(number(above=0)),
     "max_newton_iters": integer(at_least=1),
     "exact_mse": number(above=0),
-    "claim_alpha": number(above=0, below=0.5),
+    **CLAIMS,
 }
 
 

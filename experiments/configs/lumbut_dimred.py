@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from experiments.configs.shared_checks import CLAIMS, SEED
 from recon_jax.evidence.config_checks import any_of, each, integer, number, one_of
 
 ALL_METHODS = ("pca", "srp", "mds", "isomap", "tsne", "umap")
@@ -27,7 +28,7 @@ VARIANTS = ("ci", "smoke", "default", "paper")
 
 # Allowed values of the fields a user sets, checked before the run writes anything (experiments.common.check_config).
 CHECKS = {
-    "seed": integer(at_least=0),
+    **SEED,
     "dataset": one_of("mnist", "synthetic", "folder"),
     "folder_image_size": one_of(28, 64),
     "folder_max_examples": integer(at_least=0),
@@ -63,7 +64,7 @@ CHECKS = {
     "max_epochs": integer(at_least=1),
     "patience": integer(at_least=1),
     "l1_weight": number(at_least=0),
-    "claim_alpha": number(above=0, below=0.5),
+    **CLAIMS,
     "n_jobs": integer(at_least=1),
     "chunk_size": integer(at_least=1),
     "time_budget_s": number(at_least=0),

@@ -14,13 +14,14 @@ Variants:
 
 import ml_collections
 
+from experiments.configs.shared_checks import CLAIMS, SEED
 from recon_jax.evidence.config_checks import each, integer, number, one_of
 
 VARIANTS = ("smoke", "default", "paper", "cifar10")
 
 # Allowed values of the fields a user sets, checked before the run writes anything (experiments.common.check_config).
 CHECKS = {
-    "seed": integer(at_least=0),
+    **SEED,
     "dataset": one_of("mnist", "tfds:mnist", "tfds:cifar10"),
     "model": one_of("mnist", "cifar10"),
     "width": integer(at_least=1),
@@ -48,7 +49,7 @@ CHECKS = {
     "low_freq": integer(at_least=1),
     "num_visualise": integer(at_least=0),
     "accuracy_tolerance": number(above=0, below=1),
-    "claim_alpha": number(above=0, below=0.5),
+    **CLAIMS,
 }
 
 

@@ -5,14 +5,15 @@ Variants: ``smoke`` (seconds), ``default`` (CPU, a few minutes), ``paper`` (acce
 
 import ml_collections
 
+from experiments.configs.shared_checks import MNIST_LIKE, SEED
 from recon_jax.evidence.config_checks import each, integer, number, one_of
 
 VARIANTS = ("smoke", "default", "paper")
 
 # Allowed values of the fields a user sets, checked before the run writes anything (experiments.common.check_config).
 CHECKS = {
-    "seed": integer(at_least=0),
-    "dataset": one_of("mnist", "tfds:mnist", "tfds:fashion_mnist"),
+    **SEED,
+    "dataset": one_of(*MNIST_LIKE),
     "split": one_of("train", "test"),
     "num_images": integer(at_least=1),
     "resolution": integer(at_least=1),

@@ -18,8 +18,9 @@
 from recon_jax.evidence import claims, config_checks, launcher, markdown, plots, progress, run, segments
 from recon_jax.evidence.claims import (VERDICTS, check_claims, claim, claims_markdown, comparison, is_vacuous,
                                        paired_comparison, student_t_half_width)
-from recon_jax.evidence.config_checks import (ConfigError, Rule, any_of, check_config, check_fits, each, field_value,
-                                              integer, number, one_of, optional)
+from recon_jax.evidence.config_checks import (Computed, ConfigError, Rule, any_of, check_config, check_fits, computed,
+                                              each, explained, field_value, integer, number, one_of, optional,
+                                              satisfies, when)
 from recon_jax.evidence.launcher import experiment_flags, forget_overrides, launch, run_app, run_summary
 from recon_jax.evidence.markdown import format_value, markdown_table
 from recon_jax.evidence.plots import histogram_vs_reference, image_grid

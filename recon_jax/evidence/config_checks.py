@@ -2,9 +2,11 @@
 
 An experiment's config file (``experiments/configs/<name>.py``) declares ``CHECKS``, a mapping from a field
 (dotted for sections: ``"train.learning_rate"``) to a :class:`Rule` made by :func:`integer`, :func:`number`,
-:func:`one_of`, :func:`each`, :func:`optional` or :func:`any_of`, and ``run(config, workdir)`` calls
-:func:`check_config` before it writes anything. A bound may name another field (``integer(at_most="num_shadow")``),
-read from the config being checked (list that field first). The first value outside its range raises
+:func:`one_of`, :func:`each`, :func:`optional`, :func:`any_of`, :func:`when`, :func:`satisfies` or :func:`explained`,
+and ``run(config, workdir)`` calls :func:`check_config` before it writes anything. A bound may name another field
+(``integer(at_most="num_shadow")``) or be computed from other fields (:func:`computed`), read from the config being
+checked (list those fields first); :func:`when` picks a field's rule by another field's value. The risk report's
+fields are checked the same way (:data:`recon_jax.report.setup.CHECKS`). The first value outside its range raises
 :class:`ConfigError` (a ``ValueError``), ``config.<field>: must be <what is allowed>, got <value>``, which the command
 line (:func:`recon_jax.evidence.launcher.launch`, the risk report's console script) prints as one line, exit status 2.
 Sizes the data must meet (known once it is found) are checked by :func:`check_fits`, with the same error, after
@@ -27,8 +29,8 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["ConfigError", "Rule", "integer", "number", "one_of", "each", "optional", "any_of", "field_value",
-           "check_config", "check_fits"]
+__all__ = ["ConfigError", "Rule", "Computed", "computed", "integer", "number", "one_of", "each", "optional", "any_of",
+           "when", "satisfies", "explained", "field_value", "check_config", "check_fits"]
 
 
 class ConfigError(ValueError):
@@ -42,6 +44,25 @@ class Rule:
 
     accepts: Callable[[Any, Any], bool]
     describe: Callable[[Any], str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Computed:
+    """A bound computed from other fields of the config: ``of(config)``, named ``words`` in messages."""
+
+    words: str
+    of: Callable[[Any], Any]
+
+
+def computed(words: str, of: Callable[[Any], Any]) -> Computed:
+    """A bound for :func:`integer` / :func:`number` computed from other fields (check those fields first); the message
+    shows ``words = <value>``.
+
+    >>> rule = integer(at_least=1, at_most=computed("fixed_size + 1", lambda c: c["fixed_size"] + 1))
+    >>> rule.accepts(51, {"fixed_size": 50}), rule.accepts(52, {"fixed_size": 50}), rule.describe({"fixed_size": 50})
+    (True, False, 'an integer in [1, fixed_size + 1 = 51]')
+    """
+    return Computed(words, of)
 
 
 def field_value(config: Any, field: str) -> Any:
@@ -69,9 +90,11 @@ def _range(kind: str, is_kind: Callable[[Any], bool], low, low_open: bool, high,
     def bound(b, config):
         if b is None:
             return None, None
-        if isinstance(b, str):
-            value = field_value(config, b)
-            return (value if _is_real(value) else None), f"{b} = {_show(value)}"
+        if isinstance(b, str):  # another field's value
+            b = Computed(b, lambda c, name=b: field_value(c, name))
+        if isinstance(b, Computed):
+            value = b.of(config)
+            return (value if _is_real(value) else None), f"{b.words} = {_show(value)}"
         return b, _show(b)
 
     def accepts(v, config) -> bool:
@@ -101,7 +124,7 @@ def _one_bound(name: str, above, at_least) -> tuple[Any, bool]:
 
 
 def integer(*, at_least=None, at_most=None, below=None) -> Rule:
-    """An integer (not a bool) within the bounds given: numbers, or names of other fields.
+    """An integer (not a bool) within the bounds given: numbers, names of other fields, or :func:`computed` bounds.
 
     >>> integer(at_least=1).describe({})
     'an integer >= 1'
@@ -111,8 +134,8 @@ def integer(*, at_least=None, at_most=None, below=None) -> Rule:
 
 
 def number(*, above=None, at_least=None, below=None, at_most=None) -> Rule:
-    """A finite real number (an int or a float, not a bool) within the bounds given: numbers, or names of other
-    fields (``above`` / ``below`` are strict, ``at_least`` / ``at_most`` not).
+    """A finite real number (an int or a float, not a bool) within the bounds given: numbers, names of other
+    fields, or :func:`computed` bounds (``above`` / ``below`` are strict, ``at_least`` / ``at_most`` not).
 
     >>> number(above=0, below=1).describe({}), number(at_least=0, below=1).accepts(0.0, {})
     ('a number in (0, 1)', True)
@@ -122,25 +145,42 @@ def number(*, above=None, at_least=None, below=None, at_most=None) -> Rule:
     return _range("a number", _is_real, low, low_open, high, high_open)
 
 
+def _same(a, b) -> bool:
+    return type(a) is type(b) and a == b
+
+
 def one_of(*choices) -> Rule:
     """One of ``choices`` (compared with their type: ``True`` is not ``1``).
 
     >>> one_of("fresh", "known").describe({})
     "one of 'fresh', 'known'"
     """
-    return Rule(lambda v, config: any(type(v) is type(c) and v == c for c in choices),
+    return Rule(lambda v, config: any(_same(v, c) for c in choices),
                 lambda config: "one of " + ", ".join(repr(c) for c in choices))
 
 
-def each(rule: Rule, *, min_len: int = 1) -> Rule:
-    """A tuple or list of at least ``min_len`` entries, each allowed by ``rule``.
+def _distinct(v) -> bool:
+    """No two entries of ``v`` are equal (``==``, so ``1`` and ``1.0`` are one value)."""
+    try:
+        return len(set(v)) == len(v)
+    except TypeError:  # unhashable entries: compare them pairwise
+        return all(a != b for i, a in enumerate(v) for b in v[i + 1:])
+
+
+def each(rule: Rule, *, min_len: int = 1, distinct: bool = False) -> Rule:
+    """A tuple or list of at least ``min_len`` entries, each allowed by ``rule`` (and, with ``distinct``, no two
+    equal).
 
     >>> each(integer(at_least=1)).describe({}), each(number(above=0), min_len=0).accepts((), {})
     ('a non-empty tuple, each entry an integer >= 1', True)
+    >>> rule = each(integer(at_least=2), distinct=True)
+    >>> rule.describe({}), rule.accepts((2, 10), {}), rule.accepts((2, 2), {})
+    ('a non-empty tuple of distinct entries, each entry an integer >= 2', True, False)
     """
     size = "a non-empty tuple" if min_len == 1 else "a tuple" if min_len == 0 else f"a tuple of >= {min_len} entries"
+    size += " of distinct entries" if distinct else ""
     return Rule(lambda v, config: (isinstance(v, (tuple, list)) and len(v) >= min_len
-                                   and all(rule.accepts(x, config) for x in v)),
+                                   and all(rule.accepts(x, config) for x in v) and (not distinct or _distinct(v))),
                 lambda config: f"{size}, each entry {rule.describe(config)}")
 
 
@@ -162,6 +202,52 @@ def any_of(*rules: Rule) -> Rule:
     """
     return Rule(lambda v, config: any(r.accepts(v, config) for r in rules),
                 lambda config: " or ".join(r.describe(config) for r in rules))
+
+
+def when(field: str, value: Any, rule: Rule | None, otherwise: Rule | None = None) -> Rule:
+    """``rule`` where the config's ``field`` is ``value`` (compared with its type), ``otherwise`` where it is not
+    (None: any value); check ``field`` first. The words name the case that applies.
+
+    >>> rule = when("dataset", "folder", one_of(1, 3), otherwise=satisfies(lambda v: v is None, "None"))
+    >>> rule.accepts(3, {"dataset": "folder"}), rule.accepts(3, {"dataset": "mnist"})
+    (True, False)
+    >>> rule.describe({"dataset": "folder"}), rule.describe({"dataset": "mnist"})
+    ("one of 1, 3 when dataset is 'folder'", "None when dataset is 'mnist' (not 'folder')")
+    """
+    def pick(config) -> tuple[Rule | None, str]:
+        actual = field_value(config, field)
+        if _same(actual, value):
+            return rule, f"when {field} is {actual!r}"
+        return otherwise, f"when {field} is {actual!r} (not {value!r})"
+
+    def accepts(v, config) -> bool:
+        chosen, _ = pick(config)
+        return chosen is None or chosen.accepts(v, config)
+
+    def describe(config) -> str:
+        chosen, case = pick(config)
+        return f"{'any value' if chosen is None else chosen.describe(config)} {case}"
+
+    return Rule(accepts, describe)
+
+
+def satisfies(test: Callable[[Any], bool], words: str) -> Rule:
+    """A value ``test`` accepts (a predicate of the value alone), described by ``words``.
+
+    >>> rule = satisfies(lambda v: isinstance(v, str) and ":" in v, "a string 'module:attribute'")
+    >>> rule.accepts("pkg.mod:net", {}), rule.accepts("net", {}), rule.describe({})
+    (True, False, "a string 'module:attribute'")
+    """
+    return Rule(lambda v, config: bool(test(v)), lambda config: words)
+
+
+def explained(rule: Rule, why: str) -> Rule:
+    """The values ``rule`` allows, its words followed by ``(why)``: what the values mean, or why the range.
+
+    >>> explained(one_of("auto", "fixed"), "auto: sizes follow the data; fixed: as given").describe({})
+    "one of 'auto', 'fixed' (auto: sizes follow the data; fixed: as given)"
+    """
+    return Rule(rule.accepts, lambda config: f"{rule.describe(config)} ({why})")
 
 
 def check_config(config: Any, checks: Mapping[str, Rule]) -> None:

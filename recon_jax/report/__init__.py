@@ -5,8 +5,8 @@ how well could someone reconstruct a training record, and what do the theorems g
 - :mod:`recon_jax.report.app`: the run (``run``, ``console_main``; ``DEFAULT_CONFIG``, the config file shipped in the
   package, which the console script reads from a wheel).
 - :mod:`recon_jax.report.config`: the config, its variants and every field's meaning (``get_config``).
-- :mod:`recon_jax.report.setup`: validation (``validate_config``; its ``ConfigError`` is the experiments' one, from
-  :mod:`recon_jax.evidence.config_checks`) and the model, data and reconstructor the config names;
+- :mod:`recon_jax.report.setup`: validation (``validate_config``: the fields' ranges are its ``CHECKS``, checked by the
+  experiments' mechanism, :mod:`recon_jax.evidence.config_checks`, whose ``ConfigError`` it raises) and the model, data and reconstructor the config names;
   :mod:`recon_jax.report.sizes`: the sizes fitted to the data.
 - :mod:`recon_jax.report.updates`: the "every update released" threat model (prior-aware games, audits).
 - :mod:`recon_jax.report.text`, :mod:`recon_jax.report.figure`: the report's text, claims and figure;

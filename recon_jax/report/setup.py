@@ -4,7 +4,9 @@ and reconstructor network it names (:mod:`recon_jax.report.app` runs them; the s
 
 Every error about the config or the data is a :class:`ConfigError` (a ``ValueError``; the experiments' one, from
 :mod:`recon_jax.evidence.config_checks`) naming the config field (``config.<field>: ...``), what was given and what
-is allowed: the console script prints it as one line.
+is allowed: the console script prints it as one line. The fields' ranges are declared in :data:`CHECKS` and checked
+by the experiments' mechanism (:func:`recon_jax.evidence.config_checks.check_config`); what reads the filesystem
+(the image folder's layout) or needs the data's size is code in :func:`validate_config`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import difflib
 import importlib
 import importlib.util
 import inspect
-import math
 import os
 import sys
 
@@ -25,12 +26,13 @@ import numpy as np
 from recon_jax import data as rdata
 from recon_jax import models, shadow, training
 from recon_jax.attacks import reconn
-from recon_jax.evidence.config_checks import ConfigError
+from recon_jax.evidence.config_checks import (ConfigError, any_of, check_config, computed, each, explained, integer,
+                                              number, one_of, optional, satisfies, when)
 from recon_jax.models.reconstructors import TransposedConvDecoder
 from recon_jax.report.config import DESCRIPTIONS
 
-__all__ = ["KNOWN_KEYS", "ZOO", "validate_config", "with_image_size", "build_model", "check_model",
-           "reconstructor_for", "load_data"]
+__all__ = ["KNOWN_KEYS", "ZOO", "CHECKS", "SIZED_CHECKS", "validate_config", "with_image_size", "build_model",
+           "check_model", "reconstructor_for", "load_data"]
 
 KNOWN_KEYS = frozenset(DESCRIPTIONS)
 """The config's fields (declared once, in :data:`recon_jax.report.config.FIELDS`)."""
@@ -270,17 +272,65 @@ def load_data(config):
     return train_x, train_y, test_x, test_y
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+_FOLDER_ONLY = satisfies(lambda v: v is None, "None")  # data_path, image_size: for dataset 'folder' only
+_UNIT = number(above=0, below=1)
+
+CHECKS = {
+    # Fields bounded by others come after them. The folder layout of data_path reads the filesystem: validate_config
+    # checks it after these.
+    "dataset": one_of(*rdata.DATASETS),
+    "data_path": when("dataset", "folder", None, otherwise=_FOLDER_ONLY),
+    "image_size": when("dataset", "folder", explained(optional(integer(at_least=4)), "None: the images' own size"),
+                       otherwise=_FOLDER_ONLY),
+    "channels": when("dataset", "folder", one_of(1, 3)),
+    "model": any_of(one_of(*ZOO), satisfies(lambda v: isinstance(v, str) and ":" in v,
+                                            "a string 'module:attribute' or 'file.py:attribute'")),
+    "sizes": explained(one_of("auto", "fixed"), "auto: sizes follow the data; fixed: as given"),
+    "keep_intermediates": one_of(True, False),
+    "reconstructor": one_of(*reconn.RECONSTRUCTOR_KINDS),
+    **{field: integer(at_least=lo) for field, lo in (
+        ("seed", 0), ("fixed_size", 1), ("num_shadow", 10), ("num_targets", 1), ("eval_size", 1), ("hidden", 1),
+        ("epochs", 1), ("reconstructor_epochs", 1), ("reconstructor_batch_size", 1), ("chunk_size", 1),
+        ("prior_aware_trials", 2), ("audit_runs", 4), ("calibration_models", 1), ("one_run_canaries", 10))},
+    "activation": one_of("elu", "relu", "tanh", "sigmoid"),
+    "learning_rate": number(above=0),
+    "reconstructor_learning_rate": number(above=0),
+    "clip_norm": number(above=0),
+    "momentum": number(at_least=0, below=1),
+    "delta": _UNIT,
+    "include_non_private": one_of(True, False),
+    "noise_multipliers": when("include_non_private", True, each(number(above=0), min_len=0, distinct=True),
+                              otherwise=explained(each(number(above=0), distinct=True), "else nothing runs")),
+    "kappas": each(_UNIT, min_len=0),
+    "prior_sizes": explained(each(integer(at_least=2), distinct=True), "uniform priors of k candidates"),
+    "crafted_candidates": one_of("simplex", "orthogonal"),
+    "crafted_trials": integer(at_least=computed("max(prior_aware_trials, 2 x audit_runs)",
+                                                lambda c: max(c.prior_aware_trials, 2 * c.audit_runs))),
+    "crafted_precision": _UNIT,
+    "crafted_reach": _UNIT,
+    "audit_gdp_reach": _UNIT,
+    "audit_one_run_reach": _UNIT,
+    "bound_tolerance": number(at_least=0, below=1),
+    "confidence": _UNIT,
+    "calibration_kappa": _UNIT,
+    "calibration_rero": explained(number(above="calibration_kappa", below=1),
+                                  "no noise level pushes the bound below the prior"),
+    "batch_size": explained(optional(integer(at_least=1, at_most=computed("fixed_size + 1",
+                                                                          lambda c: c.fixed_size + 1))),
+                            "None: full batch"),
+    "shuffle": explained(one_of("fresh", "known"), "fresh: a secret per-model batch order; known: the adversary "
+                                                   "knows it"),
+}
+"""The report's fields (each but ``variant``) -> their allowed values, in the order
+:func:`recon_jax.evidence.config_checks.check_config` checks them."""
+
+SIZED_CHECKS = {"calibration_models": integer(at_least=1, at_most="num_targets")}
+"""Checks of sizes that ``sizes="auto"`` fits to the data (:func:`recon_jax.report.sizes.fit_sizes`): checked once
+the data's record counts are known."""
 
 
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def validate_config(config, num_train: int | None = None, num_test: int | None = None) -> None:
-    """Checks every field before any work starts; raises :class:`ConfigError` naming the field, the value and what
-    is allowed. With ``num_train`` / ``num_test`` (the data's record counts) it also checks the sizes fit."""
+def _check_known_fields(config) -> None:
+    """The config has every field of :data:`KNOWN_KEYS` and no other."""
     keys = set(config.keys())
     unknown = sorted(keys - KNOWN_KEYS)
     if unknown:
@@ -291,95 +341,45 @@ def validate_config(config, num_train: int | None = None, num_test: int | None =
     missing = sorted(KNOWN_KEYS - keys)
     if missing:
         raise ConfigError(f"config is missing field(s) {missing}")
-    if config.dataset not in rdata.DATASETS:
-        _fail("dataset", f"must be one of {list(rdata.DATASETS)}, got {config.dataset!r}")
+
+
+def _check_folder_layout(path) -> None:
+    """``path`` is a directory with train/<class>/ and test/<class>/ sub-directories and no loose images."""
+    if not isinstance(path, str) or not os.path.isdir(path):
+        _fail("data_path", f"{path!r} is not a directory; dataset 'folder' needs one: {_LAYOUT}")
+    lacking = [sp for sp in ("train", "test") if not os.path.isdir(os.path.join(path, sp))]
+    if lacking:
+        _fail("data_path", f"{path!r} has no {' and no '.join(sp + '/' for sp in lacking)} sub-directory"
+                           f"{_loose(path)}: {_LAYOUT}")
+    for sp in ("train", "test"):
+        split_dir = os.path.join(path, sp)
+        classes = [d for d in sorted(os.listdir(split_dir)) if os.path.isdir(os.path.join(split_dir, d))]
+        if not classes or _loose(split_dir):
+            what = "no class sub-directories" if not classes else f"images beside its classes {classes[:5]}"
+            _fail("data_path", f"{split_dir!r} has {what}{_loose(split_dir)}: {_LAYOUT}")
+
+
+def validate_config(config, num_train: int | None = None, num_test: int | None = None) -> None:
+    """Checks every field before any work starts; raises :class:`ConfigError` naming the field, the value and what
+    is allowed: the fields' names, their values (:data:`CHECKS`), and for dataset ``folder`` the directory layout.
+    With ``num_train`` / ``num_test`` (the data's record counts) it also checks the sizes fit.
+
+    >>> from recon_jax.report.config import get_config
+    >>> config = get_config("smoke")
+    >>> validate_config(config)
+    >>> with config.unlocked():
+    ...     config.crafted_trials = 20
+    >>> try:
+    ...     validate_config(config)
+    ... except ConfigError as err:
+    ...     print(err)
+    config.crafted_trials: must be an integer >= max(prior_aware_trials, 2 x audit_runs) = 32, got 20
+    """
+    _check_known_fields(config)
+    check_config(config, CHECKS)
     if config.dataset == "folder":
-        path = config.data_path
-        if not isinstance(path, str) or not os.path.isdir(path):
-            _fail("data_path", f"{path!r} is not a directory; dataset 'folder' needs one: {_LAYOUT}")
-        lacking = [sp for sp in ("train", "test") if not os.path.isdir(os.path.join(path, sp))]
-        if lacking:
-            _fail("data_path", f"{path!r} has no {' and no '.join(sp + '/' for sp in lacking)} sub-directory"
-                               f"{_loose(path)}: {_LAYOUT}")
-        for sp in ("train", "test"):
-            split_dir = os.path.join(path, sp)
-            classes = [d for d in sorted(os.listdir(split_dir)) if os.path.isdir(os.path.join(split_dir, d))]
-            if not classes or _loose(split_dir):
-                what = "no class sub-directories" if not classes else f"images beside its classes {classes[:5]}"
-                _fail("data_path", f"{split_dir!r} has {what}{_loose(split_dir)}: {_LAYOUT}")
-        if not (config.image_size is None or (_is_int(config.image_size) and config.image_size >= 4)):
-            _fail("image_size", f"must be None (the images' own size) or an integer >= 4, got {config.image_size!r}")
-        if config.channels not in (1, 3):
-            _fail("channels", f"must be 1 or 3, got {config.channels!r}")
-    else:
-        for field in ("data_path", "image_size"):
-            if config[field] is not None:
-                _fail(field, f"applies to dataset 'folder' only; leave it None for {config.dataset!r}")
-    if not (isinstance(config.model, str) and (config.model in ZOO or ":" in config.model)):
-        _fail("model", f"must be one of {list(ZOO)}, 'module:attribute' or 'file.py:attribute', got "
-                       f"{config.model!r}")
-    if config.sizes not in ("auto", "fixed"):
-        _fail("sizes", f"must be 'auto' (sizes follow the data) or 'fixed' (as given), got {config.sizes!r}")
-    if not isinstance(config.keep_intermediates, bool):
-        _fail("keep_intermediates", f"must be True or False, got {config.keep_intermediates!r}")
-    if config.reconstructor not in reconn.RECONSTRUCTOR_KINDS:
-        _fail("reconstructor", f"must be one of {list(reconn.RECONSTRUCTOR_KINDS)}, got {config.reconstructor!r}")
-    for field, lo in (("seed", 0), ("fixed_size", 1), ("num_shadow", 10), ("num_targets", 1), ("eval_size", 1),
-                      ("hidden", 1), ("epochs", 1), ("reconstructor_epochs", 1), ("reconstructor_batch_size", 1),
-                      ("chunk_size", 1), ("prior_aware_trials", 2), ("audit_runs", 4), ("calibration_models", 1)):
-        v = config[field]
-        if not _is_int(v) or v < lo:
-            _fail(field, f"must be an integer >= {lo}, got {v!r}")
-    if config.activation not in ("elu", "relu", "tanh", "sigmoid"):
-        _fail("activation", f"must be one of elu, relu, tanh, sigmoid, got {config.activation!r}")
-    for field in ("learning_rate", "reconstructor_learning_rate", "clip_norm"):
-        if not (_is_number(config[field]) and config[field] > 0):
-            _fail(field, f"must be > 0, got {config[field]!r}")
-    if not 0 <= config.momentum < 1:
-        _fail("momentum", f"must be in [0, 1), got {config.momentum!r}")
-    if not 0 < config.delta < 1:
-        _fail("delta", f"must be in (0, 1), got {config.delta!r}")
-    if not _is_number(config.momentum):
-        _fail("momentum", f"must be a number in [0, 1), got {config.momentum!r}")
-    sigmas = tuple(config.noise_multipliers)
-    for s in sigmas:
-        if not (_is_number(s) and s > 0):
-            _fail("noise_multipliers", f"every noise multiplier must be a finite number > 0, got {s!r}")
-    if len(set(sigmas)) != len(sigmas):
-        _fail("noise_multipliers", f"must not repeat a value, got {sigmas}")
-    if not sigmas and not config.include_non_private:
-        _fail("noise_multipliers", "is empty and include_non_private is False: nothing to run")
-    for k in config.kappas:
-        if not (_is_number(k) and 0 < k < 1):
-            _fail("kappas", f"every prior kappa must be in (0, 1), got {k!r}")
+        _check_folder_layout(config.data_path)
     sizes = tuple(config.prior_sizes)
-    if not sizes or any(not _is_int(k) or k < 2 for k in sizes) or len(set(sizes)) != len(sizes):
-        _fail("prior_sizes", f"must be distinct integers >= 2 (uniform priors of k candidates), got {sizes}")
-    if config.crafted_candidates not in ("simplex", "orthogonal"):
-        _fail("crafted_candidates", f"must be 'simplex' or 'orthogonal', got {config.crafted_candidates!r}")
-    for field, lo in (("crafted_trials", 2), ("one_run_canaries", 10)):
-        if not _is_int(config[field]) or config[field] < lo:
-            _fail(field, f"must be an integer >= {lo}, got {config[field]!r}")
-    if config.crafted_trials < max(config.prior_aware_trials, 2 * config.audit_runs):
-        _fail("crafted_trials", f"must be at least prior_aware_trials and 2 x audit_runs (= "
-                                f"{max(config.prior_aware_trials, 2 * config.audit_runs)}), got {config.crafted_trials}")
-    for field in ("crafted_precision", "crafted_reach", "audit_gdp_reach", "audit_one_run_reach"):
-        if not (_is_number(config[field]) and 0 < config[field] < 1):
-            _fail(field, f"must be in (0, 1), got {config[field]!r}")
-    if not (_is_number(config.bound_tolerance) and 0 <= config.bound_tolerance < 1):
-        _fail("bound_tolerance", f"must be in [0, 1), got {config.bound_tolerance!r}")
-    for field in ("confidence", "calibration_rero", "calibration_kappa"):
-        if not (_is_number(config[field]) and 0 < config[field] < 1):
-            _fail(field, f"must be in (0, 1), got {config[field]!r}")
-    if not config.calibration_rero > config.calibration_kappa:
-        _fail("calibration_rero", f"must exceed calibration_kappa = {config.calibration_kappa} (no noise level pushes "
-                                  f"the bound below the prior), got {config.calibration_rero}")
-    if config.batch_size is not None and not (1 <= config.batch_size <= config.fixed_size + 1):
-        _fail("batch_size", f"must be None (full batch) or in [1, fixed_size + 1 = {config.fixed_size + 1}], "
-                            f"got {config.batch_size!r}")
-    if config.shuffle not in ("fresh", "known"):
-        _fail("shuffle", f"must be 'fresh' (secret per-model batch order) or 'known' (the adversary knows it), "
-                         f"got {config.shuffle!r}")
     if num_train is not None:
         need = config.fixed_size + config.num_shadow + config.num_targets
         if num_train < 12:
@@ -395,5 +395,5 @@ def validate_config(config, num_train: int | None = None, num_test: int | None =
     if num_test is not None and max(sizes) + 1 > num_test - config.eval_size:
         _fail("prior_sizes", f"the largest prior ({max(sizes)}) and the canary need {max(sizes) + 1} test records "
                              f"beyond eval_size; {config.dataset!r} has {num_test - config.eval_size}")
-    if num_test is not None and config.calibration_models > config.num_targets:
-        _fail("calibration_models", f"must be <= num_targets = {config.num_targets}, got {config.calibration_models}")
+    if num_test is not None:
+        check_config(config, SIZED_CHECKS)
