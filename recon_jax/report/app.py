@@ -127,9 +127,11 @@ def _model_store(workdir, config, setting, inputs):
     models), the setting's index in the sweep (its models' noise draws fold it in: appending a noise multiplier
     keeps the earlier settings' folders, inserting one before them does not), its name and noise multiplier, and
     ``inputs``: what the config names only by path (the model a ``model=file.py:Name`` file defines, the images of
-    a ``data_path`` folder), by identity and content digest."""
+    a ``data_path`` folder), by identity and content digest. The fields the setting's training algorithm does not
+    read (:func:`_algorithm`: ``clip_norm`` without DP, ``shuffle`` with full batches) are out too."""
     index, name, sigma = setting
-    fields = {k: v for k, v in config_to_dict(config).items() if k not in _NOT_IN_MODELS}
+    unread = (("clip_norm",) if sigma is None else ()) + (("shuffle",) if config.batch_size is None else ())
+    fields = {k: v for k, v in config_to_dict(config).items() if k not in _NOT_IN_MODELS + unread}
     key = {"config": fields, "setting": name, "setting_index": index, "noise_multiplier": sigma, "inputs": inputs}
     return keyed_dir(workdir, "models", key)
 

@@ -571,6 +571,10 @@ def test_model_store_is_keyed_by_what_the_models_depend_on(tmp_path):
         assert store(**{field: value}) != base, field
     for other in [(2, "DP sigma=2", 2.0), (1, "DP sigma=3", 3.0)]:
         assert store(other) != base, other
+    # What the setting's training algorithm does not read: the clip norm without DP, the order of full batches.
+    non_private = (0, "non-private", None)
+    assert store(non_private, clip_norm=2.0) == store(non_private) != base
+    assert store(shuffle="known") == base and store(batch_size=10, shuffle="known") != store(batch_size=10)
 
 
 def test_privacy_bounds_are_stored_and_read_back(tmp_path, monkeypatch):
