@@ -95,6 +95,17 @@ class PrivacyBounds:
                 del out[name]
         return out
 
+    @classmethod
+    def from_dict(cls, d: Mapping) -> PrivacyBounds:
+        """The :class:`PrivacyBounds` whose :meth:`to_dict` is ``d`` (as written, or as JSON gives it back: the
+        ``rero`` rows a list of dicts): ``PrivacyBounds.from_dict(b.to_dict()) == b``.
+
+        >>> b = privacy_bounds(4.0, 1.0, 100, 1e-5, 1.0, 784, kappas=[0.1], eta_mse=0.01, kappa_at_eta=0.003)
+        >>> PrivacyBounds.from_dict(b.to_dict()) == b
+        True
+        """
+        return cls(**{**d, "rero": tuple(ReroBounds(**r) for r in d["rero"])})
+
 
 def privacy_bounds(noise_multiplier: float, sample_rate: float, steps: int, delta: float, clip_norm: float,
                    data_dim: int, kappas: Sequence[float], eta_mse: float | None = None,

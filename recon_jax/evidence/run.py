@@ -45,8 +45,8 @@ from recon_jax import io as recon_io
 from recon_jax.io import (atomic_write_json, atomic_write_text, code_record, resume_across_code_allowed, stable_hash,
                           strict_json)
 from recon_jax.evidence.claims import check_claims, claims_markdown
-from recon_jax.evidence.segments import (WallTime, close_segment, open_segment, read_segments, segments_markdown,
-                                         total_wall_time)
+from recon_jax.evidence.segments import (WallTime, close_segment, mark_resumed, open_segment, read_segments, resumed,
+                                         segments_markdown, total_wall_time)
 
 __all__ = [
     "prepare_workdir",
@@ -222,7 +222,6 @@ def start_run(workdir: str, config: Any, seed: int | None = None, extra: dict | 
     start = time.perf_counter()
     workdir = prepare_workdir(workdir)
     info = write_run_info(workdir, config, seed=seed, extra=extra)
-    _RESUMED[:] = [p for p in _RESUMED if not _inside(p, workdir)]  # an earlier run of this process in workdir
     open_segment(workdir, {"commit": info.get("git_commit"), "dirty_files": info.get("git_dirty_files"),
                            "code_hash": code_fingerprint(), "started_utc": info.get("time_utc")})
     return RunInfo(workdir=workdir, info=info, start=start)
@@ -232,19 +231,7 @@ def wall_time(run: RunInfo) -> WallTime:
     """The run's wall time so far, over every segment of its workdir (this one up to now), or this segment's alone
     when it resumed nothing the earlier ones stored (no :func:`keyed_dir` of the workdir had content): for a report's
     total time, written before :func:`finish_run`, which records the same sum as config.json's ``wall_time_s``."""
-    return total_wall_time(read_segments(run.workdir)[:-1], time.perf_counter() - run.start, _resumed(run.workdir))
-
-
-_RESUMED: list = []  # keyed_dir paths this process found with content (resumed from an earlier segment)
-
-
-def _inside(path: str, workdir: str) -> bool:
-    return os.path.abspath(path).startswith(os.path.join(os.path.abspath(workdir), ""))
-
-
-def _resumed(workdir: str) -> bool:
-    """Whether this process resumed anything stored in ``workdir``'s keyed directories."""
-    return any(_inside(p, workdir) for p in _RESUMED)
+    return total_wall_time(read_segments(run.workdir)[:-1], time.perf_counter() - run.start, resumed(run.workdir))
 
 
 def _source_roots() -> list[str]:
@@ -329,7 +316,7 @@ def finish_run(run: RunInfo, metrics: dict, report: str, claims: list[dict], *, 
     metrics = dict(metrics)
     metrics["claims"] = list(claims)
     wall = time.perf_counter() - run.start
-    segments, total = close_segment(run.workdir, wall, _resumed(run.workdir))
+    segments, total = close_segment(run.workdir, wall)
     metrics["segments"] = segments
     try:
         safe = strict_json(metrics)
@@ -379,7 +366,9 @@ def keyed_dir(workdir: str, name: str, key: Any) -> str:
     Everything that determines the directory's content must be in ``key`` (config fields, data, seeds), so a
     run with another config never finds, and never reports, the old results. ``code.json`` records the code that
     fills the directory (:func:`code_fingerprint`, commit, uncommitted files); a directory with content written by
-    other code is refused (:class:`ResumeAcrossCodeError`) unless :func:`allow_resume_across_code` was called.
+    other code is refused (:class:`ResumeAcrossCodeError`) unless :func:`allow_resume_across_code` was called. A
+    directory found with content is recorded as resumed in the open segment of the run whose workdir holds it
+    (:func:`recon_jax.evidence.segments.mark_resumed`), which is what :func:`wall_time` reads.
     """
     digest = stable_hash(key)[:16]
     path = os.path.join(workdir, f"{name}-{digest}")
@@ -395,7 +384,7 @@ def keyed_dir(workdir: str, name: str, key: Any) -> str:
             written = json.load(f)
     has_content = any(n not in ("key.json", "code.json") for n in os.listdir(path))
     if has_content:
-        _RESUMED.append(path)
+        mark_resumed(path)  # in the open segment of the run whose workdir holds path (segments.json)
     if has_content and (written is None or written.get("code_hash") != here) and not resume_across_code_allowed():
         by = "code of unknown version (no code.json)" if written is None else (
             f"code {written.get('code_hash')} (commit {written.get('commit')})")

@@ -7,7 +7,10 @@ there are several, in report.md (:func:`segments_markdown`) with their total wal
 config.json's ``wall_time_s``. A segment that stopped early (killed, out of time) has no wall seconds of its own: the
 next segment records a lower bound, from its start to the last file it wrote (``seconds_at_least``). A process that
 resumed nothing the earlier ones stored (a rerun that found no content in the workdir's keyed directories) made its
-results alone: the total is then its own wall time.
+results alone: the total is then its own wall time. Whether it resumed is recorded in the workdir itself, in its
+open segment (:func:`mark_resumed`, called by :func:`recon_jax.evidence.run.keyed_dir` on a directory it finds
+with content), so two runs in one process, or a run in another workdir (one nested in this one included), do not
+see each other's resumes.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import time
 
 from recon_jax.io import atomic_write_json, strict_json
 
-__all__ = ["WallTime", "read_segments", "total_wall_time"]  # open/close/markdown: for evidence.run
+__all__ = ["WallTime", "read_segments", "total_wall_time"]  # open/close/mark/markdown: for evidence.run
 
 SEGMENTS = "segments.json"
 _WRITTEN_AT_START = (SEGMENTS, "config.json")  # rewritten by the next segment's start: no sign of the last one's end
@@ -87,19 +90,54 @@ def open_segment(workdir: str, entry: dict) -> list:
     segments = read_segments(workdir)
     if segments and not segments[-1]["finished"] and "seconds_at_least" not in segments[-1]:
         segments[-1]["seconds_at_least"] = _seconds_at_least(workdir, segments[-1])
-    segments.append({**entry, "seconds": None, "finished": False, "started_unix": round(time.time(), 1)})
+    segments.append({**entry, "seconds": None, "finished": False, "resumed": False,
+                     "started_unix": round(time.time(), 1)})
     atomic_write_json(os.path.join(workdir, SEGMENTS), strict_json(segments))
     return segments
 
 
-def close_segment(workdir: str, seconds: float, resumed: bool) -> tuple[list, WallTime]:
-    """Records this process's segment as finished after ``seconds`` (``resumed``: whether it used what earlier
-    segments stored). Returns the segments and the run's total (:func:`total_wall_time`)."""
+def _run_workdir(path: str) -> str | None:
+    """The nearest folder at or above ``path`` that holds ``segments.json`` (the workdir of the run that holds
+    ``path``), or None."""
+    here = os.path.abspath(path)
+    while True:
+        if os.path.isfile(os.path.join(here, SEGMENTS)):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def mark_resumed(store: str) -> None:
+    """Records that the process working in the run holding ``store`` (a keyed directory found with content: what an
+    earlier segment stored) resumed it: ``resumed`` of that run's open segment (the last, unfinished one) in its
+    ``segments.json``. A store in no run's workdir, or in one whose last segment is finished, records nothing."""
+    workdir = _run_workdir(os.path.dirname(os.path.abspath(store)))
+    if workdir is None:
+        return
     segments = read_segments(workdir)
-    if segments and not segments[-1]["finished"]:
-        segments[-1].update(seconds=round(seconds, 1), finished=True, resumed=bool(resumed))
+    if segments and not segments[-1]["finished"] and not segments[-1].get("resumed"):
+        segments[-1]["resumed"] = True
         atomic_write_json(os.path.join(workdir, SEGMENTS), strict_json(segments))
-    return segments, total_wall_time(segments[:-1], seconds, resumed)
+
+
+def resumed(workdir: str) -> bool:
+    """Whether the open (last) segment of ``workdir`` resumed anything that earlier segments stored in it
+    (:func:`mark_resumed`)."""
+    segments = read_segments(workdir)
+    return bool(segments and segments[-1].get("resumed"))
+
+
+def close_segment(workdir: str, seconds: float) -> tuple[list, WallTime]:
+    """Records this process's segment as finished after ``seconds`` (with ``resumed``: whether it used what earlier
+    segments stored, :func:`mark_resumed`). Returns the segments and the run's total (:func:`total_wall_time`)."""
+    segments = read_segments(workdir)
+    here = resumed(workdir)
+    if segments and not segments[-1]["finished"]:
+        segments[-1].update(seconds=round(seconds, 1), finished=True, resumed=here)
+        atomic_write_json(os.path.join(workdir, SEGMENTS), strict_json(segments))
+    return segments, total_wall_time(segments[:-1], seconds, here)
 
 
 def total_wall_time(earlier: list, here: float, resumed: bool = True) -> WallTime:

@@ -20,13 +20,17 @@ PNG figures. Config validation, the sizes fitted to the data and the model, data
 :mod:`recon_jax.report.setup` and :mod:`recon_jax.report.sizes`; the command line: :mod:`recon_jax.report.command_line`; the report's text and
 claims: :mod:`recon_jax.report.text`.
 
-The workdir keeps what a rerun needs: each setting's ``models-<hash>`` folder (keyed by the config) ends with the
-attack's results (``attack.npz``), which a rerun of the same config reads instead of training again; its shadow and
-released models and reconstructor checkpoint are deleted once those are saved (``keep_intermediates=True`` keeps
-them). The games and audits (``updates-<hash>``) and the calibration (``calibration-<hash>``) keep their results
-(:func:`recon_jax.evidence.run.stored_result`), keyed by the config fields they read, digests of the arrays they
-read and the code (:func:`_phase_key`), so a rerun with nothing changed computes none of them and a changed value
-recomputes. A finished run deletes the folders of other configs in the workdir.
+The workdir keeps what a rerun needs: each setting's ``models-<hash>`` folder ends with the attack's results
+(``attack.npz``), which a rerun reads instead of training again; it is keyed by what its models and results depend
+on (:func:`_model_store`: the config but the games', audits', calibration's, bounds' and claims' fields, the sweep
+and ``keep_intermediates``, with the setting's index, name and noise multiplier), so changing, say, ``kappas`` or
+``one_run_canaries``, or appending a noise multiplier, trains nothing again. Its shadow and released models and
+reconstructor checkpoint are deleted once those results are saved (``keep_intermediates=True`` keeps them). Each DP
+setting's privacy bounds (``bounds-<hash>``: :func:`recon_jax.accounting.privacy_bounds`, keyed by all its
+arguments and the code), the games and audits (``updates-<hash>``) and the calibration (``calibration-<hash>``)
+keep their results (:func:`recon_jax.evidence.run.stored_result`); the last two are keyed by the config fields they
+read, digests of the arrays they read and the code (:func:`_phase_key`), so a rerun with nothing changed computes
+none of them and a changed value recomputes. A finished run deletes the folders of other configs in the workdir.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ import numpy as np
 from recon_jax import accounting
 from recon_jax import data as rdata
 from recon_jax import models, shadow, training
-from recon_jax.accounting import privacy_bounds, tightest_rero
+from recon_jax.accounting import PrivacyBounds, privacy_bounds, tightest_rero
 from recon_jax.attacks import audit, informed, reconn
 from recon_jax.attacks import oracle as roracle
 from recon_jax.evidence.markdown import markdown_table
@@ -102,13 +106,33 @@ def _ci(successes: int, trials: int, confidence: float) -> list[float]:
     return [float(lo), float(hi)]
 
 
-def _model_store(workdir, config, name, sigma, inputs):
+# Config fields a setting's stored models and attack results never depend on: what is kept, the sweep (the setting
+# enters the key by its noise multiplier and its index, from which its noise draws derive), and the fields only
+# the privacy bounds, the games and audits, the calibration, the confidence intervals and the claims read (the row
+# recomputes the success at eta and the intervals from the stored per-target results). A deny-list: a field added
+# later is in the key until someone shows the models do not depend on it.
+_NOT_IN_MODELS = ("keep_intermediates", "noise_multipliers", "include_non_private", "delta", "kappas",
+                  "prior_sizes", "prior_aware_trials", "crafted_candidates", "crafted_precision", "crafted_trials",
+                  "audit_runs", "one_run_canaries", "confidence", "bound_tolerance", "crafted_reach", "audit_gdp_reach",
+                  "audit_one_run_reach", "calibration_rero", "calibration_kappa", "calibration_models")
+
+
+def _model_store(workdir, config, setting, inputs):
     """The stored shadow and released models (and reconstructor checkpoint, then the attack's results) of one
-    setting, keyed by the whole config (but ``keep_intermediates``, which changes what is kept, not what is
-    computed), the setting and ``inputs``: what the config names only by path (the model a ``model=file.py:Name``
-    file defines, the images of a ``data_path`` folder), by identity and content digest."""
-    fields = {k: v for k, v in config_to_dict(config).items() if k != "keep_intermediates"}
-    key = {"config": fields, "setting": name, "noise_multiplier": sigma, "inputs": inputs}
+    setting ``(index, name, noise multiplier)``: ``models-<hash>``, keyed by what they depend on.
+
+    The key holds the config but the fields :data:`_NOT_IN_MODELS` names (every field that shapes the data split,
+    the model, its training, the reconstructor and the chunk size is in; the games', audits', calibration's, bounds'
+    and claims' fields, ``keep_intermediates`` and the sweep are out, so changing one reuses every setting's
+    models), the setting's index in the sweep (its models' noise draws fold it in: appending a noise multiplier
+    keeps the earlier settings' folders, inserting one before them does not), its name and noise multiplier, and
+    ``inputs``: what the config names only by path (the model a ``model=file.py:Name`` file defines, the images of
+    a ``data_path`` folder), by identity and content digest. The fields the setting's training algorithm does not
+    read (:func:`_algorithm`: ``clip_norm`` without DP, ``shuffle`` with full batches) are out too."""
+    index, name, sigma = setting
+    unread = (("clip_norm",) if sigma is None else ()) + (("shuffle",) if config.batch_size is None else ())
+    fields = {k: v for k, v in config_to_dict(config).items() if k not in _NOT_IN_MODELS + unread}
+    key = {"config": fields, "setting": name, "setting_index": index, "noise_multiplier": sigma, "inputs": inputs}
     return keyed_dir(workdir, "models", key)
 
 
@@ -140,6 +164,16 @@ def _phase_key(config, exclude, inputs, arrays, **values) -> dict:
     return {"config": fields, "inputs": inputs, "arrays": digests, "code": code_fingerprint(), **values}
 
 
+def _stored_bounds(workdir: str, args: dict) -> tuple[PrivacyBounds, str]:
+    """``privacy_bounds(**args)`` of one DP setting, kept in ``bounds-<hash>`` (keyed by every argument and the
+    code, :func:`recon_jax.evidence.run.stored_result`): a rerun reads it. A fresh and a resumed run continue from
+    the same values (the JSON form read back; :meth:`~recon_jax.accounting.PrivacyBounds.from_dict`). Returns the
+    bounds and the folder."""
+    stored = stored_result(workdir, "bounds", {"arguments": args, "code": code_fingerprint()},
+                           lambda: privacy_bounds(**args).to_dict())
+    return PrivacyBounds.from_dict(stored.value), stored.path
+
+
 _ATTACK = "attack.npz"
 _INTERMEDIATES = ("shadow", "released", "reconstructor")
 
@@ -154,13 +188,13 @@ def _drop_intermediates(store: str) -> None:
             os.unlink(lock)
 
 
-_STORES = ("models", "updates", "calibration")
+_STORES = ("models", "bounds", "updates", "calibration")
 
 
 def _prune_other_stores(workdir: str, keep: list[str]) -> list[str]:
-    """Deletes the ``models-<hash>``, ``updates-<hash>`` and ``calibration-<hash>`` folders of other configs (or
-    code) in ``workdir`` (runs with earlier configs leave them; only a rerun of that config could use one, and it
-    would overwrite this report). Returns their names."""
+    """Deletes the ``models-<hash>``, ``bounds-<hash>``, ``updates-<hash>`` and ``calibration-<hash>`` folders of
+    other configs (or code) in ``workdir`` (runs with earlier configs leave them; only a rerun of that config could
+    use one, and it would overwrite this report). Returns their names."""
     keep = {os.path.abspath(k) for k in keep}
     gone = []
     for path in sorted(p for name in _STORES for p in glob.glob(os.path.join(workdir, f"{name}-*"))):
@@ -268,11 +302,11 @@ def run(config, workdir: str) -> dict:
         t_set = time.time()
         # Independent randomness per setting: its shadow and released models draw their noise (and fresh
         # shuffles) from fold_in(k_models, si) (the library pipeline folds in 1 for shadow, 2 for released models).
-        store = _model_store(workdir, config, name, sigma, inputs)
+        store = _model_store(workdir, config, (si, name, sigma), inputs)
         stores.append(store)
         attack_file = os.path.join(store, _ATTACK)
-        if os.path.exists(attack_file):  # finished by an earlier run of this config: its results, as saved
-            print(f"{name}: results of an earlier run of this config ({attack_file})", flush=True)
+        if os.path.exists(attack_file):  # finished by an earlier run with the same models key: its results, as saved
+            print(f"{name}: results of an earlier run with these models ({attack_file})", flush=True)
             res = informed.load_attack_result(attack_file)
         else:
             ms = informed.train_model_sets(fns, _algorithm(config, sigma), s, jax.random.fold_in(k_models, si),
@@ -315,8 +349,11 @@ def run(config, workdir: str) -> dict:
         if sigma is not None:
             kappas = sorted(set(config.kappas) | {1.0 / k for k in config.prior_sizes})
             with step(f"{name}: privacy accounting (RDP and PLD epsilon, ReRo bounds at {len(kappas) + 1} priors)"):
-                b = privacy_bounds(sigma, q, steps, config.delta, config.clip_norm, data_dim, kappas,
-                                   eta_mse=eta, kappa_at_eta=kappa_eta, num_params=num_params)
+                b, bounds_dir = _stored_bounds(workdir, dict(
+                    noise_multiplier=sigma, sample_rate=q, steps=steps, delta=config.delta,
+                    clip_norm=config.clip_norm, data_dim=data_dim, kappas=kappas, eta_mse=eta,
+                    kappa_at_eta=kappa_eta, num_params=num_params))
+            stores.append(bounds_dir)
             row["eps_rdp"], row["eps_pld"] = b.eps_rdp, b.eps_pld
             at = [r for r in b.rero if r.kappa == kappa_eta]
             if at:
@@ -387,7 +424,7 @@ def run(config, workdir: str) -> dict:
     metrics = finish_run(run_info, result, report, claims, smoke_banner=False)  # its own decidability banner
     gone = _prune_other_stores(workdir, stores)
     if gone:
-        print(f"removed {len(gone)} cached model folder(s) of other configs from {workdir}: {', '.join(gone)}")
+        print(f"removed {len(gone)} cached folder(s) of other configs from {workdir}: {', '.join(gone)}")
     print(markdown_table(shown_rows(rows), ["setting", "test_accuracy", "eps_rdp", "empirical_eps", "mean_mse",
                                             "success_rate", "success_at_eta"]))
     if update_rows:

@@ -82,3 +82,14 @@ def test_tightest_rero_reads_dicts_and_skips_missing_routes():
 def test_bad_configuration_names_the_argument(args, name):
     with pytest.raises(ValueError, match=name):
         privacy_bounds(*args, 1e-5, 1.0, 784, kappas=[0.1])
+
+
+def test_from_dict_inverts_to_dict_through_json():
+    """The JSON form (what the risk report stores and a rerun reads) gives back the same bounds, field for field:
+    full batch and subsampled, with and without the eta fields."""
+    for b in (privacy_bounds(4.0, 1.0, 100, 1e-5, 1.0, 784, kappas=[0.01, 0.1], eta_mse=0.02, kappa_at_eta=0.003,
+                             num_params=7960),
+              privacy_bounds(1.0, 0.01, 100, 1e-5, 1.0, 784, kappas=[0.1])):
+        back = PrivacyBounds.from_dict(json.loads(json.dumps(b.to_dict())))
+        assert back == b and back.to_dict() == b.to_dict()
+        assert all(isinstance(r, ReroBounds) for r in back.rero) and isinstance(back.rero, tuple)

@@ -79,3 +79,34 @@ def test_the_risk_reports_runtime_line_gives_the_total():
     assert text._runtime(resumed) == "2.2 min in 2 segments (see Segments), this process 0.5 min"
     assert text._runtime(dict(resumed, total_complete=False)).startswith("at least 2.2 min in 2 segments")
     assert text._runtime({"runtime_seconds": 30.0, "total_seconds": 30.0, "total_segments": 1}) == "0.5 min"
+
+
+def test_a_run_in_another_workdir_does_not_count_as_this_ones_resume(tmp_path):
+    """Whether a process resumed is recorded in its run's workdir (segments.json), not for the whole process: a run
+    in a workdir nested in this one's, made by this same process, resumes its own store; this run resumed nothing
+    of its earlier segment, so its total is its own time."""
+    _segment(tmp_path, 100.0, store=False)
+    outer = start_run(str(tmp_path), {"x": 1})
+    outer.start -= 30.0
+    inner = tmp_path / "inner"
+    _segment(inner, 10.0)
+    _segment(inner, 5.0)  # resumes the inner run's store
+    assert [s["resumed"] for s in read_segments(str(inner))] == [False, True]
+    assert wall_time(outer).segments == 1
+    finish_run(outer, {"m": 1.0}, "# r\n", _claims())
+    info = _config(tmp_path)
+    assert 30.0 <= info["wall_time_s"] < 31.0 and info["wall_time_segments"] == 1
+    assert [s["resumed"] for s in read_segments(str(tmp_path))] == [False, False]
+
+
+def test_two_runs_of_one_process_record_their_own_resumes(tmp_path):
+    """Two runs interleaved in one process, in two workdirs: each segment records only what it resumed itself, and
+    a store outside any run's workdir records nothing."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    _segment(a, 100.0)
+    _segment(b, 100.0)
+    run_a, run_b = start_run(str(a), {"x": 1}), start_run(str(b), {"x": 1})
+    keyed_dir(str(tmp_path / "elsewhere"), "part", {"x": 1})
+    keyed_dir(run_b.workdir, "part", {"x": 1})  # run b resumes; run a does not
+    assert (wall_time(run_a).segments, wall_time(run_b).segments) == (1, 2)
+    assert read_segments(str(a))[-1]["resumed"] is False and read_segments(str(b))[-1]["resumed"] is True

@@ -525,6 +525,73 @@ def test_stores_are_keyed_by_the_model_and_the_data_not_their_paths(tmp_path):
     others = [app._inputs_identity(wide, (x, y), (x[:2], y[:2])),
               app._inputs_identity(narrow, (x + 0.5, y), (x[:2], y[:2])),
               app._inputs_identity(narrow, (x, y), (x[2:4], y[2:4]))]
-    dirs = {app._model_store(str(tmp_path), config, "DP sigma=1", 1.0, ins) for ins in [base, *others]}
+    setting = (1, "DP sigma=1", 1.0)
+    dirs = {app._model_store(str(tmp_path), config, setting, ins) for ins in [base, *others]}
     assert len(dirs) == 4
-    assert app._model_store(str(tmp_path), config, "DP sigma=1", 1.0, base) in dirs
+    assert app._model_store(str(tmp_path), config, setting, base) in dirs
+
+
+# The fields a setting's models and attack results do not depend on (app._NOT_IN_MODELS), written out here so that
+# moving a field out of the key is a decision a test sees.
+_OUT_OF_MODEL_KEY = {"keep_intermediates", "noise_multipliers", "include_non_private", "delta", "kappas", "prior_sizes",
+                     "prior_aware_trials", "crafted_candidates", "crafted_precision", "crafted_trials", "audit_runs",
+                     "one_run_canaries", "confidence", "bound_tolerance", "crafted_reach", "audit_gdp_reach",
+                     "audit_one_run_reach", "calibration_rero", "calibration_kappa", "calibration_models"}
+
+
+def test_model_store_is_keyed_by_what_the_models_depend_on(tmp_path):
+    """A games-, audits-, calibration-, bounds- or claims-only field, or another noise multiplier appended to the
+    sweep, keeps every setting's models folder (no retraining); a field the training, the data split or the
+    reconstructor reads, the setting's index (its noise draws) or its noise multiplier gives another folder."""
+    from recon_jax.report.config import DESCRIPTIONS
+
+    assert set(app._NOT_IN_MODELS) == _OUT_OF_MODEL_KEY and _OUT_OF_MODEL_KEY < set(DESCRIPTIONS)
+    setting = (1, "DP sigma=2", 2.0)
+
+    def store(setting=setting, **change):
+        config = _smoke()
+        with config.unlocked():
+            config.update(change)
+        return app._model_store(str(tmp_path), config, setting, {"model": "m", "data": ["d"]})
+
+    base = store()
+    for field, value in [("kappas", (0.5,)), ("prior_sizes", (2, 4)), ("crafted_candidates", "orthogonal"),
+                         ("crafted_precision", 0.1), ("crafted_trials", 64), ("audit_runs", 20),
+                         ("audit_gdp_reach", 0.5), ("audit_one_run_reach", 0.2), ("calibration_rero", 0.1),
+                         ("calibration_kappa", 0.02), ("calibration_models", 1), ("confidence", 0.9),
+                         ("bound_tolerance", 0.3), ("one_run_canaries", 100), ("delta", 1e-6),
+                         ("crafted_reach", 0.5), ("prior_aware_trials", 64), ("keep_intermediates", True),
+                         ("noise_multipliers", (2.0, 4.0)), ("include_non_private", False)]:
+        assert store(**{field: value}) == base, field
+    for field, value in [("epochs", 6), ("learning_rate", 0.1), ("momentum", 0.5), ("seed", 1), ("clip_norm", 2.0),
+                         ("fixed_size", 40), ("num_shadow", 64), ("num_targets", 4), ("eval_size", 100),
+                         ("batch_size", 10), ("hidden", 12), ("activation", "relu"), ("model", "lenet"),
+                         ("reconstructor", "mlp"), ("reconstructor_epochs", 3), ("reconstructor_batch_size", 16),
+                         ("reconstructor_learning_rate", 1e-2), ("chunk_size", 16), ("dataset", "tfds:mnist")]:
+        assert store(**{field: value}) != base, field
+    for other in [(2, "DP sigma=2", 2.0), (1, "DP sigma=3", 3.0)]:
+        assert store(other) != base, other
+    # What the setting's training algorithm does not read: the clip norm without DP, the order of full batches.
+    non_private = (0, "non-private", None)
+    assert store(non_private, clip_norm=2.0) == store(non_private) != base
+    assert store(shuffle="known") == base and store(batch_size=10, shuffle="known") != store(batch_size=10)
+
+
+def test_privacy_bounds_are_stored_and_read_back(tmp_path, monkeypatch):
+    """A DP setting's privacy bounds are computed once per set of arguments (and code) and read back by a rerun,
+    equal to what privacy_bounds returns; another argument computes them again."""
+    from recon_jax.accounting import privacy_bounds
+
+    args = dict(noise_multiplier=2.0, sample_rate=1.0, steps=5, delta=1e-5, clip_norm=1.0, data_dim=784,
+                kappas=[0.01, 0.5], eta_mse=0.05, kappa_at_eta=0.003, num_params=7960)
+    first, folder = app._stored_bounds(str(tmp_path), args)
+    assert first == privacy_bounds(**args) and os.path.exists(os.path.join(folder, "result.json"))
+
+    def refuse(*a, **kw):
+        raise AssertionError("privacy_bounds computed again")
+
+    monkeypatch.setattr(app, "privacy_bounds", refuse)
+    again, again_folder = app._stored_bounds(str(tmp_path), args)
+    assert again == first and again.to_dict() == first.to_dict() and again_folder == folder
+    with pytest.raises(AssertionError, match="computed again"):
+        app._stored_bounds(str(tmp_path), dict(args, kappas=[0.01]))

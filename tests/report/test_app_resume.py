@@ -1,10 +1,10 @@
-"""A rerun of the risk report resumes its games, audits and calibration from keyed stores: the same metrics without
-computing them again, and a recomputation when a value that determines them changes."""
+"""A rerun of the risk report resumes its models, privacy bounds, games, audits and calibration from keyed stores:
+the same metrics without computing them again, and a recomputation when a value that determines them changes."""
 
 import json
 
 from recon_jax import accounting, shadow
-from recon_jax.attacks import audit_one_run, canaries, prior_aware
+from recon_jax.attacks import audit_one_run, canaries, informed, prior_aware
 from recon_jax.io import stable_hash
 from recon_jax.report import app
 from recon_jax.report.config import get_config
@@ -29,7 +29,8 @@ def _run(config, workdir, monkeypatch):
     calls = {}
     for owner, name in ((app, "every_update_released"), (prior_aware, "prior_aware_game"),
                         (canaries, "canary_game"), (audit_one_run, "one_run_audit"),
-                        (accounting, "calibrate_sigma_for_rero"), (shadow, "generate_shadow_models")):
+                        (accounting, "calibrate_sigma_for_rero"), (shadow, "generate_shadow_models"),
+                        (informed, "train_model_sets"), (app, "privacy_bounds")):
         _counted(monkeypatch, calls, owner, name)
     app.run(config, str(workdir))
     metrics = json.loads((workdir / "metrics.json").read_text())
@@ -37,14 +38,25 @@ def _run(config, workdir, monkeypatch):
     return {k: v for k, v in metrics.items() if k not in _VOLATILE}, report, calls
 
 
+def _stores(workdir, name):
+    return sorted(p.name for p in workdir.glob(f"{name}-*"))
+
+
 def test_a_rerun_resumes_the_games_audits_and_calibration(tmp_path, monkeypatch):
     config = get_config("smoke")
     first, first_report, calls = _run(config, tmp_path, monkeypatch)
     assert calls["every_update_released"] == 1 and calls["calibrate_sigma_for_rero"] == 1
     assert calls["generate_shadow_models"] == 1  # the calibration models (the settings' go through informed)
+    assert calls["train_model_sets"] == 2 and calls["privacy_bounds"] == 1  # non-private and one DP setting
+    models = _stores(tmp_path, "models")
+    assert len(models) == 2 and len(_stores(tmp_path, "bounds")) == 1
 
+    def refuse(*args, **kwargs):
+        raise AssertionError("privacy_bounds computed again")
+
+    monkeypatch.setattr(app, "privacy_bounds", refuse)  # the rerun reads the stored bounds
     again, again_report, calls = _run(config, tmp_path, monkeypatch)
-    assert calls == {}  # nothing of the games, audits or calibration computed again
+    assert calls == {}  # nothing of the models, bounds, games, audits or calibration computed again
     runtime = (tmp_path / "report.md").read_text().split("\nRuntime: ")[1]
     assert " in 2 segments (see Segments), this process " in runtime.splitlines()[0]  # the total of both runs
     assert again == first and again_report == first_report
@@ -55,6 +67,10 @@ def test_a_rerun_resumes_the_games_audits_and_calibration(tmp_path, monkeypatch)
     changed, _, calls = _run(config, tmp_path, monkeypatch)
     assert calls["every_update_released"] == 1 and calls["one_run_audit"] >= 1
     assert "calibrate_sigma_for_rero" not in calls and "generate_shadow_models" not in calls
+    # A games-only field: every setting's models (and its bounds) are the earlier run's, not trained again.
+    assert "train_model_sets" not in calls and "privacy_bounds" not in calls
+    assert _stores(tmp_path, "models") == models and changed["rows"][0] == first["rows"][0]
+    assert [r["bounds"] for r in changed["rows"][1:]] == [r["bounds"] for r in first["rows"][1:]]
     assert changed["rows"][1]["audit_one_run_canaries"] == 100 != first["rows"][1]["audit_one_run_canaries"]
     assert changed["calibration"] == first["calibration"]
     assert len(list(tmp_path.glob("updates-*"))) == 1  # the other config's games are pruned, as its models are
