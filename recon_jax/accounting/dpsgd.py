@@ -26,6 +26,7 @@ from jax.typing import ArrayLike
 from recon_jax._validation import (HALF_OPEN_UNIT, OPEN_UNIT, POSITIVE, Range, at_least, check, concrete_or_none, guard,
                                    nan_if, pad_batch, static_orders)
 from recon_jax.accounting import _pld_memory
+from recon_jax.accounting._tradeoff import EXP_SAFE, profile_at_losses, tradeoff_on_hull, upper_envelope
 from recon_jax.accounting.conversions import eps_from_rdp
 from recon_jax.accounting.rdp import DEFAULT_ORDERS, rdp_subsampled_gaussian
 
@@ -359,41 +360,6 @@ def _dense_pmf(pmf) -> tuple[np.ndarray, np.ndarray, float]:
     return losses, probs, float(dense._infinity_mass)
 
 
-_EXP_SAFE = 700.0  # e^x is finite and e^-x a normal float64 for |x| <= 700 (overflow past ~709.78)
-
-
-def _profile_at_losses(losses, probs, inf_mass, eps) -> np.ndarray:
-    """delta(eps) = inf_mass + sum_{l_i > eps} p_i (1 - e^{eps - l_i}) at sorted ``eps``, by reverse cumulative sums."""
-    tail_p = np.concatenate([np.cumsum(probs[::-1])[::-1], [0.0]])
-    first_above = np.searchsorted(losses, eps, side="right")
-    shift = losses.max()
-    if shift - losses.min() <= _EXP_SAFE:  # e^{shift - l} <= e^{l_max - l_min} is finite
-        tail_q = np.concatenate([np.cumsum((probs * np.exp(shift - losses))[::-1])[::-1], [0.0]])
-        below = np.exp(eps - shift) * tail_q[first_above]
-    else:  # a loss range past ~709 (tiny sigma, many steps): the same sums in logs, sum_{l_i > eps} p_i e^{eps - l_i}
-        with np.errstate(divide="ignore"):  # log 0 = -inf for empty bins, as intended
-            log_w = np.log(probs) - losses
-        log_tail_q = np.concatenate([np.logaddexp.accumulate(log_w[::-1])[::-1], [-np.inf]])
-        below = np.exp(np.minimum(eps + log_tail_q[first_above], 0.0))  # <= sum p_i <= 1 (l_i > eps)
-    delta = inf_mass + tail_p[first_above] - below
-    return np.clip(delta, inf_mass, 1.0)
-
-
-def _upper_envelope(xs: np.ndarray, ys: np.ndarray, alphas: np.ndarray) -> np.ndarray:
-    """max_k (ys[k] - alpha xs[k]) for points sorted by increasing xs with ys concave in xs (vertices of the hull).
-
-    The maximiser moves monotonically with alpha, so it is found by a binary search on the chord slopes; the two
-    neighbours are also tried, so rounding that breaks concavity by 1 ulp cannot lose the maximum.
-    """
-    slopes = np.diff(ys) / np.diff(xs)  # decreasing along k for a concave sequence
-    k = np.searchsorted(-slopes, -alphas, side="left")  # first chord with slope <= alpha
-    best = np.full(alphas.shape, -np.inf)
-    for off in (-1, 0, 1):
-        kk = np.clip(k + off, 0, xs.size - 1)
-        best = np.maximum(best, ys[kk] - alphas * xs[kk])
-    return best
-
-
 _TRADEOFF_ALTERNATIVES = ("a larger value_discretization_interval, or an RDP bound "
                           "(recon_jax.bounds.rero_from_rdp_curve; rero_gdp for q = 1)")
 
@@ -409,10 +375,14 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
     (Dong, Roth and Su 2022, Prop. 2.12 applied to the whole profile). Between two consecutive loss values of
     the discretised PLD ``delta(eps) = A - e^eps B``, so both terms are monotone in eps there: the supremum over
     all eps >= 0 is attained at the loss values themselves. They are all evaluated at once (cumulative sums), and
-    the supremum is taken on the concave hull of the points ``(e^eps, 1 - delta)`` (and ``(e^-eps, e^-eps (1 -
+    the supremum is taken on the upper concave hull of the points ``(e^eps, 1 - delta)`` (and ``(e^-eps, e^-eps (1 -
     delta))``) by a binary search per alpha, over the eps <= 700 where ``e^eps`` is finite (a smaller supremum). The
-    result is a lower bound on the true trade-off (bounds built from it are sound), non-increasing in alpha, and
-    stable at fine discretisations.
+    hull's vertices are computed (:mod:`recon_jax.accounting._tradeoff`), and ``1 - delta`` there also from sums of
+    non-negative terms, accurate where it is tiny, less the rounding of the PLD's probabilities: at large
+    ``sqrt(steps) / sigma`` ``1 - delta`` is 0 up to rounding for a long run of eps, which is not concave, and the
+    search on the raw points lost the supremum (f ~1e-161 where the exact curve is 0.68). The result is a lower
+    bound on the true trade-off (bounds built from it are sound), non-increasing in alpha, and stable at fine
+    discretisations.
 
     Args:
       sigma: noise multiplier > 0; q: sampling probability in (0, 1]; steps: number of steps >= 1.
@@ -459,20 +429,30 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
         eps = np.arange(0.0, top + 1.5 * value_discretization_interval, value_discretization_interval)
     else:
         eps = np.unique(np.asarray(eps_grid, np.float64))
-    deltas = np.max([_profile_at_losses(*d, eps) for d in directions], axis=0)
+    profiles = [profile_at_losses(*d, eps, complement=True) for d in directions]
+    deltas = np.max([p[0] for p in profiles], axis=0)
+    complement = np.min([p[1] for p in profiles], axis=0)  # 1 - delta, accurate where it is tiny
+    del profiles
     flat = alphas.ravel()
     one_minus = 1.0 - deltas
     # The supremum over eps <= 700 only, where e^eps is finite and e^-eps a normal number (a loss range past ~709
     # made e^eps inf and the curve NaN): a supremum over fewer eps is a lower bound on f still, so the result stays
     # sound; above 700 the first term is negative for every alpha > 1e-304 and the second below 1e-304.
-    usable = eps <= _EXP_SAFE
-    eps, one_minus = eps[usable], one_minus[usable]
+    usable = eps <= EXP_SAFE
+    eps, one_minus, complement = eps[usable], one_minus[usable], complement[usable]
     if eps.size == 0:  # only a caller's eps_grid can be all above 700: the trivial lower bound f >= 0
         return np.zeros(alphas.shape)
-    f1 = _upper_envelope(np.exp(eps), one_minus, flat)  # sup 1 - delta - e^eps alpha
+    f1 = upper_envelope(np.exp(eps), one_minus, flat)  # sup 1 - delta - e^eps alpha
     u = np.exp(-eps)[::-1]  # increasing
-    f2 = _upper_envelope(u, (u * one_minus[::-1]), flat)  # sup e^-eps (1 - delta - alpha)
-    f = np.clip(np.maximum(f1, f2), 0.0, 1.0 - flat)
+    f2 = upper_envelope(u, (u * one_minus[::-1]), flat)  # sup e^-eps (1 - delta - alpha)
+    # The same suprema on the exact hull of the accurate 1 - delta (the binary search above assumes concave points,
+    # which rounding breaks where 1 - delta is ~0 over a long run of eps, at large sqrt(steps) / sigma), less the
+    # rounding of dp_accounting's probabilities (differences of divergences ~1 over e^interval - 1: ~1e-16 / interval
+    # each; the profile came out up to 1.5e-14 above the exact one at interval 1e-2), so that f stays below the exact
+    # curve where it is tiny. Never below the search above, which it keeps where that is larger.
+    margin = 4.0 * np.finfo(np.float64).eps / grid
+    f_hull = tradeoff_on_hull(eps, np.minimum(one_minus, complement) - margin, flat)
+    f = np.clip(np.maximum(np.maximum(f1, f2), f_hull), 0.0, 1.0 - flat)
     # Non-increasing in alpha by construction up to rounding; make it exact (lowering a lower bound stays sound).
     order = np.argsort(flat, kind="stable")
     f[order] = np.minimum.accumulate(f[order])

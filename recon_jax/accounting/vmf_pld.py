@@ -30,7 +30,10 @@ pessimistic tail truncation). Host-side NumPy; not jittable.
 Memory: a large ``kappa`` (the loss spans ``4 kappa``) or a fine grid makes the step's cells and loss grid, and the
 FFT that composes the steps, huge. Both are sized first (the cells and grid points in closed form; the FFT from the
 step's probabilities, as ``dp_accounting`` sizes it) and refused above 2 GiB with a ``ValueError`` naming kappa
-(:mod:`recon_jax.accounting._pld_memory`, shared with the Gaussian PLD routes).
+and about the largest kappa that fits (:mod:`recon_jax.accounting._pld_memory`, shared with the Gaussian PLD
+routes). Every finite kappa > 0 is either computed or refused: the mode window is in a form that neither divides
+by ``1 - cos^2`` (0 in float64 once kappa >~ 1e8 p) nor squares kappa, and where the loss range passes float64's
+exp range (2 kappa > 600) the remove direction's ``e^eps P_-[L > eps]`` is taken in logs.
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ from recon_jax.accounting import _pld_memory
 __all__ = ["vmf_pld", "vmf_pld_epsilon"]
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(8)
+# Above this 2 kappa the remove direction's hockey-stick divergences take e^eps times g_-'s mass in logs: g_-'s mass
+# near theta = 0 (~e^{-2 kappa}) underflows past 2 kappa ~ 745 and e^eps overflows past 709 (a NaN, or masses
+# summing to 2.5 at p = 2, before). Below it the product as such (unchanged bit for bit).
+_LOG_LOSS_RANGE = 600.0
 _WIDTH, _CELLS = 20.0, 2048  # vmf_pld's defaults (vmf_pld_epsilon uses them too)
 # Peak resident memory of one step, measured on a 2-core CPU: <= 350 bytes per cell while the cell masses are
 # integrated (8 quadrature nodes each), then <= 238 bytes per point of the loss grid (both directions: divergences,
@@ -84,12 +91,25 @@ def _remove_loss_preimage(values: np.ndarray, kappa: float, q: float) -> np.ndar
 
 
 def _mode_window(kappa: float, dim: float, width: float) -> tuple[float, float]:
-    """[lo, hi] in theta around the mode of g_+, +- width / sqrt(curvature of -log g_+ at the mode)."""
+    """[lo, hi] in theta around the mode of g_+, +- width / sqrt(curvature of -log g_+ at the mode).
+
+    The mode's cosine ``c`` is the root in (0, 1] of ``kappa c^2 + m c - kappa`` (``m = p - 2``): with
+    ``r = m / (2 kappa)``, ``c = 1 / (r + sqrt(1 + r^2))`` and ``sin^2 = 1 - c^2 = 2 r c``, and the curvature
+    ``kappa c + m / sin^2 = kappa (c + 1 / c)`` (``kappa`` if ``m = 0``). These forms hold for every finite kappa > 0:
+    ``1 - c^2`` computed as such is 0 once ``c`` rounds to 1 (kappa >~ 1e8 m; a ZeroDivisionError before), and
+    ``kappa^2`` overflows past 1e154."""
     m = dim - 2.0
-    c = 2.0 * kappa / (m + math.sqrt(m * m + 4.0 * kappa * kappa))  # cos of the mode (root of kappa c^2 + m c - kappa)
-    theta = math.acos(min(c, 1.0))
-    curv = kappa * c + (m / (1.0 - c * c) if m > 0 else 0.0)
-    sd = 1.0 / math.sqrt(curv)
+    if m == 0:
+        theta, sd = 0.0, 1.0 / math.sqrt(kappa)
+    else:
+        r = 0.5 * (m / kappa)  # m / (2 kappa) would overflow 2 kappa past 9e307
+        big = r + math.hypot(1.0, r)  # 1 / c
+        if math.isfinite(big):
+            c = 1.0 / big
+            theta = math.atan2(math.sqrt(2.0 * r * c), c)
+            sd = 1.0 / (math.sqrt(kappa) * math.sqrt(c + big))
+        else:  # kappa -> 0: the mode at pi / 2, curvature m
+            theta, sd = 0.5 * math.pi, 1.0 / math.sqrt(m)
     return max(0.0, theta - width * sd), min(math.pi, theta + width * sd)
 
 
@@ -102,15 +122,40 @@ def _windows(kappa: float, dim: float, width: float) -> list[tuple[float, float]
 
 def _one_step_sizes(kappa: float, dim: float, q: float, step: float, width: float, cells: int) -> tuple[int, int]:
     """Upper bounds on the loss-grid points (one direction) and on the cells of one step, in closed form (as
-    :func:`_vmf_pld_cached` lays them out; one point of slack at each end of the grid)."""
+    :func:`_vmf_pld_cached` lays them out; one point of slack at each end of the grid). ``inf`` for both where the
+    loss range is not a finite float (kappa > ~9e307, where ``2 kappa`` overflows)."""
     windows = _windows(kappa, dim, width)
 
     def loss(theta):
-        return float(_remove_loss(np.array(theta), kappa, q))
+        return float(_remove_loss(np.array(theta), kappa, q)) / step
 
-    n_cells = sum(cells + max(0, math.floor(loss(a) / step) - math.ceil(loss(b) / step) + 1) for a, b in windows)
-    k_lo, k_hi = math.floor(loss(windows[-1][1]) / step), math.ceil(loss(windows[0][0]) / step)
+    ends = [(loss(a), loss(b)) for a, b in windows]
+    if not all(math.isfinite(v) for pair in ends for v in pair):
+        return math.inf, math.inf
+    n_cells = sum(cells + max(0, math.floor(la) - math.ceil(lb) + 1) for la, lb in ends)
+    k_lo, k_hi = math.floor(ends[-1][1]), math.ceil(ends[0][0])
     return k_hi - k_lo + 3, n_cells
+
+
+def _step_bytes(kappa: float, dim: float, q: float, step: float, width: float, cells: int) -> float:
+    """Peak bytes of one step, from :func:`_one_step_sizes`."""
+    points, n_cells = _one_step_sizes(kappa, dim, q, step, width, cells)
+    return max(_CELL_BYTES * n_cells, _GRID_BYTES * points + _KEPT_CELL_BYTES * n_cells)
+
+
+def _max_kappa(dim: float, q: float, step: float, width: float, cells: int, upper: float) -> float:
+    """About the largest kappa below ``upper`` whose step fits the budget (bisection on log kappa; 0 if none from
+    1e-300 up does). The step's size grows with kappa (the loss spans up to ``4 kappa``)."""
+    def fits(log_kappa):
+        return _step_bytes(math.exp(log_kappa), dim, q, step, width, cells) <= _pld_memory.BUDGET_BYTES
+
+    lo, hi = math.log(1e-300), math.log(upper)
+    if not fits(lo):
+        return 0.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return math.exp(lo)
 
 
 def _cell_edges(lo: float, hi: float, kappa: float, q: float, step: float, cells: int) -> np.ndarray:
@@ -122,16 +167,21 @@ def _cell_edges(lo: float, hi: float, kappa: float, q: float, step: float, cells
     return np.unique(np.concatenate([uniform, pre]))
 
 
-def _cell_masses(edges: np.ndarray, kappa: float, dim: float, log_z: float) -> tuple[np.ndarray, np.ndarray]:
-    """Masses of g_+ and g_- on the cells [edges[j], edges[j+1]] (8-point Gauss-Legendre per cell)."""
+def _cell_masses(edges: np.ndarray, kappa: float, dim: float, log_z: float, logs: bool = False) -> tuple:
+    """Masses of g_+ and g_- on the cells [edges[j], edges[j+1]] (8-point Gauss-Legendre per cell); with ``logs``,
+    also the log of g_-'s masses, finite where they underflow (``e^{-2 kappa}`` near theta = 0)."""
     half = 0.5 * np.diff(edges)
     mid = 0.5 * (edges[1:] + edges[:-1])
     th = mid[:, None] + half[:, None] * _GL_X[None, :]
     base = (dim - 2.0) * np.log(np.sin(th)) - log_z if dim != 2 else np.full(th.shape, -log_z)
     kc = kappa * np.cos(th)
     plus = half * (np.exp(base + kc) @ _GL_W)
-    minus = half * (np.exp(base - kc) @ _GL_W)
-    return plus, minus
+    if not logs:
+        return plus, half * (np.exp(base - kc) @ _GL_W)
+    a = base - kc
+    top = a.max(axis=1)
+    log_minus = np.log(half) + top + np.log(np.exp(a - top[:, None]) @ _GL_W)
+    return plus, np.exp(log_minus), log_minus
 
 
 def _dense_pmf(index: np.ndarray, mass: np.ndarray, step: float):
@@ -161,15 +211,10 @@ def _vmf_pld_cached(kappa: float, dim: float, q: float, step: float, width: floa
     log_z = _log_normaliser(kappa, dim)
     windows = _windows(kappa, dim, width)
     edges = [_cell_edges(a, b, kappa, q, step, cells) for a, b in windows]
-    plus, minus, left, right = [], [], [], []
-    for e in edges:
-        mp_, mm_ = _cell_masses(e, kappa, dim, log_z)
-        plus.append(mp_)
-        minus.append(mm_)
-        left.append(e[:-1])
-        right.append(e[1:])
-    plus, minus = np.concatenate(plus), np.concatenate(minus)
-    left, right = np.concatenate(left), np.concatenate(right)
+    logs = connect_dots and 2.0 * kappa > _LOG_LOSS_RANGE
+    masses = [_cell_masses(e, kappa, dim, log_z, logs) for e in edges]
+    plus, minus = np.concatenate([m[0] for m in masses]), np.concatenate([m[1] for m in masses])
+    left, right = np.concatenate([e[:-1] for e in edges]), np.concatenate([e[1:] for e in edges])
     mix = (1.0 - q) * minus + q * plus
     if not connect_dots:  # privacy buckets: each cell's mass at the grid point at or above its largest loss
         # Remove: the loss decreases in theta, so a cell's largest loss is at its left edge; add: -L, right edge.
@@ -189,7 +234,12 @@ def _vmf_pld_cached(kappa: float, dim: float, q: float, step: float, width: floa
         # remove: loss > eps_k  <=>  theta < theta_k (cells whose right edge is <= theta_k)
         j = np.searchsorted(right, theta, side="right")
         up, low = np.concatenate([zero, np.cumsum(mix)]), np.concatenate([zero, np.cumsum(minus)])
-        d_remove = up[j] + max(0.0, 1.0 - up[-1]) - np.exp(eps) * low[j]
+        if logs:  # e^eps low: e^eps overflows past 709 and low underflows (cells near theta = 0), both far earlier
+            log_low = np.logaddexp.accumulate(np.concatenate([[-np.inf], *(m[2] for m in masses)]))
+            with np.errstate(over="ignore"):  # inf where e^eps low > 1e308: delta < 0, clipped to 0
+                d_remove = up[j] + max(0.0, 1.0 - up[-1]) - np.exp(eps + log_low[j])
+        else:
+            d_remove = up[j] + max(0.0, 1.0 - up[-1]) - np.exp(eps) * low[j]
         remove = _connect_dots(k_lo, k_hi, d_remove, step)
         add = None
         if q < 1.0:
@@ -211,7 +261,8 @@ def _check(kappa, dim, q, step):
     check("value_discretization_interval", step, POSITIVE)
 
 
-_ALTERNATIVES = "a smaller kappa, a larger value_discretization_interval or vmf_epsilon's RDP approaches ('best', 1, 2)"
+_OTHER_ALTERNATIVES = "a larger value_discretization_interval or vmf_epsilon's RDP approaches ('best', 1, 2)"
+_ALTERNATIVES = "a smaller kappa, " + _OTHER_ALTERNATIVES
 
 
 def _checked_pld(kappa, dim, q, value_discretization_interval, width, cells, connect_dots):
@@ -220,13 +271,13 @@ def _checked_pld(kappa, dim, q, value_discretization_interval, width, cells, con
     kappa, dim, q, step = float(kappa), float(dim), float(q), float(value_discretization_interval)
     _check(kappa, dim, q, step)
     width, cells, connect_dots = float(width), int(cells), bool(connect_dots)
-    points, n_cells = _one_step_sizes(kappa, dim, q, step, width, cells)
-    need = max(_CELL_BYTES * n_cells, _GRID_BYTES * points + _KEPT_CELL_BYTES * n_cells)
+    need = _step_bytes(kappa, dim, q, step, width, cells)
     if need > _pld_memory.BUDGET_BYTES:
+        size = _pld_memory.gib(need) if math.isfinite(need) else "more than the 2 GiB limit (4 kappa overflows)"
         raise _pld_memory.PLDTooLarge(
             f"kappa = {kappa:g} is too large for the VMF PLD at dim = {dim:g}, q = {q:g} (value_discretization_"
-            f"interval={step:g}): one step's privacy-loss distribution needs {_pld_memory.gib(need)}; use "
-            f"{_ALTERNATIVES}")
+            f"interval={step:g}): one step's privacy-loss distribution needs {size}; use a smaller kappa (here kappa "
+            f"must be <= about {_max_kappa(dim, q, step, width, cells, kappa):.3g}), {_OTHER_ALTERNATIVES}")
     return _vmf_pld_cached(kappa, dim, q, step, width, cells, connect_dots)
 
 

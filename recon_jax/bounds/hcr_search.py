@@ -30,7 +30,7 @@ import numpy as np
 from recon_jax._validation import FINITE_POSITIVE, check, check_integer, is_concrete
 from recon_jax.bounds.dct import default_dct_axes, full_precision, to_coordinates
 from recon_jax.bounds.hcr import log_hcr_variance_bound
-from recon_jax.bounds.lsqr import lsqr
+from recon_jax.bounds.lsqr import lsqr, promote_to_common_dtype
 
 __all__ = ["hcr_bounds", "hcr_bounds_batch", "hcr_bounds_reference", "HCRInfo", "HCRReferenceInfo"]
 
@@ -58,27 +58,6 @@ def _check_scalar(name, value):
     check(name, value, FINITE_POSITIVE)
     if is_concrete(value) and np.size(value) != 1:
         raise ValueError(f"{name} must be a scalar; got shape {np.shape(value)}")
-
-
-def _common_dtype(feature_fn, x):
-    """``x`` as a floating array in the common dtype of ``x`` and ``feature_fn(x)``, and ``feature_fn`` with its
-    output cast to that dtype (``x`` may be a batch for a vmapped ``feature_fn``: pass ``jax.vmap(feature_fn)``).
-
-    The LSQR operator's tangents (``x``-shaped) and cotangents (feature-shaped) then share one dtype: a float32
-    ``x`` through a float64 ``feature_fn`` (with x64 on) would otherwise give float64 right-hand sides whose
-    products ``J^T u`` are float64 but must enter the jvp linearised at the float32 ``x`` as float32 tangents.
-    Promoting ``x`` does not change the map: its float32 values are float64 values, and the float64 ``feature_fn``
-    promotes them anyway."""
-    x = jnp.asarray(x)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        x = x.astype(jnp.result_type(float))
-    out = jax.eval_shape(feature_fn, x)
-    dtype = jnp.result_type(x.dtype, out.dtype)
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"feature_fn must return floating features; got dtype {out.dtype}")
-    if dtype == x.dtype and out.dtype == dtype:
-        return feature_fn, x
-    return (lambda v: feature_fn(v).astype(dtype)), x.astype(dtype)
 
 
 def _check_hcr_search_args(noise_sigma, num_restarts, num_rounds, perturbation_size):
@@ -192,7 +171,7 @@ def hcr_bounds(
         raise ValueError(f"refine must be 'paper' or 'inverse'; got {refine!r}")
     if isinstance(coordinates, str) and coordinates not in ("dct", "pixel"):
         raise ValueError(f"coordinates must be 'dct', 'pixel' or an orthogonal matrix; got {coordinates!r}")
-    feature_fn, x = _common_dtype(feature_fn, x)
+    feature_fn, x = promote_to_common_dtype(feature_fn, x, name="feature_fn")
     dtype = x.dtype
     sigma = jnp.asarray(noise_sigma, dtype)
     size = jnp.asarray(perturbation_size, dtype)
@@ -400,7 +379,7 @@ def hcr_bounds_reference(
     xs = jnp.asarray(xs)
     if xs.ndim < 2:
         raise ValueError(f"xs must have a batch axis [B, ...]; got shape {xs.shape}")
-    batched, xs = _common_dtype(jax.vmap(feature_fn), xs)
+    batched, xs = promote_to_common_dtype(jax.vmap(feature_fn), xs, name="feature_fn")
     dtype = xs.dtype
     ids = jnp.arange(xs.shape[0]) if example_ids is None else jnp.asarray(example_ids)
     sigma = jnp.asarray(noise_sigma, dtype)

@@ -349,6 +349,32 @@ def lsqr(
     )
 
 
+def promote_to_common_dtype(fn, x, *others, name: str = "fn"):
+    """``x`` as a floating array in the common dtype of ``x``, ``fn(x)`` and ``others`` (dtypes: a right-hand
+    side's, say), and ``fn`` with its output cast to that dtype. ``x`` may be a batch for a vmapped ``fn`` (pass
+    ``jax.vmap(fn)``); ``name`` names ``fn`` in the error.
+
+    A linearised ``fn``'s tangents (``x``-shaped) and cotangents (output-shaped) then share one dtype: a float32
+    ``x`` through a float64 ``fn`` (with x64 on) would otherwise give float64 right-hand sides whose products
+    ``J^T u`` are float64 but must enter the jvp linearised at the float32 ``x`` as float32 tangents. Promoting
+    ``x`` does not change the map: its float32 values are float64 values, and the float64 ``fn`` promotes them
+    anyway. Returns ``fn`` itself where no cast is needed.
+
+    Raises:
+      ValueError: if the common dtype is not a real floating one (``fn`` returns complex values, say).
+    """
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.result_type(float))
+    out = jax.eval_shape(fn, x)
+    dtype = jnp.result_type(x.dtype, out.dtype, *others)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"{name} must return floating features; got dtype {out.dtype}")
+    if dtype == x.dtype and out.dtype == dtype:
+        return fn, x
+    return (lambda v: fn(v).astype(dtype)), x.astype(dtype)
+
+
 def jacobian_lsqr(
     fn: Callable[[jax.Array], jax.Array],
     primal: jax.Array,
@@ -367,14 +393,23 @@ def jacobian_lsqr(
       **lsqr_kwargs: ``damp``, ``atol``, ``btol``, ``conlim``, ``iter_lim`` (see :func:`lsqr`).
 
     Returns:
-      An :class:`LSQRResult`; ``x`` has the shape of ``primal``.
+      An :class:`LSQRResult`; ``x`` has the shape of ``primal``. The solve runs in the common dtype of ``primal``,
+      ``fn(primal)`` and ``b`` (:func:`promote_to_common_dtype`): a float32 ``primal`` through a float64 ``fn``
+      gives a float64 solve, as a float64 ``primal`` would.
+
+    Raises:
+      ValueError: as :func:`lsqr`, or as :func:`promote_to_common_dtype`.
 
     >>> import jax.numpy as jnp
     >>> res = jacobian_lsqr(lambda x: 3.0 * x, jnp.ones(2), jnp.array([3.0, 6.0]))
     >>> [round(float(t), 4) for t in res.x]
     [1.0, 2.0]
     """
-    primal = jnp.asarray(primal)
+    b = jnp.asarray(b)
+    if not jnp.issubdtype(b.dtype, jnp.floating):
+        b = b.astype(jnp.result_type(float))
+    fn, primal = promote_to_common_dtype(fn, primal, b.dtype)
+    b = b.astype(primal.dtype)
     _, jvp_fn = jax.linearize(fn, primal)
     vjp_fn = jax.linear_transpose(jvp_fn, primal)
     return lsqr(jvp_fn, lambda u: vjp_fn(u)[0], b, **lsqr_kwargs)

@@ -330,14 +330,14 @@ def test_tradeoff_finite_where_the_loss_range_passes_709():
 def test_profile_in_logs_equals_the_naive_sum():
     """The privacy profile over a loss range past 709 (computed in logs there) against the definition, term by term:
     delta(eps) = inf_mass + sum_{l > eps} p (1 - e^(eps - l)), each term finite (l > eps)."""
-    from recon_jax.accounting.dpsgd import _profile_at_losses
+    from recon_jax.accounting._tradeoff import profile_at_losses
 
     rng = np.random.default_rng(3)
     losses = np.linspace(-900.0, 900.0, 1801)
     probs = rng.dirichlet(np.ones(losses.size)) * (1 - 1e-6)
     eps = np.array([0.0, 0.5, 10.0, 300.0, 699.5, 899.0, 950.0])
     naive = [1e-6 + sum(p * -np.expm1(e - l) for l, p in zip(losses, probs) if l > e) for e in eps]
-    np.testing.assert_allclose(_profile_at_losses(losses, probs, 1e-6, eps), naive, rtol=1e-12, atol=1e-17)
+    np.testing.assert_allclose(profile_at_losses(losses, probs, 1e-6, eps), naive, rtol=1e-12, atol=1e-17)
 
 
 def test_tradeoff_subsampling_helps(x64):

@@ -191,6 +191,33 @@ def test_jacobian_lsqr_matches_explicit_jacobian(x64):
     np.testing.assert_allclose(np.asarray(res.x).ravel(), ref, rtol=1e-7, atol=1e-9)
 
 
+@pytest.mark.parametrize("x_dtype,b_dtype", [("float32", "float64"), ("float32", "float32"), ("float64", "float32")])
+def test_jacobian_lsqr_promotes_to_the_common_dtype(x64, x_dtype, b_dtype):
+    """A float32 point or right-hand side with a float64 ``fn`` (x64 on) solves in float64, as if both were
+    float64 (before: "linearized function called on tangent values inconsistent with the original primal values",
+    or a cotangent dtype TypeError). The float32 values are float64 values: the same float64 solve, so rtol 1e-12
+    against the all-float64 solve; against SciPy on the explicit Jacobian, the tolerance of the float64 test above."""
+    rng = np.random.default_rng(6)
+    w1 = jnp.asarray(rng.normal(size=(8, 6)))
+    w2 = jnp.asarray(rng.normal(size=(10, 8)))
+
+    def fn(x):  # float64 weights: float64 output whatever x's dtype
+        return w2 @ jnp.tanh(w1 @ x.reshape(-1))
+
+    x0 = jnp.asarray(rng.normal(size=(2, 3))).astype(x_dtype)
+    b = jnp.asarray(rng.normal(size=10)).astype(b_dtype)
+    res = jacobian_lsqr(fn, x0, b, atol=1e-12, btol=1e-12)
+    assert res.x.dtype == jnp.float64 and res.x.shape == (2, 3)
+    x64_, b64 = x0.astype(jnp.float64), b.astype(jnp.float64)
+    ref64 = jacobian_lsqr(fn, x64_, b64, atol=1e-12, btol=1e-12)
+    np.testing.assert_allclose(np.asarray(res.x), np.asarray(ref64.x), rtol=1e-12, atol=0)
+    jac = np.asarray(jax.jacfwd(fn)(x64_)).reshape(10, 6)
+    ref = spla.lsqr(jac, np.asarray(b64), atol=1e-12, btol=1e-12)[0]
+    np.testing.assert_allclose(np.asarray(res.x).ravel(), ref, rtol=1e-7, atol=1e-9)
+    jitted = jax.jit(lambda v, r: jacobian_lsqr(fn, v, r, atol=1e-12, btol=1e-12).x)(x0, b)
+    np.testing.assert_allclose(np.asarray(jitted), np.asarray(res.x), rtol=1e-10, atol=0)  # compiled: reassociated
+
+
 @pytest.mark.parametrize(
     "kw,match",
     [({"damp": -1.0}, "damp"), ({"atol": -1e-3}, "atol"), ({"btol": float("nan")}, "btol"),
