@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from recon_jax._validation import (HALF_OPEN_UNIT, OPEN_UNIT, POSITIVE, Range, at_least, check, concrete_or_none, guard,
-                                   nan_if, pad_batch, static_orders)
+from recon_jax._validation import (FINITE_POSITIVE, HALF_OPEN_UNIT, OPEN_UNIT, POSITIVE, Range, at_least, check,
+                                   concrete_or_none, guard, nan_if, pad_batch, static_orders)
 from recon_jax.accounting import _pld_memory
 from recon_jax.accounting._tradeoff import EXP_SAFE, profile_at_losses, tradeoff_on_hull, upper_envelope
 from recon_jax.accounting.conversions import eps_from_rdp
@@ -146,6 +146,7 @@ def dpsgd_epsilon(sigma: ArrayLike, q: ArrayLike, steps: ArrayLike, delta: Array
         orders_np = DEFAULT_ORDERS if orders is None else np.atleast_1d(static_orders(orders))
         return nan_if(bad, _eps_rdp(sigma, q, steps, delta, orders_np))
     if accountant == "pld":
+        check("value_discretization_interval", value_discretization_interval, FINITE_POSITIVE)
         vals = [concrete_or_none(v) for v in (sigma, q, steps, delta)]
         if any(v is None for v in vals):
             raise ValueError("accountant='pld' runs on the host: sigma, q, steps and delta must be concrete")
@@ -269,6 +270,7 @@ def calibrate_sigma(eps: ArrayLike, q: ArrayLike, steps: ArrayLike, delta: Array
     out = out[:n].reshape(args[0].shape)
     if accountant == "rdp":
         return nan_if(bad, out)
+    check("value_discretization_interval", value_discretization_interval, FINITE_POSITIVE)
     vals = [concrete_or_none(v) for v in (eps, q, steps, delta)]
     if any(v is None for v in vals):
         raise ValueError("accountant='pld' runs on the host: eps, q, steps and delta must be concrete")
@@ -408,7 +410,7 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
     """
     guard(("sigma", sigma, POSITIVE), *_dpsgd_specs(q, steps, 0.5))  # checks only: a host-side function
     check("alphas", alphas, lambda a: (a >= 0) & (a <= 1), "in [0, 1]")
-    check("value_discretization_interval", value_discretization_interval, lambda v: v > 0, "> 0")
+    check("value_discretization_interval", value_discretization_interval, FINITE_POSITIVE)
     if eps_grid is not None:
         check("eps_grid", eps_grid, lambda e: e >= 0, ">= 0")
     alphas = np.asarray(alphas, np.float64)

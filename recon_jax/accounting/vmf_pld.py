@@ -43,7 +43,7 @@ import math
 
 import numpy as np
 
-from recon_jax._validation import FINITE_POSITIVE, HALF_OPEN_UNIT, POSITIVE, check
+from recon_jax._validation import FINITE_POSITIVE, HALF_OPEN_UNIT, check
 from recon_jax.accounting import _pld_memory
 
 __all__ = ["vmf_pld", "vmf_pld_epsilon"]
@@ -258,7 +258,7 @@ def _check(kappa, dim, q, step):
     check("kappa", kappa, FINITE_POSITIVE)
     check("dim", dim, lambda p: (p >= 2) & (p < np.inf), "finite and >= 2")
     check("q", q, HALF_OPEN_UNIT)
-    check("value_discretization_interval", step, POSITIVE)
+    check("value_discretization_interval", step, FINITE_POSITIVE)
 
 
 _OTHER_ALTERNATIVES = "a larger value_discretization_interval or vmf_epsilon's RDP approaches ('best', 1, 2)"
