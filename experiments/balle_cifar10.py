@@ -25,6 +25,7 @@ from experiments.configs.balle_cifar10 import CHECKS
 import recon_jax
 from recon_jax import models, training
 from recon_jax.attacks import informed
+from recon_jax.io import array_digest
 from recon_jax.models.reconstructors import patchgan_discriminator, transposed_conv_decoder
 from recon_jax.evidence import histogram_vs_reference, image_grid, markdown_table
 
@@ -59,15 +60,16 @@ def run(config, workdir: str) -> dict:
     sp = recon_jax.data.pool_splits(images, labels, fixed_size=config.fixed_size, num_shadow=config.num_shadow,
                                     num_targets=config.num_targets, eval_size=config.eval_size,
                                     key_or_seed=config.seed)
+    data_digest = [array_digest(images), array_digest(labels)]  # the data itself, wherever data_dir found it
     del images, labels
     fns = models.from_flax(models.balle_cifar_cnn(**config.model))
     p0 = training.initial_params(fns, jax.random.fold_in(key, 0), sp.fixed_images)
     alg = training.full_batch_gd(**config.train)
     features = _features(config)
-    # Every argument of the model (**: the whole model section; its activation as before, so existing stores keep their
-    # names), the algorithm, the data split and the probe set (logits features only).
+    # Every argument of the model (**: the whole model section), the algorithm, the data (by digest: another data_dir
+    # with other files gets its own store), the data split and the probe set (logits features only).
     store = keyed_dir(os.path.join(workdir, "shadow"), "default", {
-        "dataset": config.dataset, "seed": config.seed, "fixed_size": config.fixed_size,
+        "dataset": config.dataset, "data": data_digest, "seed": config.seed, "fixed_size": config.fixed_size,
         "num_shadow": config.num_shadow, "num_targets": config.num_targets, "eval_size": config.eval_size,
         "probe_size": config.probe_size if features == "logits" else 0, **config.model.to_dict(),
         "algorithm": alg.describe()})

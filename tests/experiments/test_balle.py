@@ -269,3 +269,22 @@ def test_balle_cifar10_store_key_names_every_model_field(tmp_path, monkeypatch, 
             balle_cifar10.run(config, str(tmp_path / "w"))
     shipped, changed = keys
     assert shipped["activation"] == "elu" and changed == {**shipped, **extra}
+
+
+def test_balle_cifar10_store_key_names_the_data(tmp_path, monkeypatch):
+    """The shadow store's key holds the data's digest: the same config over other images (another data_dir) keys
+    another store, where before it reached the first one's store and was refused there."""
+    from experiments import balle_cifar10
+    from experiments.configs.balle_cifar10 import get_config
+
+    keys = _capture_store_keys(monkeypatch, balle_cifar10)
+    config = get_config("smoke")
+    n = config.fixed_size + config.num_shadow + config.num_targets + config.eval_size
+    for seed in (0, 1):  # two image sets of the same shape and size
+        monkeypatch.setattr(balle_cifar10, "_load", lambda c, s=seed: data.load_dataset(
+            "synthetic", "train", num_examples=n, shape=(32, 32, 3), seed=s))
+        with pytest.raises(_Stop):
+            balle_cifar10.run(config, str(tmp_path / "w"))
+    first, second = keys
+    assert first["data"] != second["data"]
+    assert {k: v for k, v in first.items() if k != "data"} == {k: v for k, v in second.items() if k != "data"}
