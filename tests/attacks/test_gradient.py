@@ -81,9 +81,12 @@ def test_linear_attack_gaussian_mse_matches_prop1_prop4(steps):
         beta = 1.0 / max(1.0, np.linalg.norm(x[b]) / clip)
         # Ziller eq. (4) with sigma^2 -> sigma^2 / T (Prop. 4): (1 - beta)^2 mean(x^2) + C^2 sigma^2 / T.
         expected = (1 - beta) ** 2 * np.mean(x[b] ** 2) + clip**2 * sigma**2 / steps
-        # The noise part of the MSE is C^2 sigma^2 / T * chi2_N / N: relative sd sqrt(2 / N) per draw.
-        sd = clip**2 * sigma**2 / steps * np.sqrt(2.0 / n) / np.sqrt(reps) * 2  # x2: cross term with the bias
-        assert abs(mse[:, b].mean() - expected) < 5 * sd, (mse[:, b].mean(), expected)
+        # Standard error of the mean over reps, analytic: MSE - expected = s2 (chi2_N / N - 1) + 2 (beta - 1) X.xi / N
+        # with s2 = C^2 sigma^2 / T, two uncorrelated terms of variances 2 s2^2 / N and 4 (1 - beta)^2 ||X||^2 s2 / N^2.
+        # (The old "2 x noise-only sd" was 3.4 SE at T = 8, where the cross term dominates, and 8.8 SE at T = 1.)
+        s2 = clip**2 * sigma**2 / steps
+        se = np.sqrt(2 * s2**2 / n + 4 * (1 - beta) ** 2 * np.sum(x[b] ** 2) * s2 / n**2) / np.sqrt(reps)
+        assert abs(mse[:, b].mean() - expected) < 5 * se, (mse[:, b].mean(), expected, se)
 
 
 def test_linear_attack_with_vmf_recovers_direction():
