@@ -43,7 +43,8 @@ FIELDS = (
     ("data_path", _Unset(str), "dataset=folder: a directory with train/<class>/ and test/<class>/ image folders"),
     ("image_size", _Unset(int), "dataset=folder: resize images to this side (default: their own size if all "
                                 "share one square size)"),
-    ("channels", 1, "dataset=folder: 1 (grayscale) or 3 (RGB)"),
+    ("channels", 1, "dataset=folder: 1 (grayscale) or 3 (RGB); other datasets keep their images' channels "
+                    "(leave 1 or give theirs: 3 for tfds:cifar10 and tfds:cifar100)"),
     # The released model trains on the fixed set D- (fixed_size records) plus one target.
     ("model", "balle_mnist_mlp", "released model: balle_mnist_mlp, lenet, balle_cifar_cnn, module:attribute or "
                                  "file.py:attribute (a flax module, a Module class, or a function num_classes -> "

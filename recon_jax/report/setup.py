@@ -5,8 +5,9 @@ and reconstructor network it names (:mod:`recon_jax.report.app` runs them; the s
 Every error about the config or the data is a :class:`ConfigError` (a ``ValueError``; the experiments' one, from
 :mod:`recon_jax.evidence.config_checks`) naming the config field (``config.<field>: ...``), what was given and what
 is allowed: the console script prints it as one line. The fields' ranges are declared in :data:`CHECKS` and checked
-by the experiments' mechanism (:func:`recon_jax.evidence.config_checks.check_config`); what reads the filesystem
-(the image folder's layout) or needs the data's size is code in :func:`validate_config`.
+by the experiments' mechanism (:func:`recon_jax.evidence.config_checks.check_config`), and the sizes the data must
+meet by theirs too (:func:`recon_jax.evidence.config_checks.check_fits`, once the data's record counts are known);
+what reads the filesystem (the image folder's layout) is code in :func:`validate_config`.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ import numpy as np
 from recon_jax import data as rdata
 from recon_jax import models, shadow, training
 from recon_jax.attacks import reconn
-from recon_jax.evidence.config_checks import (ConfigError, any_of, check_config, computed, each, explained, integer,
-                                              number, one_of, optional, satisfies, when)
+from recon_jax.evidence.config_checks import (ConfigError, Rule, any_of, check_config, check_fits, computed, each,
+                                              explained, integer, number, one_of, optional, satisfies, when)
 from recon_jax.models.reconstructors import TransposedConvDecoder
-from recon_jax.report.config import DESCRIPTIONS
+from recon_jax.report.config import DESCRIPTIONS, FIELDS
 
 __all__ = ["KNOWN_KEYS", "ZOO", "CHECKS", "SIZED_CHECKS", "validate_config", "with_image_size", "build_model",
            "check_model", "reconstructor_for", "load_data"]
@@ -275,6 +276,29 @@ def load_data(config):
 _FOLDER_ONLY = satisfies(lambda v: v is None, "None")  # data_path, image_size: for dataset 'folder' only
 _UNIT = number(above=0, below=1)
 
+_DEFAULT_CHANNELS = next(value for name, value, _ in FIELDS if name == "channels")
+_DATASET_CHANNELS = {"mnist": 1, "synthetic": 1, "tfds:mnist": 1, "tfds:fashion_mnist": 1, "tfds:cifar10": 3,
+                     "tfds:cifar100": 3}
+"""The channels of each dataset's images as :func:`load_data` loads them (every dataset but ``folder``, which
+converts its images to ``config.channels``; ``synthetic`` is loaded with its default shape, 28 x 28 x 1)."""
+
+
+def _unread_channels() -> Rule:
+    """``channels`` for a dataset other than ``folder``, which never reads it: the default, or the channels the
+    dataset's images have (a value that states the data as it is); anything else would be silently ignored."""
+    def allowed(config) -> tuple[int, ...]:
+        return tuple(sorted({_DEFAULT_CHANNELS, _DATASET_CHANNELS[config.dataset]}))
+
+    def describe(config) -> str:
+        own = _DATASET_CHANNELS[config.dataset]
+        why = f"only dataset 'folder' reads channels; {config.dataset!r} images have {own}"
+        if own == _DEFAULT_CHANNELS:
+            return f"{own} ({why})"
+        return f"{_DEFAULT_CHANNELS} (the default) or {own} ({why})"
+
+    return Rule(lambda v, config: one_of(*allowed(config)).accepts(v, config), describe)
+
+
 CHECKS = {
     # Fields bounded by others come after them. The folder layout of data_path reads the filesystem: validate_config
     # checks it after these.
@@ -282,7 +306,7 @@ CHECKS = {
     "data_path": when("dataset", "folder", None, otherwise=_FOLDER_ONLY),
     "image_size": when("dataset", "folder", explained(optional(integer(at_least=4)), "None: the images' own size"),
                        otherwise=_FOLDER_ONLY),
-    "channels": when("dataset", "folder", one_of(1, 3)),
+    "channels": when("dataset", "folder", one_of(1, 3), otherwise=_unread_channels()),
     "model": any_of(one_of(*ZOO), satisfies(lambda v: isinstance(v, str) and ":" in v,
                                             "a string 'module:attribute' or 'file.py:attribute'")),
     "sizes": explained(one_of("auto", "fixed"), "auto: sizes follow the data; fixed: as given"),
@@ -362,7 +386,9 @@ def _check_folder_layout(path) -> None:
 def validate_config(config, num_train: int | None = None, num_test: int | None = None) -> None:
     """Checks every field before any work starts; raises :class:`ConfigError` naming the field, the value and what
     is allowed: the fields' names, their values (:data:`CHECKS`), and for dataset ``folder`` the directory layout.
-    With ``num_train`` / ``num_test`` (the data's record counts) it also checks the sizes fit.
+    With ``num_train`` / ``num_test`` (the data's record counts) it also checks the sizes fit
+    (:func:`recon_jax.evidence.config_checks.check_fits`: ``config.<field> + <field>: must be at most the <n>
+    training records of <data> ..., got <sum>``) and :data:`SIZED_CHECKS`.
 
     >>> from recon_jax.report.config import get_config
     >>> config = get_config("smoke")
@@ -379,21 +405,19 @@ def validate_config(config, num_train: int | None = None, num_test: int | None =
     check_config(config, CHECKS)
     if config.dataset == "folder":
         _check_folder_layout(config.data_path)
-    sizes = tuple(config.prior_sizes)
+    # Sizes the data must meet (sizes="auto" has fitted the sizes it may first), in the experiments' words.
+    data_field = "data_path" if config.dataset == "folder" else "dataset"
+    data = f"folder {config.data_path!r}" if config.dataset == "folder" else repr(config.dataset)
+    hint = "(sizes='auto' fits only the sizes left at the variant's values)"
     if num_train is not None:
-        need = config.fixed_size + config.num_shadow + config.num_targets
-        if num_train < 12:
-            _fail("data_path" if config.dataset == "folder" else "dataset",
-                  f"{config[('data_path' if config.dataset == 'folder' else 'dataset')]!r} has {num_train} training "
-                  "records; the report needs at least 12 (a fixed set of 1, 10 shadow targets, 1 evaluation target)")
-        if need > num_train:
-            _fail("num_shadow", f"fixed_size + num_shadow + num_targets = {need} exceeds the {num_train} training "
-                                f"examples of {config.dataset!r} (with sizes='auto' the sizes you leave at the "
-                                f"variant's values follow the data)")
-    if num_test is not None and config.eval_size > num_test:
-        _fail("eval_size", f"must be <= {num_test} (test examples of {config.dataset!r}), got {config.eval_size}")
-    if num_test is not None and max(sizes) + 1 > num_test - config.eval_size:
-        _fail("prior_sizes", f"the largest prior ({max(sizes)}) and the canary need {max(sizes) + 1} test records "
-                             f"beyond eval_size; {config.dataset!r} has {num_test - config.eval_size}")
+        if num_train < 12:  # no sizes fit: the data is what to change, not a size field
+            _fail(data_field, f"{config[data_field]!r} has {num_train} training records; the report needs at least 12 "
+                              "(a fixed set of 1, 10 shadow targets, 1 evaluation target)")
+        check_fits(config, ("fixed_size", "num_shadow", "num_targets"), num_train, f"training records of {data} {hint}")
     if num_test is not None:
+        check_fits(config, ("eval_size",), num_test, f"test records of {data} {hint}")
+        # Beyond eval_size the test records hold the candidates of the largest prior and the audit's canary.
+        test_use = {"eval_size": config.eval_size, "the largest of prior_sizes": max(config.prior_sizes),
+                    "one canary": 1}
+        check_fits(test_use, tuple(test_use), num_test, f"test records of {data} {hint}")
         check_config(config, SIZED_CHECKS)

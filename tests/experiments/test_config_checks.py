@@ -75,6 +75,9 @@ BAD = [
     ("ziller_table1", "smoke", {"route_kappas": (0.1, 1.0)},
      "config.route_kappas: must be a non-empty tuple, each entry a number in (0, 1), got (0.1, 1.0)"),
     ("risk_report", "smoke", {"num_targets": 0}, "config.num_targets: must be an integer >= 1, got 0"),
+    ("risk_report", "smoke", {"channels": 3},
+     "config.channels: must be 1 (only dataset 'folder' reads channels; 'mnist' images have 1) when dataset is "
+     "'mnist' (not 'folder'), got 3"),
     # Sizes the data cannot meet (known once the data is found, still before anything is written).
     ("glm_attack", "smoke", {"fixed_size": 59999},
      "config.fixed_size + num_targets: must be at most the 60000 training records of 'mnist', got 59999 + 4 = 60003"),
@@ -95,6 +98,15 @@ BAD = [
      "config.num_hcr_examples: must be at most the 256 test records the run reads (num_test), got 257"),
     ("ziller_empirical", "smoke", {"num_images": 10001},
      "config.num_images: must be at most the 10000 test records of 'mnist', got 10001"),
+    ("risk_report", "smoke", {"num_shadow": 59943},
+     "config.fixed_size + num_shadow + num_targets: must be at most the 60000 training records of 'mnist' "
+     "(sizes='auto' fits only the sizes left at the variant's values), got 50 + 59943 + 8 = 60001"),
+    ("risk_report", "smoke", {"eval_size": 10001},
+     "config.eval_size: must be at most the 10000 test records of 'mnist' (sizes='auto' fits only the sizes left at "
+     "the variant's values), got 10001"),
+    ("risk_report", "smoke", {"eval_size": 9900, "prior_sizes": (2, 100)},
+     "config.eval_size + the largest of prior_sizes + one canary: must be at most the 10000 test records of 'mnist' "
+     "(sizes='auto' fits only the sizes left at the variant's values), got 9900 + 100 + 1 = 10001"),
 ]
 
 

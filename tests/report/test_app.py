@@ -22,8 +22,9 @@ def _smoke():
     [
         ("noise_multipliers", (0.0,), "config.noise_multipliers"),
         ("noise_multipliers", (-1.0, 2.0), "config.noise_multipliers"),
-        ("num_shadow", 70000, "config.num_shadow"),  # sizes exceed the 60,000 MNIST training images
-        ("eval_size", 20000, "config.eval_size"),
+        # sizes exceed the 60,000 MNIST training images
+        ("num_shadow", 70000, r"^config\.fixed_size \+ num_shadow \+ num_targets: must be at most the 60000 training"),
+        ("eval_size", 20000, r"^config\.eval_size: must be at most the 10000 test records"),
         ("delta", 1.5, "config.delta"),
         ("kappas", (0.0,), "config.kappas"),
         ("learning_rate", 0.0, "config.learning_rate"),
@@ -33,7 +34,8 @@ def _smoke():
         ("noise_multipliers", (True,), "config.noise_multipliers"),
         ("noise_multipliers", (2.0, 2.0), "config.noise_multipliers"),
         ("prior_sizes", (1, 10), "config.prior_sizes"),
-        ("prior_sizes", (20000,), "config.prior_sizes"),  # more candidates than test records
+        # more candidates than test records
+        ("prior_sizes", (20000,), r"^config\.eval_size \+ the largest of prior_sizes \+ one canary: must be at most"),
         ("confidence", 1.0, "config.confidence"),
         ("calibration_rero", 0.001, "config.calibration_rero"),  # below the prior: unreachable
         ("audit_runs", 2, "config.audit_runs"),
@@ -43,6 +45,7 @@ def _smoke():
         ("bound_tolerance", 1.5, "config.bound_tolerance"),
         ("crafted_reach", 0.0, "config.crafted_reach"),
         ("one_run_canaries", 2, "config.one_run_canaries"),
+        ("channels", 3, r"^config\.channels: must be 1 .* when dataset is 'mnist'"),  # only 'folder' reads it
     ],
 )
 def test_malformed_configs_fail_before_training(tmp_path, monkeypatch, field, value, match):

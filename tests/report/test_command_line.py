@@ -184,7 +184,8 @@ def test_sizes_follow_the_data():
         default.sizes = "fixed"
     fixed, split = sizes.fit_sizes(default, 40, 10)
     assert split.fitted == () and fixed.fixed_size == 1000
-    with pytest.raises(ConfigError, match="config.num_shadow: fixed_size"):
+    with pytest.raises(ConfigError, match=r"^config\.fixed_size \+ num_shadow \+ num_targets: must be at most the 40 "
+                                          r"training records of 'mnist'"):
         setup.validate_config(fixed, num_train=40, num_test=10)
 
 

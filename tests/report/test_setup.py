@@ -1,13 +1,15 @@
-"""recon_jax.report.setup.validate_config: the report's fields are checked by CHECKS (the experiments' mechanism,
-recon_jax.evidence.config_checks), the folder layout and the data sizes by code; every refusal is a ConfigError
-naming the field, the allowed values and the value given."""
+"""recon_jax.report.setup.validate_config: the report's fields are checked by CHECKS and the sizes the data must
+meet by check_fits (the experiments' mechanism, recon_jax.evidence.config_checks), the folder layout by code; every
+refusal is a ConfigError naming the field, the allowed values and the value given."""
 
 import re
 
 import ml_collections
 import pytest
 
+from recon_jax import data as rdata
 from recon_jax.evidence.config_checks import ConfigError
+from recon_jax.report import setup
 from recon_jax.report.config import DESCRIPTIONS, get_config
 from recon_jax.report.setup import CHECKS, SIZED_CHECKS, validate_config
 
@@ -52,6 +54,12 @@ MESSAGES = [
      "'file.py:attribute', got 'lenet5'"),
     (dict(dataset="folder", data_path=None, channels=2),
      "config.channels: must be one of 1, 3 when dataset is 'folder', got 2"),
+    (dict(channels=3),
+     "config.channels: must be 1 (only dataset 'folder' reads channels; 'mnist' images have 1) when dataset is "
+     "'mnist' (not 'folder'), got 3"),
+    (dict(dataset="tfds:cifar10", channels=2),
+     "config.channels: must be 1 (the default) or 3 (only dataset 'folder' reads channels; 'tfds:cifar10' images "
+     "have 3) when dataset is 'tfds:cifar10' (not 'folder'), got 2"),
     (dict(dataset="folder", data_path=None, image_size=2),
      "config.image_size: must be None or an integer >= 4 (None: the images' own size) when dataset is 'folder', "
      "got 2"),
@@ -96,3 +104,79 @@ def test_calibration_models_is_checked_against_num_targets_only_with_the_data():
     with pytest.raises(ConfigError, match=r"^config\.calibration_models: must be an integer in \[1, num_targets = 8\], "
                                           r"got 9$"):
         validate_config(config, num_train=60000, num_test=10000)
+
+
+_HINT = "(sizes='auto' fits only the sizes left at the variant's values)"
+
+# (changes to the smoke config, the data's train and test record counts, the whole message): every size the data
+# must meet, in check_fits' words (the experiments' ones: config.<fields>: must be at most the <n> <records>, got ...)
+SIZE_MESSAGES = [
+    (dict(num_shadow=70000), 60000, 10000,
+     f"config.fixed_size + num_shadow + num_targets: must be at most the 60000 training records of 'mnist' {_HINT}, "
+     f"got 50 + 70000 + 8 = 70058"),
+    (dict(fixed_size=60000), 60000, 10000,
+     f"config.fixed_size + num_shadow + num_targets: must be at most the 60000 training records of 'mnist' {_HINT}, "
+     f"got 60000 + 96 + 8 = 60104"),
+    (dict(eval_size=20000), 60000, 10000,
+     f"config.eval_size: must be at most the 10000 test records of 'mnist' {_HINT}, got 20000"),
+    (dict(prior_sizes=(2, 20000)), 60000, 10000,
+     f"config.eval_size + the largest of prior_sizes + one canary: must be at most the 10000 test records of 'mnist' "
+     f"{_HINT}, got 200 + 20000 + 1 = 20201"),
+    (dict(eval_size=9900, prior_sizes=(2, 99)), 60000, 9999,  # one record short (10,000 fit: below)
+     f"config.eval_size + the largest of prior_sizes + one canary: must be at most the 9999 test records of 'mnist' "
+     f"{_HINT}, got 9900 + 99 + 1 = 10000"),
+    (dict(), 11, 10000,  # no sizes fit: the data is named, not a size field
+     "config.dataset: 'mnist' has 11 training records; the report needs at least 12 (a fixed set of 1, 10 shadow "
+     "targets, 1 evaluation target)"),
+]
+
+
+@pytest.mark.parametrize("changes,num_train,num_test,message", SIZE_MESSAGES,
+                         ids=[f"{'-'.join(c) or 'tiny'}-{n}" for c, n, _, _ in SIZE_MESSAGES])
+def test_sizes_the_data_cannot_meet_are_refused_in_check_fits_words(changes, num_train, num_test, message):
+    config = _untyped(**changes)
+    validate_config(config)  # no data yet: every field is in range
+    with pytest.raises(ConfigError) as err:
+        validate_config(config, num_train=num_train, num_test=num_test)
+    assert str(err.value) == message
+
+
+def test_sizes_that_fit_exactly_pass():
+    validate_config(_untyped(fixed_size=60000 - 96 - 8), num_train=60000, num_test=10000)
+    validate_config(_untyped(eval_size=9900, prior_sizes=(2, 99)), num_train=60000, num_test=10000)
+    validate_config(_untyped(eval_size=10000, prior_sizes=(2, 10)), num_train=60000, num_test=10000 + 10 + 1)
+
+
+def test_sizes_of_an_image_folder_name_the_folder(tmp_path):
+    for split in ("train", "test"):
+        (tmp_path / "imgs" / split / "a").mkdir(parents=True)
+    config = _untyped(dataset="folder", data_path=str(tmp_path / "imgs"), image_size=None)
+    with pytest.raises(ConfigError) as err:
+        validate_config(config, num_train=100, num_test=1000)
+    assert str(err.value) == (f"config.fixed_size + num_shadow + num_targets: must be at most the 100 training records "
+                              f"of folder {str(tmp_path / 'imgs')!r} {_HINT}, got 50 + 96 + 8 = 154")
+
+
+@pytest.mark.parametrize("dataset", [d for d in rdata.DATASETS if d != "folder"])
+def test_channels_of_other_datasets_is_the_default_or_their_own(dataset):
+    """Only dataset 'folder' reads channels: elsewhere a value is refused unless it is the default (1) or the
+    channels the dataset's images have (it was accepted and ignored before)."""
+    own = setup._DATASET_CHANNELS[dataset]
+    for ok in {1, own}:
+        validate_config(_untyped(dataset=dataset, channels=ok))
+    for bad in sorted({1, 2, 3, 4} - {1, own}) + [True, 3.0 if own == 3 else 1.0]:
+        with pytest.raises(ConfigError, match=r"^config\.channels: must be 1 "):
+            validate_config(_untyped(dataset=dataset, channels=bad))
+
+
+@pytest.mark.parametrize("dataset", [d for d in rdata.DATASETS if d != "folder"])
+def test_the_datasets_channels_are_those_their_images_have(dataset):
+    """setup._DATASET_CHANNELS (what the channels check allows) is what load_data gives: TFDS from its mock data."""
+    config = _untyped(dataset=dataset)
+    if dataset.startswith("tfds:"):
+        tfds = pytest.importorskip("tensorflow_datasets")
+        with tfds.testing.mock_data(num_examples=2, policy=tfds.testing.MockPolicy.USE_CODE):
+            train_x, _, test_x, _ = setup.load_data(config)
+    else:
+        train_x, _, test_x, _ = setup.load_data(config)
+    assert train_x.shape[-1] == test_x.shape[-1] == setup._DATASET_CHANNELS[dataset]
