@@ -90,7 +90,7 @@ def test_when_picks_the_rule_by_another_field_and_says_which():
                                  otherwise=satisfies(lambda v: v is None, "None")),
               "channels": when("dataset", "folder", one_of(1, 3))}
     check_config({"dataset": "folder", "image_size": 8, "channels": 3}, checks)
-    check_config({"dataset": "mnist", "image_size": None, "channels": 2}, checks)  # channels: anything for mnist
+    check_config({"dataset": "mnist", "image_size": None, "channels": 2}, checks)  # no otherwise: any
     with pytest.raises(ConfigError, match=r"^config\.image_size: must be None when dataset is 'mnist' "
                                           r"\(not 'folder'\), got 32$"):
         check_config({"dataset": "mnist", "image_size": 32, "channels": 1}, checks)
