@@ -32,6 +32,8 @@ TINY = {
     "hcr": (["--examples", "1", "--restarts", "1", "--rounds", "1", "--train-examples", "64", "--modes", "paper_tol"],
             {"hcr_vs_scipy_lsqr_paper_tol"}),
     "inverting_gradients": (["--restarts", "2", "--steps", "2"], {"ig_restarts_vmap_vs_sequential"}),
+    "pld_memory": (["--vmf_cases", "20,3,1:200", "--gaussian_cases", "1,0.01:100"],
+                   {"pld_fft_bytes_per_point_vmf", "pld_fft_bytes_per_point_gaussian"}),
     "prior_aware": (["--trials", "2", "--k", "3", "--fixed", "8", "--steps", "2", "--repeats", "1"],
                     {"prior_aware_ghost_vs_per_example"}),
     "reconn": (["--rows", "64", "--features", "32", "--hidden", "16", "--epochs", "1", "--batch", "16"],

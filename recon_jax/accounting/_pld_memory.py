@@ -24,8 +24,11 @@ Nothing here reads a ``dp_accounting`` object: its PMFs have no public accessor 
 
 Peak resident memory per point, measured on a 2-core CPU (dp_accounting 0.4, rechecked with 0.6): one Gaussian
 step, <= 220 bytes per point of ``(1/sigma^2 + 20/sigma) / interval`` (the q = 1 grid; one direction of q < 1 has at
-most half as many points and peaks at 233 bytes each); the FFT, 54-69 bytes per FFT point; ``pld_tradeoff`` after
-composing, 53-60 bytes per point kept (both directions) plus per point of its epsilon grid.
+most half as many points and peaks at 233 bytes each); the FFT, 64-74 bytes per point of the longest FFT above the
+memory held after the step (``benchmarks/pld_memory.py``, dp_accounting 0.6, NumPy 2.4, SciPy 1.17: a slope of 72 with
+two directions, 64 with one, and at most 74.4 with the fixed cost, at 3.7M points; 54-69 in an earlier, unrecorded
+measurement); ``pld_tradeoff`` after composing, 53-60 bytes per point kept (both directions) plus per point of its
+epsilon grid.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ import numpy as np
 BUDGET_BYTES = 2 * 2**30
 #: Bytes per point of the Gaussian's one-step grid while dp_accounting builds it (a Python dict entry per point).
 STEP_POINT_BYTES = 220
-#: Bytes per point of the FFT that composes the steps (dp_accounting's ``common.self_convolve``).
+#: Bytes per point of the FFT that composes the steps (dp_accounting's ``common.self_convolve``): measured <= 74.4
+#: (``benchmarks/pld_memory.py``), so 80 leaves 7.5% for other library versions and allocators.
 FFT_POINT_BYTES = 80
 #: Bytes per composed point kept and per point of the epsilon grid in ``pld_tradeoff``'s profile (measured <= 60).
 TRADEOFF_POINT_BYTES = 64

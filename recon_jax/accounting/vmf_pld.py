@@ -211,6 +211,7 @@ def _vmf_pld_cached(kappa: float, dim: float, q: float, step: float, width: floa
     log_z = _log_normaliser(kappa, dim)
     windows = _windows(kappa, dim, width)
     edges = [_cell_edges(a, b, kappa, q, step, cells) for a, b in windows]
+    # Buckets need no logs: masses lost to underflow (< 2^-1022 per node; no e^eps factor) go to the infinite loss.
     logs = connect_dots and 2.0 * kappa > _LOG_LOSS_RANGE
     masses = [_cell_masses(e, kappa, dim, log_z, logs) for e in edges]
     plus, minus = np.concatenate([m[0] for m in masses]), np.concatenate([m[1] for m in masses])

@@ -112,3 +112,85 @@ def test_calibrate_vmf_kappa_pld_past_709(monkeypatch):
                                   rtol=1e-3))
     assert 990.0 < k <= 1000.0, k
     assert _exact_eps_one_step_q1(k, 3, 1e-5) <= 2000.0
+
+
+class _MpVMF:
+    """Exact hockey-stick divergences of one release of the q-subsampled antipodal VMF pair, any p (mpmath).
+
+    With s = kappa (1 - cos), the unnormalised density of the cosine under VMF(mu1) is e^kappa / kappa^{m+1} times
+    e^{-s} s^m (2 - s / kappa)^m on s in [0, 2 kappa], m = (p - 3) / 2, so P_+[cos > t] and P_-[cos > t] = P_+[cos < -t]
+    are ratios of integrals of that (constants cancel; e^{-2 kappa} ~ 1e-86859 at kappa = 1e5 is no trouble at 25
+    digits). Remove: L = log(1 - q + q e^{2 kappa cos}) > eps <=> cos > t_eps, delta = q P_+ - (e^eps - 1 + q) P_-
+    there; add: -L > eps <=> cos < u_eps (only where e^{-eps} > 1 - q), delta = (1 - e^eps (1 - q)) P_- - e^eps q P_+.
+    """
+
+    def __init__(self, kappa, p, q):
+        self.k, self.m, self.q = mpmath.mpf(kappa), mpmath.mpf(p - 3) / 2, mpmath.mpf(q)
+        with mpmath.workdps(25):
+            self.norm = self._integral(0, 2 * self.k)
+
+    def _integral(self, s0, s1):
+        k, m = self.k, self.m
+        s0, s1 = mpmath.mpf(s0), mpmath.mpf(s1)
+        if s1 <= s0:
+            return mpmath.mpf(0)
+        d = [mpmath.mpf(10) ** e for e in range(-3, 7)]  # breakpoints: the integrand varies on every scale
+        pts = {s0, s1} | {s0 + x for x in d if s0 + x < s1} | {s1 - x for x in d if s1 - x > s0}
+        pts |= {x for x in (m, m + 10 * mpmath.sqrt(m + 1)) if s0 < x < s1}
+
+        def f(s):
+            return mpmath.exp(-s) * s**m * (2 - s / k) ** m
+
+        return mpmath.quad(f, sorted(pts))
+
+    def _above(self, t, sign):  # P_+[cos > t] (sign 1) or P_-[cos > t] (sign -1)
+        t = min(max(t, mpmath.mpf(-1)), mpmath.mpf(1))
+        s0, s1 = (0, self.k * (1 - t)) if sign > 0 else (self.k * (1 + t), 2 * self.k)
+        return self._integral(s0, s1) / self.norm
+
+    def delta(self, eps):
+        with mpmath.workdps(25):
+            e, q, k = mpmath.mpf(eps), self.q, self.k
+            t = mpmath.log((mpmath.exp(e) - 1 + q) / q) / (2 * k)
+            out = q * self._above(t, 1) - (mpmath.exp(e) - 1 + q) * self._above(t, -1)
+            if mpmath.exp(-e) > 1 - q:
+                u = mpmath.log((mpmath.exp(-e) - 1 + q) / q) / (2 * k)
+                below_minus, below_plus = 1 - self._above(u, -1), 1 - self._above(u, 1)
+                out = max(out, (1 - mpmath.exp(e) * (1 - q)) * below_minus - mpmath.exp(e) * q * below_plus)
+            return float(max(out, 0))
+
+
+@pytest.mark.parametrize("kappa,p,q,step", [(1e3, 3, 0.01, 1e-2), (1e4, 10, 0.1, 0.1), (1e5, 3, 1.0, 1.0),
+                                            (1e5, 100, 0.01, 1.0)])
+def test_privacy_buckets_underflow_is_pessimistic(kappa, p, q, step):
+    """connect_dots=False takes g_-'s cell masses without logs. In g_+'s window (cos ~ 1) they are ~e^{-2 kappa}
+    and underflow to 0: checked here, with their total (from the logs the connect-dots path uses) below 1e-300.
+    That mass leaves the PMF's probabilities (so, in exact arithmetic, it goes to the infinite loss); in float64 its
+    effect on any delta is below 1e-300, and nothing multiplies it by e^eps (the connect-dots path's NaN past 2 kappa
+    ~ 709). The buckets' delta of one release stays at or above the exact one (mpmath, :class:`_MpVMF`) and the
+    connect-the-dots one at eps = 0, 0.005 (the add direction, q < 1) and where g_+'s loss cut leaves s = 0.05 and
+    s = m + 5 (delta from ~1e-133 to ~q), and over 10 releases epsilon is finite and at or above connect-the-dots.
+    """
+    m = (p - 3) / 2
+    buckets = vmf_pld(kappa, p, q, value_discretization_interval=step, connect_dots=False)
+    dots = vmf_pld(kappa, p, q, value_discretization_interval=step, connect_dots=True)
+    lo, hi = _VMF_PLD._windows(kappa, float(p), _VMF_PLD._WIDTH)[0]
+    edges = _VMF_PLD._cell_edges(lo, hi, kappa, q, step, _VMF_PLD._CELLS)
+    log_z = _VMF_PLD._log_normaliser(kappa, float(p))
+    log_minus = _VMF_PLD._cell_masses(edges, kappa, float(p), log_z, True)[2]
+    linear = _VMF_PLD._cell_masses(edges, kappa, float(p), log_z)[1]  # as connect_dots=False takes them
+    assert np.all(linear == 0.0) and np.all(np.isfinite(log_minus))  # the regime: every cell underflows
+    assert np.logaddexp.reduce(log_minus) < math.log(1e-300)
+
+    exact = _MpVMF(kappa, p, q)
+    # Remove loss at cos = 1 - s / kappa (in logs: e^{2 kappa} overflows), and eps = 0, 0.005 (the add direction).
+    cuts = [float(np.logaddexp(math.log1p(-q), math.log(q) + 2 * kappa - 2 * s)) if q < 1 else 2 * kappa - 2 * s
+            for s in (0.05, m + 5.0)]
+    for eps in cuts + [0.0, 0.005]:
+        ref = exact.delta(eps)
+        got, tight = float(buckets.get_delta_for_epsilon(eps)), float(dots.get_delta_for_epsilon(eps))
+        # 1e-11 relative: float64 rounding of sums over <= 3e4 cells (3e4 * 2^-53 = 3e-12), where delta ~ 1.
+        assert math.isfinite(got) and got >= ref * (1 - 1e-11) and got >= tight * (1 - 1e-11), (eps, got, ref, tight)
+    e_buckets = buckets.self_compose(10).get_epsilon_for_delta(1e-5)
+    e_dots = dots.self_compose(10).get_epsilon_for_delta(1e-5)
+    assert math.isfinite(e_buckets) and e_buckets >= e_dots, (e_buckets, e_dots)
