@@ -224,7 +224,9 @@ def rero_from_approx_dp(kappa: ArrayLike, eps: ArrayLike, delta: ArrayLike, *, v
     kappa, eps, delta = as_float(kappa, eps, delta)
     log_first = jnp.minimum(jnp.where(bad, 0.0, log_kappa) + eps, 0.0)
     k = jnp.where(bad, 0.5, kappa)
-    second = 1.0 - jnp.exp(-eps) * jnp.maximum(1.0 - delta - k, 0.0)
+    # 1 - e^-eps (1 - delta - kappa) as a sum of non-negative terms (the difference lost kappa + delta below ~1e-16:
+    # kappa = 1e-20, eps = 0 gave 0); 1 where delta + kappa >= 1.
+    second = jnp.where(delta + k < 1.0, -jnp.expm1(-eps) + jnp.exp(-eps) * (delta + k), 1.0)
     out = floor_tiny(jnp.minimum(jnp.minimum(jnp.exp(log_first) + delta, 1.0), second))
     return nan_if(bad, out)
 

@@ -111,6 +111,21 @@ def test_approx_dp_route():
     assert float(rero_from_approx_dp(0.5, 2.0, 0.1)) == pytest.approx(1 - math.exp(-2) * 0.4, rel=1e-6)
 
 
+@pytest.mark.parametrize("kappa,eps,delta", [(1e-20, 0.0, 0.0), (1e-20, 1e-20, 0.0), (1e-17, 1e-18, 1e-18),
+                                             (1e-12, 1e-14, 0.0), (0.3, 1e-9, 1e-6), (0.4, 2.0, 0.5)])
+def test_approx_dp_never_below_the_exact_curve_at_small_kappa(x64, kappa, eps, delta):
+    """Regression: the second branch was 1 - e^-eps (1 - delta - kappa) as a difference, which lost kappa + delta below
+    ~1e-16 (kappa = 1e-20, eps = delta = 0 gave 2.2e-308, far below the prior kappa). Reference: mpmath, 50 digits."""
+    import mpmath as mp
+
+    with mp.workdps(50):
+        k, e, d = mp.mpf(kappa), mp.mpf(eps), mp.mpf(delta)
+        want = float(min(1, k * mp.exp(e) + d, 1 - mp.exp(-e) * max(1 - d - k, 0)))
+    got = float(rero_from_approx_dp(kappa, eps, delta))
+    assert got == pytest.approx(want, rel=1e-14, abs=0.0)  # a few roundings of exp/log of the inputs (no abs floor)
+    assert float(jax.jit(rero_from_approx_dp)(kappa, eps, delta)) == pytest.approx(want, rel=1e-14, abs=0.0)
+
+
 def test_baselines_match_scipy(x64):
     etas = np.array([1e-3, 0.1, 0.5, 0.999])
     dims = np.array([1, 2, 10, 1000, 10**9])
