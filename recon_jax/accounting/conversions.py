@@ -21,7 +21,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from recon_jax._validation import (HALF_OPEN_UNIT, NONNEGATIVE, OPEN_UNIT, UNIT, UNIT_HALF_OPEN, Range, at_least,
-                                   check_shapes, greater_than, guard, nan_if)
+                                   check_shapes, greater_than, guard, log_positive, nan_if)
 
 __all__ = ["eps_from_rdp", "delta_from_rdp", "amplify_dp_poisson", "kov_composition"]
 
@@ -59,11 +59,13 @@ def eps_from_rdp(orders: ArrayLike, rdp: ArrayLike, delta: ArrayLike, *, return_
     """
     dt = jnp.result_type(float)  # one guard each: orders, the curve and the targets lie on different axes
     bad_orders, bad_rdp = guard(("orders", orders, greater_than(1)), cast=dt), guard(("rdp", rdp, NONNEGATIVE), cast=dt)
-    bad_delta = guard(("delta", delta, _DELTA), cast=dt)
+    bad_delta = guard(("delta", delta, _DELTA))  # judged in float64: 1e-300 is 0 in float32, its log is not
     orders, rdp = _prep(orders, rdp)
-    delta = jnp.asarray(delta, rdp.dtype)[..., None]
-    eps = rdp + jnp.log1p(-1.0 / orders) - (jnp.log(delta) + jnp.log(orders)) / (orders - 1.0)
-    eps = jnp.where(delta * delta + jnp.expm1(-rdp) > 0, 0.0, eps)  # KL bound
+    log_delta = log_positive(delta, rdp.dtype)[..., None]
+    eps = rdp + jnp.log1p(-1.0 / orders) - (log_delta + jnp.log(orders)) / (orders - 1.0)
+    # KL bound delta^2 > 1 - e^-rdp, in logs (delta^2 underflowed below 1e-154, and delta near 1 rounds to 1 in float32)
+    log_tv2 = jnp.where(rdp < 0.5, jnp.log(-jnp.expm1(-rdp)), jnp.log1p(-jnp.exp(-rdp)))
+    eps = jnp.where(2.0 * log_delta > log_tv2, 0.0, eps)
     eps = jnp.where(jnp.isnan(eps), jnp.inf, eps)
     best = jnp.argmin(eps, axis=-1)
     out = jnp.maximum(jnp.min(eps, axis=-1), 0.0)
@@ -137,7 +139,10 @@ def amplify_dp_poisson(eps, delta, q):
     check_shapes(eps=np.shape(eps), delta=np.shape(delta), q=np.shape(q))
     bad = bad_eps | bad_delta | bad_q
     eps, delta, q = (jnp.asarray(v, dt) for v in (eps, delta, q))
-    return nan_if(bad, jnp.log1p(q * jnp.expm1(eps))), nan_if(bad, q * delta)
+    # log(1 - q + q e^eps): in logs above eps = 1 (e^eps overflowed to inf from eps ~ 89 in float32, 710 in float64)
+    far = jnp.logaddexp(jnp.log1p(-q), jnp.log(q) + eps)
+    eps_s = jnp.where(eps > 1.0, far, jnp.log1p(q * jnp.expm1(jnp.minimum(eps, 1.0))))
+    return nan_if(bad, eps_s), nan_if(bad, q * delta)
 
 
 def kov_composition(eps, delta, n, delta_tilde):

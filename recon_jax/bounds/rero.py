@@ -83,38 +83,57 @@ def _dp_gamma(log_kappa, log1m_kappa, eps):
 _RDP_BISECT_ITERS = 64
 
 
-def _log1mexp(x):
-    """log(1 - e^x) for x <= 0 (-inf at x = 0)."""
-    return jnp.log(-jnp.expm1(x))
-
-
-def _rdp_constraints(lg, lk, l1k, a):
-    """log of the two Renyi-divergence sums of the binary pair (kappa, 1 - kappa) vs (gamma, 1 - gamma), order a.
+def _rdp_constraints(dd, lk, l1k, a):
+    """log of the two Renyi-divergence sums of the binary pair (kappa, 1 - kappa) vs (gamma, 1 - gamma), order a,
+    at ``dd = log(gamma / kappa) >= 0``, and a bound on the rounding error of each.
 
     c1 = gamma^a kappa^(1-a) + (1-gamma)^a (1-kappa)^(1-a)   (exp((a-1) D_a(test|Q || test|P)))
     c2 = kappa^a gamma^(1-a) + (1-kappa)^a (1-gamma)^(1-a)   (exp((a-1) D_a(test|P || test|Q)))
-    Both increase in gamma on [kappa, 1]. Returns (log c1, log c2, d log c1 / d lg, d log c2 / d lg).
+    Both increase in gamma on [kappa, 1]. Returns (log c1, log c2, d log c1 / d dd, d log c2 / d dd, err1, err2).
+
+    The sums depend on gamma through ``dd`` and ``de = log((1 - gamma) / (1 - kappa))``, both computed to relative
+    accuracy (``de`` from ``dd`` by log1p); differences of logarithms of gamma and kappa had an absolute error of
+    ~1 ulp of ``log kappa``, which swamped sums of 1 + O(eps) and let the bisection declare feasible powers infeasible
+    (a bound below the exact one at small eps: 2e-5 too low in float32, 1e-9 in float64).
     """
-    l1g = _log1mexp(lg)
-    a1, b1 = a * lg + (1.0 - a) * lk, a * l1g + (1.0 - a) * l1k
-    a2, b2 = a * lk + (1.0 - a) * lg, a * l1k + (1.0 - a) * l1g
-    c1, c2 = jnp.logaddexp(a1, b1), jnp.logaddexp(a2, b2)
-    # Near alpha = 1 both sums are 1 + O((alpha - 1) KL): write them as log1p(p expm1((a-1) x) + (1-p) expm1((a-1) y))
-    # (p + (1 - p) = 1 exactly), which keeps their relative accuracy where the logaddexp form only has absolute.
+    u = jnp.finfo(jnp.result_type(dd)).eps
+    lg = lk + dd
+    big = 3.0 * jnp.maximum(jnp.abs(lk), jnp.abs(l1k)) + 8.0  # relative error of de (and of lg) in ulps, generous
+    arg = -jnp.exp(lg - l1k) * -jnp.expm1(-dd)  # (1 - gamma) / (1 - kappa) - 1 = -(gamma - kappa) / (1 - kappa)
+    de = jnp.where(arg > -0.5, jnp.log1p(jnp.maximum(arg, -0.5)), jnp.log(-jnp.expm1(jnp.minimum(lg, 0.0))) - l1k)
     am1 = a - 1.0
-    x1, y1 = am1 * (lg - lk), am1 * (l1g - l1k)
-    x2, y2 = am1 * (lk - lg), am1 * (l1k - l1g)
+    a1, b1 = lk + a * dd, l1k + a * de  # a lg + (1-a) lk, a l1g + (1-a) l1k
+    a2, b2 = lk - am1 * dd, l1k - am1 * de  # a lk + (1-a) lg, a l1k + (1-a) l1g
+    c1, c2 = jnp.logaddexp(a1, b1), jnp.logaddexp(a2, b2)
+    # Rounding of the logaddexp form: that of each exponent (log kappa taken as exact; de carries its relative error),
+    # weighted by its share of the sum, plus the final rounding.
+    # log(1 - kappa) is log1p(-kappa) of the caller's kappa: within 1 ulp, plus kappa |log kappa| ulp from exp(lk).
+    fde, e_l1k = jnp.where(jnp.isfinite(de), jnp.abs(de), 0.0), 2.0 * jnp.abs(l1k) - jnp.exp(lk) * lk
+    # In ulps: half of one for each of the two roundings of a1 = lk + a dd (and of a - 1 in a2); log1p(exp(-|a1 - b1|))
+    # is within one ulp of the larger exponent plus two of itself.
+    e_a1, e_b1 = 0.5 * (jnp.abs(a1) + a * dd), jnp.abs(b1) + a * big * fde + e_l1k
+    e_a2, e_b2 = 0.5 * (jnp.abs(a2) + 2.0 * am1 * dd), jnp.abs(b2) + am1 * big * fde + e_l1k
+    far1 = (jnp.exp(a1 - c1) * e_a1 + jnp.where(jnp.isfinite(b1), jnp.exp(b1 - c1) * e_b1, 0.0)
+            + jnp.abs(jnp.maximum(a1, b1)) + 2.0 * jnp.exp(-jnp.abs(a1 - b1)))
+    far2 = (jnp.exp(a2 - c2) * e_a2 + jnp.where(jnp.isfinite(b2), jnp.exp(b2 - c2) * e_b2, 0.0)
+            + jnp.abs(jnp.maximum(a2, b2)) + 2.0 * jnp.exp(-jnp.abs(a2 - b2)))
+    # Near alpha = 1 (or gamma ~ kappa) both sums are 1 + O((alpha - 1) KL): write them as log1p(p expm1((a-1) x)
+    # + (1 - p) expm1((a-1) y)) (p + (1 - p) = 1 exactly), which keeps their relative accuracy where the logaddexp
+    # form only has absolute.
+    x1, y1 = am1 * dd, am1 * de
     small1 = jnp.maximum(jnp.abs(x1), jnp.abs(y1)) < 1.0
-    small2 = jnp.maximum(jnp.abs(x2), jnp.abs(y2)) < 1.0
     g, g1 = jnp.exp(lg), -jnp.expm1(lg)
     k, k1 = jnp.exp(lk), jnp.exp(l1k)
-    near1 = jnp.log1p(g * jnp.expm1(jnp.where(small1, x1, 0.0)) + g1 * jnp.expm1(jnp.where(small1, y1, 0.0)))
-    near2 = jnp.log1p(k * jnp.expm1(jnp.where(small2, x2, 0.0)) + k1 * jnp.expm1(jnp.where(small2, y2, 0.0)))
-    c1, c2 = jnp.where(small1, near1, c1), jnp.where(small2, near2, c2)
-    odds = jnp.exp(lg - l1g)  # d(-log(1 - gamma)) / d log gamma
+    t1, t2 = g * jnp.expm1(jnp.where(small1, x1, 0.0)), g1 * jnp.expm1(jnp.where(small1, y1, 0.0))
+    t3, t4 = k * jnp.expm1(jnp.where(small1, -x1, 0.0)), k1 * jnp.expm1(jnp.where(small1, -y1, 0.0))
+    near1, near2 = jnp.log1p(t1 + t2), jnp.log1p(t3 + t4)
+    c1, c2 = jnp.where(small1, near1, c1), jnp.where(small1, near2, c2)
+    err1 = u * jnp.where(small1, big * (jnp.abs(t1) + jnp.abs(t2)) + jnp.abs(c1), far1)
+    err2 = u * jnp.where(small1, big * (jnp.abs(t3) + jnp.abs(t4)) + jnp.abs(c2), far2)
+    odds = jnp.exp(lg - jnp.log(g1))  # d(-log(1 - gamma)) / d log gamma
     d1 = a * (jnp.exp(a1 - c1) - jnp.exp(b1 - c1) * odds)
     d2 = (1.0 - a) * (jnp.exp(a2 - c2) - jnp.exp(b2 - c2) * odds)
-    return c1, c2, d1, d2
+    return c1, c2, d1, d2, err1, err2
 
 
 @jax.jit
@@ -124,8 +143,9 @@ def _rdp_gamma(log_kappa, log1m_kappa, order, eps):
     The optimal conversion of one RDP guarantee to a trade-off curve (Zhu, Dong and Wang 2022, App. F.1;
     Balle et al. 2020): a test with type-I error kappa and power gamma pushes the two output distributions to
     (kappa, 1 - kappa) and (gamma, 1 - gamma), whose Renyi divergences of order a, in both directions, are at
-    most eps. gamma* is the largest gamma meeting both; found by bisection on log(gamma) in [log kappa, 0] and
-    returned as the upper end of the final bracket (never below gamma*). ``order = inf``: the eps-DP curve.
+    most eps. gamma* is the largest gamma meeting both; found by bisection on log(gamma / kappa) in [0, -log kappa]
+    and returned as the upper end of the final bracket (never below gamma*: a point counts as infeasible only when
+    its computed excess is above the bound on its rounding error). ``order = inf``: the eps-DP curve.
     Gradients in kappa and eps come from the implicit function theorem at the root.
     """
     inf_order = jnp.isinf(order)
@@ -133,9 +153,9 @@ def _rdp_gamma(log_kappa, log1m_kappa, order, eps):
     bound = (a - 1.0) * eps
     lk, l1k, a, bound = jnp.broadcast_arrays(log_kappa, log1m_kappa, a, bound)
 
-    def excess(lg):
-        c1, c2, _, _ = _rdp_constraints(lg, jax.lax.stop_gradient(lk), jax.lax.stop_gradient(l1k), a)
-        return jnp.maximum(c1, c2) - jax.lax.stop_gradient(bound)
+    def excess(dd):
+        c1, c2, _, _, e1, e2 = _rdp_constraints(dd, jax.lax.stop_gradient(lk), jax.lax.stop_gradient(l1k), a)
+        return jnp.maximum(c1 - e1, c2 - e2) - jax.lax.stop_gradient(bound)
 
     def body(_, carry):
         lo, hi = carry
@@ -143,14 +163,17 @@ def _rdp_gamma(log_kappa, log1m_kappa, order, eps):
         feasible = excess(mid) <= 0.0
         return jnp.where(feasible, mid, lo), jnp.where(feasible, hi, mid)
 
-    lo, hi = jax.lax.fori_loop(0, _RDP_BISECT_ITERS, body, (jax.lax.stop_gradient(lk), jnp.zeros_like(lk)))
-    # Value: exp(hi) >= gamma*. Derivative: one Newton step on the binding constraint (implicit function theorem).
-    c1, c2, d1, d2 = _rdp_constraints(hi, lk, l1k, a)
+    lo, hi = jax.lax.fori_loop(0, _RDP_BISECT_ITERS, body, (jnp.zeros_like(lk), -jax.lax.stop_gradient(lk)))
+    # Value: exp(lk + hi) >= gamma*. Derivative: one Newton step on the binding constraint (implicit function theorem).
+    # At gamma = 1 (hi = -log kappa) the bound is flat: no step, and the constraints are taken at a safe point (their
+    # log(1 - gamma) = -inf sent NaN through the gradient).
+    top = lk + hi >= 0.0
+    c1, c2, d1, d2, _, _ = _rdp_constraints(jnp.where(top, 0.0, hi), lk, l1k, a)
     first = c1 >= c2
     g, dg = jnp.where(first, c1, c2) - bound, jnp.where(first, d1, d2)
     step = jnp.where(jnp.abs(dg) > 1e-300, g / jnp.where(dg == 0, 1.0, dg), 0.0)
-    step = jnp.where(jnp.isfinite(step), step, 0.0)
-    lg = hi - (step - jax.lax.stop_gradient(step))
+    step = jnp.where(jnp.isfinite(step) & ~top, step, 0.0)
+    lg = jnp.where(top, 0.0, lk + hi - (step - jax.lax.stop_gradient(step)))
     out = jnp.exp(jnp.minimum(lg, 0.0))
     return jnp.where(inf_order, _dp_gamma(log_kappa, log1m_kappa, eps), out)
 
@@ -224,7 +247,9 @@ def rero_from_approx_dp(kappa: ArrayLike, eps: ArrayLike, delta: ArrayLike, *, v
     kappa, eps, delta = as_float(kappa, eps, delta)
     log_first = jnp.minimum(jnp.where(bad, 0.0, log_kappa) + eps, 0.0)
     k = jnp.where(bad, 0.5, kappa)
-    second = 1.0 - jnp.exp(-eps) * jnp.maximum(1.0 - delta - k, 0.0)
+    # 1 - e^-eps (1 - delta - kappa) as a sum of non-negative terms (the difference lost kappa + delta below ~1e-16:
+    # kappa = 1e-20, eps = 0 gave 0); 1 where delta + kappa >= 1.
+    second = jnp.where(delta + k < 1.0, -jnp.expm1(-eps) + jnp.exp(-eps) * (delta + k), 1.0)
     out = floor_tiny(jnp.minimum(jnp.minimum(jnp.exp(log_first) + delta, 1.0), second))
     return nan_if(bad, out)
 

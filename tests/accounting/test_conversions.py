@@ -101,3 +101,37 @@ def test_amplification(x64):
         amplify_dp_poisson(1.0, 1e-5, 0.0)
     with pytest.raises(ValueError, match="delta_tilde"):
         kov_composition(1.0, 1e-5, 3, 1.0)
+
+
+@pytest.mark.parametrize("delta", [1e-300, 1e-40, 1 - 1e-9])
+def test_eps_from_rdp_float32_at_deltas_float32_cannot_hold(delta):
+    """Regression: in float32 (the default dtype) a valid delta that rounds to 0 (1e-300, 1e-40) or to 1 (1 - 1e-9) gave
+    a silent NaN; log(delta) is representable, so the answer is. Reference: Prop. 2.11 and the KL bound by hand in
+    float64 NumPy."""
+    orders, rdp = np.array([2.0, 8.0, 32.0]), np.array([0.1, 0.4, 1.6])
+    with np.errstate(divide="ignore"):
+        ref = rdp + np.log1p(-1 / orders) - (np.log(delta) + np.log(orders)) / (orders - 1)
+    ref = np.where(delta**2 + np.expm1(-rdp) > 0, 0.0, ref)
+    got = eps_from_rdp(orders, rdp, delta)
+    assert got.dtype == np.float32
+    assert float(got) == pytest.approx(max(float(np.min(ref)), 0.0), rel=1e-6, abs=0.0)
+
+
+def test_eps_from_rdp_kl_bound_at_tiny_delta(x64):
+    """Regression: the KL bound was tested as delta^2 + expm1(-rdp) > 0, and delta^2 underflows to 0 below 1e-154, so a
+    zero RDP curve (identical outputs: eps = 0 for every delta) gave eps = 0.45 at delta = 1e-200."""
+    orders = np.array([2.0, 64.0, 1024.0])
+    assert float(eps_from_rdp(orders, np.zeros(3), 1e-200)) == 0.0
+
+
+@pytest.mark.parametrize("eps,q", [(100.0, 1e-3), (800.0, 0.5), (1e4, 1e-8), (1.5, 0.3)])
+def test_amplification_where_e_to_the_eps_overflows(x64, eps, q):
+    """Regression: log1p(q expm1(eps)) overflowed to inf from eps ~ 710 (float64; ~89 in float32) although the
+    amplified epsilon is finite. Reference: mpmath."""
+    import mpmath as mp
+
+    with mp.workdps(40):
+        want = float(mp.log(1 - mp.mpf(q) + mp.mpf(q) * mp.exp(eps)))
+    assert float(amplify_dp_poisson(eps, 1e-6, q)[0]) == pytest.approx(want, rel=1e-13)
+    with jax.enable_x64(False):
+        assert float(amplify_dp_poisson(np.float32(eps), 1e-6, q)[0]) == pytest.approx(want, rel=1e-6)

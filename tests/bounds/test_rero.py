@@ -111,6 +111,21 @@ def test_approx_dp_route():
     assert float(rero_from_approx_dp(0.5, 2.0, 0.1)) == pytest.approx(1 - math.exp(-2) * 0.4, rel=1e-6)
 
 
+@pytest.mark.parametrize("kappa,eps,delta", [(1e-20, 0.0, 0.0), (1e-20, 1e-20, 0.0), (1e-17, 1e-18, 1e-18),
+                                             (1e-12, 1e-14, 0.0), (0.3, 1e-9, 1e-6), (0.4, 2.0, 0.5)])
+def test_approx_dp_never_below_the_exact_curve_at_small_kappa(x64, kappa, eps, delta):
+    """Regression: the second branch was 1 - e^-eps (1 - delta - kappa) as a difference, which lost kappa + delta below
+    ~1e-16 (kappa = 1e-20, eps = delta = 0 gave 2.2e-308, far below the prior kappa). Reference: mpmath, 50 digits."""
+    import mpmath as mp
+
+    with mp.workdps(50):
+        k, e, d = mp.mpf(kappa), mp.mpf(eps), mp.mpf(delta)
+        want = float(min(1, k * mp.exp(e) + d, 1 - mp.exp(-e) * max(1 - d - k, 0)))
+    got = float(rero_from_approx_dp(kappa, eps, delta))
+    assert got == pytest.approx(want, rel=1e-14, abs=0.0)  # a few roundings of exp/log of the inputs (no abs floor)
+    assert float(jax.jit(rero_from_approx_dp)(kappa, eps, delta)) == pytest.approx(want, rel=1e-14, abs=0.0)
+
+
 def test_baselines_match_scipy(x64):
     etas = np.array([1e-3, 0.1, 0.5, 0.999])
     dims = np.array([1, 2, 10, 1000, 10**9])
@@ -314,6 +329,53 @@ def test_optimal_conversions_never_below_exact_gdp(x64):
         zcdp = np.asarray(rero_from_zcdp(kappas, mu**2 / 2))
         assert np.all(curve >= exact) and np.all(zcdp >= exact), mu
         assert np.all(zcdp <= curve * (1 + 1e-9))  # the zCDP optimum over all orders beats any finite grid
+
+
+def _mp_rdp_optimal(kappa, eps, order):
+    """The optimal (order, eps)-RDP bound by bisection on gamma in 60-digit mpmath (independent of the float code)."""
+    import mpmath as mp
+
+    with mp.workdps(60):
+        k, a = mp.mpf(kappa), mp.mpf(order)
+        bound = (a - 1) * mp.mpf(eps)
+
+        def feasible(g):
+            c1 = g**a * k ** (1 - a) + (1 - g) ** a * (1 - k) ** (1 - a)
+            c2 = k**a * g ** (1 - a) + (1 - k) ** a * (1 - g) ** (1 - a)
+            return max(mp.log(c1), mp.log(c2)) <= bound
+
+        lo, hi = k, mp.mpf(1)
+        for _ in range(250):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if feasible(mid) else (lo, mid)
+        return float(hi)
+
+
+@pytest.mark.parametrize("kappa,eps,order", [(0.5, 1e-16, 2.0), (1e-3, 1e-18, 2.0), (0.5, 1e-12, 32.0),
+                                             (1e-3, 1e-14, 1.01), (0.1, 1e-20, 8.0)])
+def test_optimal_rdp_sound_at_tiny_eps(x64, kappa, eps, order):
+    """Regression: the Renyi sums were formed from log(gamma) - log(kappa), whose ~1 ulp of log(kappa) swamped sums of
+    1 + O(eps): the bisection declared feasible powers infeasible and returned less than the exact bound (kappa itself
+    at eps = 1e-18, where the exact excess over kappa is ~3e-11; 20% of the excess lost at eps = 1e-16). Reference:
+    the same optimisation in 60-digit mpmath."""
+    want = _mp_rdp_optimal(kappa, eps, order)
+    got = float(rero_from_rdp(kappa, eps, order))
+    assert got >= want * (1 - 4e-16)  # sound, up to the rounding of the final exp (relative 1 ulp)
+    assert got - kappa <= (want - kappa) * (1 + 1e-4) + 1e-18  # and tight: the excess over kappa is resolved
+
+
+@pytest.mark.parametrize("kappa,eps", [(0.1, 1e-8), (0.5, 1e-8), (1e-3, 1e-10), (0.5, 1e-6)])
+def test_optimal_conversions_float32_sound_at_small_eps(kappa, eps):
+    """Regression (float32, the default dtype): rero_from_rdp(0.1, 1e-8, 2) was 0.1000002, 3e-5 below the exact 0.10003,
+    and rero_from_zcdp(0.1, 1e-8) 2.5e-5 below the exact GDP bound of the same Gaussian mechanism (a sound
+    zCDP bound cannot be). References: mpmath and SciPy at the float32 inputs."""
+    from scipy.stats import norm
+
+    k32, e32 = float(np.float32(kappa)), float(np.float32(eps))
+    assert float(rero_from_rdp(np.float32(kappa), np.float32(eps), np.float32(2.0))) >= _mp_rdp_optimal(k32, e32, 2.0)
+    mu = math.sqrt(2 * e32)  # rho-zCDP with rho = mu^2 / 2 holds for mu-GDP
+    # float32 rounding of the final exp (relative 1e-7) is the only allowed shortfall
+    assert float(rero_from_zcdp(np.float32(kappa), np.float32(eps))) >= norm.cdf(norm.ppf(k32) + mu) * (1 - 2e-7)
 
 
 def test_rero_from_zcdp_optimal_vs_riskcal(x64):
