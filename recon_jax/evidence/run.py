@@ -125,15 +125,39 @@ def _dirty_files(status: str) -> list[str]:
     return [p for p in paths if p.split("/")[0] not in ("results", "runs")]
 
 
-def _cpu_model() -> str:
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields of ``/proc/cpuinfo`` (empty where there is none)."""
+    out: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                out[key.strip()] = value.strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return out
+
+
+def _cpu_model() -> str:
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
+
+
+# The instruction sets XLA:CPU chooses kernels by: two CPUs whose "model name" is the same ("AMD EPYC") can differ in
+# them, and then train different weights from the same seed.
+_ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
+
+
+def _cpu_isa() -> dict | None:
+    """CPU vendor, family, model and the SIMD instruction sets of :data:`_ISA_FLAGS` it has (x86 Linux; None
+    elsewhere)."""
+    info = _cpuinfo()
+    if "flags" not in info:
+        return None
+    flags = set(info["flags"].split())
+    return {"vendor": info.get("vendor_id"), "family": info.get("cpu family"), "model": info.get("model"),
+            "simd": [f for f in _ISA_FLAGS if f in flags]}
 
 
 def _version(name: str) -> str | None:
@@ -172,6 +196,7 @@ def provenance() -> dict:
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {
             "cpu_model": _cpu_model(),
+            "cpu_isa": _cpu_isa(),
             "cpu_count": os.cpu_count(),
             "memory_gib": mem_gib,
             "platform": platform.platform(),
@@ -354,10 +379,15 @@ def _machine_markdown(info: dict) -> str:
     m = info.get("machine") or {}
     where = (", ".join(m.get("accelerators") or [])
              or f"{m.get('cpu_model') or 'unknown CPU'} ({m.get('cpu_count')} cores)")
+    isa = m.get("cpu_isa") or {}
+    if not m.get("accelerators") and isa.get("simd"):
+        where += f", {'/'.join(isa['simd'])}"
     commit = (info.get("git_commit") or "unknown")[:10]
     return (f"\n\nMade at commit {commit} on {where}, jax {info.get('versions', {}).get('jax')} "
-            f"({m.get('jax_backend')} backend). A rerun on another CPU type or accelerator agrees within the stated "
-            "uncertainty, not bit for bit (the compiler picks other kernels and summation orders there).\n")
+            f"({m.get('jax_backend')} backend). A rerun on another CPU type or accelerator is not bit for bit the "
+            "same: the compiler picks other kernels and summation orders there. Where the run trains a model, the "
+            "trained weights then differ as they would between training seeds, and numbers resting on them can "
+            "move by more than the intervals stated here, which count the sampling of test examples only.\n")
 
 
 def keyed_dir(workdir: str, name: str, key: Any) -> str:

@@ -41,6 +41,26 @@ def test_finish_run_writes_claims_provenance_and_strict_json(tmp_path):
     assert f"Made at commit {info['git_commit'][:10]} on " in report
     assert (info["machine"]["cpu_model"] in report or any(a in report for a in info["machine"]["accelerators"]))
     assert f"jax {info['versions']['jax']}" in report and "not bit for bit" in report
+    assert "count the sampling of test examples only" in report  # trained weights move beyond those intervals
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo") or "flags" not in open("/proc/cpuinfo").read(),
+                    reason="needs an x86 Linux /proc/cpuinfo with a flags line")
+def test_provenance_names_the_cpu_instruction_sets(tmp_path):
+    # Two CPUs both called "AMD EPYC" (AVX2 only vs AVX-512) trained different nets from one seed: the provenance
+    # must tell them apart. Read the first processor's flags here, independently of the code under test.
+    with open("/proc/cpuinfo") as f:
+        first = f.read().split("\n\n")[0]
+    fields = dict((k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in first.splitlines()))
+    flags = set(fields["flags"].split())
+    run = start_run(str(tmp_path / "w"), _config())
+    finish_run(run, {"x": 1.0}, "# r\n", [])
+    isa = json.loads((tmp_path / "w" / "config.json").read_text())["machine"]["cpu_isa"]
+    assert (isa["family"], isa["model"], isa["vendor"]) == (fields["cpu family"], fields["model"], fields["vendor_id"])
+    assert isa["simd"] and set(isa["simd"]) <= flags
+    for flag in ("avx2", "avx512f"):
+        assert (flag in isa["simd"]) == (flag in flags)
+    assert "/".join(isa["simd"]) in (tmp_path / "w" / "report.md").read_text()
 
 
 def test_finish_run_refuses_nan_naming_the_key(tmp_path):
