@@ -77,6 +77,7 @@ __all__ = [
     "guard",
     "invalid",
     "log_positive",
+    "log_one_minus",
     "floor_tiny",
     "nan_if",
     "float_dtype",
@@ -288,6 +289,20 @@ def log_positive(value, dtype) -> jax.Array:
             return jnp.asarray(np.log(np.where(host > 0, host, 1.0)), dtype)
     value = jnp.asarray(value, dtype)
     return jnp.log(jnp.where(value > 0, value, 1.0))
+
+
+def log_one_minus(value, dtype) -> jax.Array:
+    """``log(1 - value)`` in ``dtype``, taken in float64 on the host (``log1p(-value)``) when ``value`` is concrete.
+
+    For values below 1 that float32 rounds to 1 (``1 - 1e-9``: its ``log(1 - value)``, -20.7, is representable) and
+    tiny values it flushes to 0 (exact to rounding either way). Traced inputs use ``jnp.log1p(-value)``. Entries
+    ``>= 1`` give ``-inf`` (at 1) or NaN: substitute or mask them.
+    """
+    host = concrete_or_none(value)
+    if host is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return jnp.asarray(np.log1p(-host), dtype)
+    return jnp.log1p(-jnp.asarray(value, dtype))
 
 
 def floor_tiny(out: jax.Array) -> jax.Array:

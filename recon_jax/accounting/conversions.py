@@ -16,12 +16,14 @@ together with the KL bound ``delta >= sqrt(1 - exp(-rdp))`` => eps = 0 (valid si
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
 from recon_jax._validation import (HALF_OPEN_UNIT, NONNEGATIVE, OPEN_UNIT, UNIT, UNIT_HALF_OPEN, Range, at_least,
-                                   check_shapes, greater_than, guard, log_positive, nan_if)
+                                   check_shapes, concrete_or_none, greater_than, guard, log_one_minus, log_positive,
+                                   nan_if)
 
 __all__ = ["eps_from_rdp", "delta_from_rdp", "amplify_dp_poisson", "kov_composition"]
 
@@ -61,18 +63,24 @@ def eps_from_rdp(orders: ArrayLike, rdp: ArrayLike, delta: ArrayLike, *, return_
     bad_orders, bad_rdp = guard(("orders", orders, greater_than(1)), cast=dt), guard(("rdp", rdp, NONNEGATIVE), cast=dt)
     bad_delta = guard(("delta", delta, _DELTA))  # judged in float64: 1e-300 is 0 in float32, its log is not
     orders, rdp = _prep(orders, rdp)
-    log_delta = log_positive(delta, rdp.dtype)[..., None]
+    out, best = eps_from_rdp_log_delta(orders, rdp, log_positive(delta, rdp.dtype))
+    out = nan_if(jnp.any(bad_orders | bad_rdp, axis=-1) | bad_delta, out)
+    if return_order:
+        return out, orders[best]
+    return out
+
+
+def eps_from_rdp_log_delta(orders: jax.Array, rdp: jax.Array, log_delta: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """:func:`eps_from_rdp` from ``log(delta)`` (as :func:`~recon_jax._validation.log_positive` takes it on the
+    host), unchecked: ``(eps, index of the best order)``. Package-private: jitted callers pass ``log(delta)`` in,
+    since a delta that float32 cannot hold (``1e-300``, ``1 - 1e-9``) cannot be passed as itself."""
+    log_delta = jnp.asarray(log_delta, rdp.dtype)[..., None]
     eps = rdp + jnp.log1p(-1.0 / orders) - (log_delta + jnp.log(orders)) / (orders - 1.0)
     # KL bound delta^2 > 1 - e^-rdp, in logs (delta^2 underflowed below 1e-154, and delta near 1 rounds to 1 in float32)
     log_tv2 = jnp.where(rdp < 0.5, jnp.log(-jnp.expm1(-rdp)), jnp.log1p(-jnp.exp(-rdp)))
     eps = jnp.where(2.0 * log_delta > log_tv2, 0.0, eps)
     eps = jnp.where(jnp.isnan(eps), jnp.inf, eps)
-    best = jnp.argmin(eps, axis=-1)
-    out = jnp.maximum(jnp.min(eps, axis=-1), 0.0)
-    out = nan_if(jnp.any(bad_orders | bad_rdp, axis=-1) | bad_delta, out)
-    if return_order:
-        return out, orders[best]
-    return out
+    return jnp.maximum(jnp.min(eps, axis=-1), 0.0), jnp.argmin(eps, axis=-1)
 
 
 def delta_from_rdp(orders: ArrayLike, rdp: ArrayLike, eps: ArrayLike, *, return_order: bool = False):
@@ -135,12 +143,13 @@ def amplify_dp_poisson(eps, delta, q):
     dt = jnp.result_type(float)
     bad_eps = guard(("eps", eps, NONNEGATIVE), cast=dt)  # one guard each: check_shapes names a shape mismatch
     bad_delta = guard(("delta", delta, UNIT), cast=dt)
-    bad_q = guard(("q", q, HALF_OPEN_UNIT), cast=dt)
+    bad_q = guard(("q", q, HALF_OPEN_UNIT))  # judged in float64: 1e-50 is 0 in float32, its log is not
     check_shapes(eps=np.shape(eps), delta=np.shape(delta), q=np.shape(q))
     bad = bad_eps | bad_delta | bad_q
+    log_q, log1mq = log_positive(q, dt), log_one_minus(q, dt)  # on the host when concrete
     eps, delta, q = (jnp.asarray(v, dt) for v in (eps, delta, q))
     # log(1 - q + q e^eps): in logs above eps = 1 (e^eps overflowed to inf from eps ~ 89 in float32, 710 in float64)
-    far = jnp.logaddexp(jnp.log1p(-q), jnp.log(q) + eps)
+    far = jnp.logaddexp(log1mq, log_q + eps)
     eps_s = jnp.where(eps > 1.0, far, jnp.log1p(q * jnp.expm1(jnp.minimum(eps, 1.0))))
     return nan_if(bad, eps_s), nan_if(bad, q * delta)
 
@@ -171,14 +180,22 @@ def kov_composition(eps, delta, n, delta_tilde):
     (True, True)
     """
     dt = jnp.result_type(float)
+    # Judged in float64: delta and delta_tilde enter through logs taken on the host (1 - 1e-9 is 1 in float32, its
+    # log(1 - x) is not; 1e-50 is 0, its log is not), and n = 1e50 is inf in float32 (eps_tot overflows to inf then,
+    # its correctly rounded value, while 0 * inf made delta_tot NaN).
     bad = guard(("eps", eps, NONNEGATIVE), ("delta", delta, UNIT_HALF_OPEN), ("n", n, at_least(1)),
-                ("delta_tilde", delta_tilde, UNIT_HALF_OPEN), cast=dt)
-    eps, delta, n, dtl = (jnp.asarray(v, dt) for v in (eps, delta, n, delta_tilde))
+                ("delta_tilde", delta_tilde, UNIT_HALF_OPEN))
+    host_dtl = concrete_or_none(delta_tilde)
+    pos = jnp.asarray(host_dtl > 0) if host_dtl is not None else jnp.asarray(delta_tilde, dt) > 0
+    log_dtl = log_positive(delta_tilde, dt)  # 0 where delta_tilde = 0 (pos False there)
+    log1m_delta, log1m_dtl = log_one_minus(delta, dt), log_one_minus(delta_tilde, dt)
+    eps, n = (jnp.asarray(v, dt) for v in (eps, n))
     lead = n * eps * jnp.tanh(eps / 2.0)  # n eps (e^eps - 1)/(e^eps + 1)
-    pos = dtl > 0
-    dsafe = jnp.where(pos, dtl, 1.0)
-    t2 = lead + eps * jnp.sqrt(2.0 * n * jnp.log(jnp.e + jnp.sqrt(n) * eps / dsafe))
-    t3 = lead + eps * jnp.sqrt(2.0 * n * -jnp.log(dsafe))
+    x = jnp.sqrt(n) * eps  # log(e + x / delta_tilde) in logs: x / delta_tilde overflowed where delta_tilde is tiny
+    log_e_plus = jnp.where(x > 0, jnp.logaddexp(1.0, jnp.log(jnp.where(x > 0, x, 1.0)) - log_dtl), 1.0)
+    t2 = lead + eps * jnp.sqrt(2.0 * n * log_e_plus)
+    t3 = lead + eps * jnp.sqrt(2.0 * n * -log_dtl)
     eps_tot = jnp.where(pos, jnp.minimum(n * eps, jnp.minimum(t2, t3)), n * eps)
-    delta_tot = -jnp.expm1(n * jnp.log1p(-delta) + jnp.log1p(-dtl))
+    eps_tot = jnp.where(eps == 0, 0.0, eps_tot)  # n = inf: 0 * inf
+    delta_tot = 0.0 - jnp.expm1(jnp.where(log1m_delta == 0, 0.0, n * log1m_delta) + log1m_dtl)  # +0, not -0
     return nan_if(bad, eps_tot), nan_if(bad, delta_tot)

@@ -24,11 +24,11 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from recon_jax._validation import (FINITE_POSITIVE, HALF_OPEN_UNIT, OPEN_UNIT, POSITIVE, Range, at_least, check,
-                                   concrete_or_none, guard, nan_if, pad_batch, static_orders)
+                                   concrete_or_none, guard, log_positive, nan_if, pad_batch, static_orders)
 from recon_jax.accounting import _pld_memory
 from recon_jax.accounting._tradeoff import EXP_SAFE, profile_at_losses, tradeoff_on_hull, upper_envelope
-from recon_jax.accounting.conversions import eps_from_rdp
-from recon_jax.accounting.rdp import DEFAULT_ORDERS, rdp_subsampled_gaussian
+from recon_jax.accounting.conversions import eps_from_rdp_log_delta
+from recon_jax.accounting.rdp import DEFAULT_ORDERS, floor_rdp, floor_sigma, q_logs, rdp_subsampled_gaussian_logs
 
 __all__ = [
     "dpsgd_epsilon",
@@ -46,11 +46,23 @@ def _dpsgd_specs(q, steps, delta) -> tuple:
     return ("q", q, HALF_OPEN_UNIT), ("steps", steps, at_least(1)), ("delta", delta, _DELTA)
 
 
-def _eps_rdp(sigma, q, steps, delta, orders: np.ndarray):
-    """Epsilon from the RDP of DP-SGD on valid arguments (the callers mask invalid ones)."""
-    rdp = rdp_subsampled_gaussian(q, sigma, orders)  # [..., n]
-    steps = jnp.asarray(steps, rdp.dtype)
-    return eps_from_rdp(orders, steps[..., None] * rdp, delta)
+def _eps_rdp(sigma, qlogs, steps, log_delta, orders: np.ndarray, plain: bool = False):
+    """Epsilon from the RDP of DP-SGD on valid arguments (the callers mask invalid ones), unchecked and traceable.
+
+    ``qlogs`` is :func:`~recon_jax.accounting.rdp.q_logs` of q, ``log_delta`` the log of delta (both taken on the
+    host where concrete: a q or delta that float32 cannot hold has representable logs), sigma as
+    :func:`~recon_jax.accounting.rdp.floor_sigma`; ``plain``: q = 1 everywhere (the Gaussian's closed form, without
+    compiling the series)."""
+    dtype = jnp.result_type(float)
+    *qlogs, sigma, steps, log_delta = jnp.broadcast_arrays(*qlogs, jnp.asarray(sigma, dtype),
+                                                           jnp.asarray(steps, dtype), jnp.asarray(log_delta, dtype))
+    if plain:
+        rdp = floor_rdp(orders / (2.0 * sigma[..., None] ** 2), sigma[..., None])
+    else:
+        rdp = rdp_subsampled_gaussian_logs(*qlogs, sigma, orders)  # [..., n]
+    composed = steps[..., None] * rdp
+    composed = jnp.where(jnp.isnan(composed), jnp.inf, composed)  # steps = inf (1e50 in float32) times an RDP of 0
+    return eps_from_rdp_log_delta(orders, composed, log_delta)[0]
 
 
 def _check_gaussian_composition(sigma: float, q: float, steps: int, grid: float, route: str, alternatives: str,
@@ -141,10 +153,14 @@ def dpsgd_epsilon(sigma: ArrayLike, q: ArrayLike, steps: ArrayLike, delta: Array
     >>> bool(2.0 < float(e) < 3.0)
     True
     """
-    bad = guard(("sigma", sigma, POSITIVE), *_dpsgd_specs(q, steps, delta))
+    bad = guard(("sigma", sigma, POSITIVE), *_dpsgd_specs(q, steps, delta))  # in float64, before any cast
     if accountant == "rdp":
         orders_np = DEFAULT_ORDERS if orders is None else np.atleast_1d(static_orders(orders))
-        return nan_if(bad, _eps_rdp(sigma, q, steps, delta, orders_np))
+        dt = jnp.result_type(float)
+        q_np = concrete_or_none(q)
+        plain = q_np is not None and bool(np.all(q_np == 1.0))
+        out = _eps_rdp(floor_sigma(sigma, dt), q_logs(q, dt), steps, log_positive(delta, dt), orders_np, plain)
+        return nan_if(bad, out)
     if accountant == "pld":
         check("value_discretization_interval", value_discretization_interval, FINITE_POSITIVE)
         vals = [concrete_or_none(v) for v in (sigma, q, steps, delta)]
@@ -163,11 +179,11 @@ def dpsgd_epsilon(sigma: ArrayLike, q: ArrayLike, steps: ArrayLike, delta: Array
 
 
 @functools.partial(jax.jit, static_argnames=("orders_key", "iters"))
-def _calibrate_sigma_jit(eps, q, steps, delta, orders_key, iters):
+def _calibrate_sigma_jit(eps, log_q, log1mq, is_one, steps, log_delta, orders_key, iters):
     orders = np.asarray(orders_key)
 
     def eps_at(log_s):
-        return _eps_rdp(jnp.exp(log_s), q, steps, delta, orders)
+        return _eps_rdp(jnp.exp(log_s), (log_q, log1mq, is_one), steps, log_delta, orders)
 
     # Fixed bracket sigma in [1e-4, 1e6] (log range 23; 60 halvings resolve it far below float64 rounding).
     lo = jnp.full(eps.shape, jnp.log(1e-4), eps.dtype)
@@ -258,13 +274,19 @@ def calibrate_sigma(eps: ArrayLike, q: ArrayLike, steps: ArrayLike, delta: Array
     True
     """
     dt = jnp.result_type(float)
-    bad = guard(("eps", eps, POSITIVE), *_dpsgd_specs(q, steps, delta), cast=dt)  # as cast below
+    # Judged in float64: q and delta enter through their logs, taken on the host (q = 1e-50, delta = 1e-300 or
+    # 1 - 1e-9 are valid though float32 cannot hold them); an eps that float32 flushes to 0 (1e-50) is calibrated
+    # for eps = 0, a stricter target (sigma at least the exact answer); an eps or steps that overflows to inf is
+    # calibrated for inf (an eps of inf: the bracket's lower end, 1e-4; steps: inf, as no sigma in the bracket meets
+    # the target).
+    bad = guard(("eps", eps, POSITIVE), *_dpsgd_specs(q, steps, delta))
     if accountant not in ("rdp", "pld"):
         raise ValueError(f"accountant must be 'rdp' or 'pld'; got {accountant!r}")
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
         raise ValueError(f"iters must be an integer >= 1; got {iters!r}")
     orders_np = DEFAULT_ORDERS if orders is None else np.atleast_1d(static_orders(orders))
-    args = jnp.broadcast_arrays(*(jnp.asarray(v, dt) for v in (eps, q, steps, delta)))
+    args = jnp.broadcast_arrays(jnp.asarray(eps, dt), *q_logs(q, dt), jnp.asarray(steps, dt),
+                                log_positive(delta, dt))
     flat, n = pad_batch(*args)
     out = _calibrate_sigma_jit(*flat, tuple(float(o) for o in orders_np), iters)
     out = out[:n].reshape(args[0].shape)

@@ -39,7 +39,7 @@ from jax.typing import ArrayLike
 from scipy import special as sps
 
 from recon_jax._validation import (HALF_OPEN_UNIT, NONNEGATIVE, POSITIVE, Range, check_shapes, concrete_or_none,
-                                   greater_than, guard, nan_if, pad_batch, static_orders)
+                                   greater_than, guard, log_one_minus, log_positive, nan_if, pad_batch, static_orders)
 from recon_jax.special import log_expm1
 
 __all__ = [
@@ -69,6 +69,41 @@ DEFAULT_ORDERS: np.ndarray = np.unique(
 # we measured (alpha -> 1, q ~ 0.5, sigma ~ 1) and negligible for alpha >= 3.
 _FRAC_EXTRA_PAIRS = 8
 _RDP = Range(NONNEGATIVE.predicate, ">= 0 (inf allowed)")  # RDP values along a curve
+
+
+def q_logs(q, dtype) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(log q, log(1 - q), q >= 1)`` in ``dtype``, from a concrete ``q`` in float64 on the host.
+
+    A valid q that float32 flushes to 0 (``1e-50``; subnormals, below ~1.2e-38, flush too) or rounds to 1
+    (``1 - 1e-9``) has both logarithms representable: the series below need only them, so judging and taking them
+    before the cast keeps the result exact to rounding instead of a silent NaN (q = 0) or the plain Gaussian (q = 1).
+    Where ``q >= 1`` both logs are ``log(1/2)`` (a safe point; the callers take the q = 1 branch there). Traced q:
+    the logs of its (already rounded) value. Package-private (:mod:`recon_jax.accounting.dpsgd` passes them into its
+    jitted calibration).
+    """
+    host = concrete_or_none(q)
+    is_one = jnp.asarray(host >= 1.0) if host is not None else jnp.asarray(q, dtype) >= 1.0
+    half = jnp.asarray(np.log(0.5), dtype)
+    log_q = jnp.where(is_one, half, log_positive(q, dtype))
+    log1mq = jnp.where(is_one, half, log_one_minus(jnp.where(is_one, 0.5, q) if host is None else
+                                                   np.where(host >= 1.0, 0.5, host), dtype))
+    return log_q, log1mq, is_one
+
+
+def floor_sigma(sigma, dtype) -> jax.Array:
+    """``sigma`` in ``dtype``, at least its smallest normal float: a valid sigma that float32 flushes to 0 (``1e-50``)
+    would give 0 / 0. Every RDP value of such a sigma is already ``inf`` at the floor (``1 / (2 sigma^2)`` overflows),
+    which is also the correctly rounded value below it, so the floor changes no finite result."""
+    return jnp.maximum(jnp.asarray(sigma, dtype), jnp.finfo(dtype).tiny)
+
+
+def floor_rdp(rdp: jax.Array, sigma: jax.Array) -> jax.Array:
+    """An RDP value of a Gaussian mechanism with ``sigma < inf`` is positive: where it underflowed to 0 (float32: q =
+    1e-30 with sigma = 0.2, or sigma > ~1e19; float64 likewise further out) it is raised to the smallest normal
+    float, an upper bound. Otherwise the KL bound of the conversion (eps = 0 where delta^2 > 1 - e^-rdp) took the
+    0 at its word: float32 gave eps = 0 at q = 1e-30, sigma = 0.2, delta = 1e-30, where the exact RDP (~1e-49, above
+    delta^2) gives eps ~ 68, and calibrate_sigma a sigma 5x too small. ``sigma = inf`` keeps its exact 0."""
+    return jnp.where(sigma == jnp.inf, rdp, jnp.maximum(rdp, jnp.finfo(rdp.dtype).tiny))
 
 
 def _buckets(width: np.ndarray) -> list[tuple[np.ndarray, int]]:
@@ -148,14 +183,10 @@ def _frac_log_a(frac_orders: np.ndarray, log_q, log1mq, inv2s2, sigma, extra_pai
     return _unpermute(parts, order)
 
 
-def _log_a_subsampled_gaussian(q, sigma, orders: np.ndarray, extra_pairs: int):
-    """Sound upper bound on K(alpha) = log A_alpha for scalar q, sigma. Returns [n]."""
-    dtype = jnp.result_type(q, sigma, float)
-    q = jnp.asarray(q, dtype)
+def _log_a_subsampled_gaussian(log_q, log1mq, q_is_one, sigma, orders: np.ndarray, extra_pairs: int):
+    """Sound upper bound on K(alpha) = log A_alpha for scalar q (as :func:`q_logs`), sigma. Returns [n]."""
+    dtype = jnp.result_type(log_q, sigma, float)
     sigma = jnp.asarray(sigma, dtype)
-    q_is_one = q >= 1.0
-    qc = jnp.where(q_is_one, 0.5, q)
-    log_q, log1mq = jnp.log(qc), jnp.log1p(-qc)
     inv2s2 = 0.5 / (sigma * sigma)
     is_int = orders == np.round(orders)
     frac = orders[~is_int]
@@ -203,12 +234,12 @@ def rdp_gaussian(sigma: ArrayLike, orders: ArrayLike) -> jax.Array:
     [0.25, 0.5]
     """
     dt = jnp.result_type(float)  # one guard each: the output is their outer product
-    bad_sigma = guard(("sigma", sigma, POSITIVE), cast=dt)
+    bad_sigma = guard(("sigma", sigma, POSITIVE))  # judged in float64: 1e-50 is 0 in float32 (floored below)
     bad_orders = guard(("orders", orders, greater_than(1)), cast=dt)
-    sigma = jnp.asarray(sigma, dt)
+    sigma = floor_sigma(sigma, dt)
     orders = jnp.asarray(orders, sigma.dtype)
     expand = (...,) + (None,) * orders.ndim
-    out = orders / (2.0 * sigma[expand] ** 2)
+    out = floor_rdp(orders / (2.0 * sigma[expand] ** 2), sigma[expand])
     return nan_if(bad_sigma[expand] | bad_orders, out)
 
 
@@ -242,31 +273,45 @@ def rdp_subsampled_gaussian(q: ArrayLike, sigma: ArrayLike, orders: ArrayLike, *
     True
     """
     dtype = jnp.result_type(float)
-    bad = guard(("q", q, HALF_OPEN_UNIT), ("sigma", sigma, POSITIVE), cast=dtype)
+    # Judged in float64 (a concrete q or sigma): q = 1e-50 and sigma = 1e-50 are valid, though 0 in float32. The
+    # series takes log q and log(1 - q) from the host (q_logs), and sigma at least the smallest normal float
+    # (floor_sigma: the RDP is inf there already).
+    bad = guard(("q", q, HALF_OPEN_UNIT), ("sigma", sigma, POSITIVE))
     orders_np = static_orders(orders)
     flat_orders = np.atleast_1d(orders_np)
     q_np = concrete_or_none(q)
-    q, sigma = jnp.broadcast_arrays(jnp.asarray(q, dtype), jnp.asarray(sigma, dtype))
-    batch = q.shape
+    log_q, log1mq, is_one = q_logs(q, dtype)
+    log_q, log1mq, is_one, sigma = jnp.broadcast_arrays(log_q, log1mq, is_one, floor_sigma(sigma, dtype))
+    batch = log_q.shape
     if q_np is not None and np.all(q_np == 1.0):  # no subsampling: the plain Gaussian (skips the series' compile)
-        return rdp_gaussian(sigma, orders_np)
-    if orders_np.size == 0:  # no orders: an empty curve, as rdp_gaussian gives
+        out = rdp_gaussian(sigma, orders_np)
+    elif orders_np.size == 0:  # no orders: an empty curve, as rdp_gaussian gives
         return jnp.zeros(batch + orders_np.shape, dtype)
-    (qf, sf), n = pad_batch(q, sigma)
-    out = _rdp_subsampled_gaussian_flat(qf, sf, tuple(flat_orders.tolist()), extra_pairs)[:n]
+    else:
+        out = rdp_subsampled_gaussian_logs(log_q, log1mq, is_one, sigma, flat_orders, extra_pairs)
     out = out.reshape(batch + orders_np.shape)
     return nan_if(bad[(...,) + (None,) * orders_np.ndim], out)
 
 
-@functools.partial(jax.jit, static_argnums=(2, 3))
-def _rdp_subsampled_gaussian_flat(q, sigma, orders_key: tuple, extra_pairs: int):
+def rdp_subsampled_gaussian_logs(log_q, log1mq, is_one, sigma, orders: np.ndarray,
+                                 extra_pairs: int = _FRAC_EXTRA_PAIRS) -> jax.Array:
+    """:func:`rdp_subsampled_gaussian` on valid, equally shaped ``q_logs`` and sigma (as :func:`floor_sigma`) at 1-D
+    static ``orders``, unchecked: shape ``log_q.shape + orders.shape``. Package-private (callable inside a jit)."""
+    batch = jnp.shape(log_q)
+    flat, n = pad_batch(log_q, log1mq, is_one, sigma)
+    out = _rdp_subsampled_gaussian_flat(*flat, tuple(np.asarray(orders, np.float64).tolist()), extra_pairs)[:n]
+    return out.reshape(batch + np.shape(orders))
+
+
+@functools.partial(jax.jit, static_argnums=(4, 5))
+def _rdp_subsampled_gaussian_flat(log_q, log1mq, is_one, sigma, orders_key: tuple, extra_pairs: int):
     orders = np.asarray(orders_key, np.float64)
 
-    def one(qq, ss):
-        k = _log_a_subsampled_gaussian(qq, ss, orders, extra_pairs)
-        return jnp.maximum(k, 0.0) / (orders - 1.0)
+    def one(lq, l1mq, one_, ss):
+        k = _log_a_subsampled_gaussian(lq, l1mq, one_, ss, orders, extra_pairs)
+        return floor_rdp(jnp.maximum(k, 0.0) / (orders - 1.0), ss)
 
-    return jax.vmap(one)(q, sigma)  # [B, n]
+    return jax.vmap(one)(log_q, log1mq, is_one, sigma)  # [B, n]
 
 
 def interpolate_rdp(int_orders: ArrayLike, rdp_at_int_orders: ArrayLike, orders: ArrayLike) -> jax.Array:
@@ -349,16 +394,15 @@ def rdp_poisson_subsampled(rdp_at_integer_orders: ArrayLike, q: ArrayLike, order
     [1.0, 4.0]
     """
     dt = jnp.result_type(float)  # one guard each: q broadcasts with the batch, the curve has its orders too
-    bad_q = guard(("q", q, HALF_OPEN_UNIT), cast=dt)
+    bad_q = guard(("q", q, HALF_OPEN_UNIT))  # judged in float64: its logs come from the host (q_logs)
     bad_tau = guard(("rdp_at_integer_orders", rdp_at_integer_orders, _RDP), cast=dt)
     tau = jnp.asarray(rdp_at_integer_orders, dt)
     if tau.ndim < 1 or tau.shape[-1] < 1:
         raise ValueError("rdp_at_integer_orders must have a last axis for orders 2..L (L >= 2)")
     big_l = tau.shape[-1] + 1
     int_orders = np.arange(2, big_l + 1, dtype=np.float64)
-    q = jnp.asarray(q, tau.dtype)[..., None, None]
-    qc = jnp.where(q >= 1.0, 0.5, q)
-    log_q, log1mq = jnp.log(qc), jnp.log1p(-qc)
+    log_q, log1mq, is_one = (v[..., None, None] for v in q_logs(q, tau.dtype))
+    qc = jnp.exp(log_q)  # 1/2 where q = 1; a q that float32 flushes to 0 enters only through log q
     a = int_orders[:, None]  # [L-1, 1]  (alpha)
     ell = int_orders[None, :]  # [1, L-1]  (l = 2..L)
     mask = ell <= a
@@ -375,7 +419,8 @@ def rdp_poisson_subsampled(rdp_at_integer_orders: ArrayLike, q: ArrayLike, order
     t0 = (a[:, 0] - 1.0) * log1mq[..., 0] + jnp.log1p((a[:, 0] - 1.0) * qc[..., 0])  # [..., L-1]
     k = jnp.logaddexp(t0, logsumexp(t, axis=-1))
     sub = jnp.maximum(k, 0.0) / (int_orders - 1.0)
-    sub = jnp.where(q[..., 0] >= 1.0, tau, jnp.minimum(sub, tau))
+    sub = jnp.where(is_one[..., 0], tau, jnp.minimum(sub, tau))
+    sub = jnp.maximum(sub, jnp.minimum(tau, jnp.finfo(sub.dtype).tiny))  # an underflow to 0 of a positive bound
     out = interpolate_rdp(int_orders, sub, orders)
     return nan_if((bad_q | jnp.any(bad_tau, axis=-1))[..., None], out)
 

@@ -1,3 +1,5 @@
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -98,3 +100,45 @@ def test_tradeoff_route_never_trips_the_memory_refusal(monkeypatch):
     s = float(calibrate_sigma_for_rero(0.99, 0.01, 0.01, 1, rtol=1e-2))
     assert floor <= s <= floor * 1.01 ** 2
     assert float(rero_dpsgd_tradeoff([0.01], s, 0.01, 1)[0]) <= 0.99
+
+
+def _gdp_ref(rero, kappa, steps):
+    """The GDP closed form in float64 SciPy (independent of the code under test's float32 path)."""
+    from scipy import special as sps
+
+    return math.sqrt(steps) / (sps.ndtri(rero) - sps.ndtri(kappa))
+
+
+@pytest.mark.parametrize("rero,kappa,steps", [(1 - 1e-9, 0.01, 100), (0.05, 1e-40, 100), (0.05, 1e-300, 100),
+                                              (1 - 1e-9, 1 - 2e-9, 10), (1e-30, 1e-40, 1), (0.05, 0.01, 1e50)])
+def test_gdp_route_float32_arguments_float32_cannot_hold(rero, kappa, steps):
+    """Regression: in float32 (the default dtype) valid targets that float32 cannot hold (rero = 1 - 1e-9 rounds to
+    1, kappa = 1e-40 flushes to 0, steps = 1e50 overflows) gave a silent NaN. Now computed in float64 and rounded up:
+    never below the exact sigma (SciPy's closed form, cross-checked by brentq where it brackets), and the bound
+    Phi(Phi^-1(kappa) + sqrt(T) / sigma) at it, in float64 SciPy (its complement where rero is near 1), meets the
+    target."""
+    from scipy import special as sps
+
+    got = calibrate_sigma_for_rero(rero, kappa, 1.0, steps)
+    assert got.dtype == np.float32
+    want = _gdp_ref(rero, kappa, steps)
+    if 1e-3 < want < 1e5 and rero < 0.5:  # brentq on Phi - rero resolves no better than 1e-16 near 1
+        assert want == pytest.approx(_gdp_root(rero, kappa, steps), rel=1e-9)
+    assert want <= float(got) <= want * (1 + 2.0**-22)  # rounded up: at most one float32 ulp (plus 4 float64 ulp)
+    z = sps.ndtri(kappa) + math.sqrt(steps) / float(got)
+    assert sps.ndtr(-z) >= 1 - rero if rero > 0.5 else sps.ndtr(z) <= rero
+
+
+def test_gdp_route_float32_overflow_is_refused():
+    """A sigma beyond float32's range (sqrt(1e80) / 1.3 ~ 7.7e39) is refused, naming steps, rather than returned as
+    inf (which means "no sigma meets the target")."""
+    with pytest.raises(ValueError, match="steps.*overflows float32|overflows float32.*steps"):
+        calibrate_sigma_for_rero(0.05, 0.01, 1.0, 1e80)
+
+
+def test_tradeoff_route_float32_tiny_kappa():
+    """Regression: the tradeoff route started its bracket from the float32 GDP answer, NaN at kappa = 1e-40. The
+    result (float64 host bisection, rounded up) meets the target by the PLD bound itself."""
+    got = calibrate_sigma_for_rero(0.05, 1e-40, 0.5, 10, rtol=1e-2)
+    assert got.dtype == np.float32 and np.isfinite(float(got))
+    assert float(rero_dpsgd_tradeoff([1e-40], float(got), 0.5, 10)[0]) <= 0.05

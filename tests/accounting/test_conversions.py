@@ -135,3 +135,43 @@ def test_amplification_where_e_to_the_eps_overflows(x64, eps, q):
     assert float(amplify_dp_poisson(eps, 1e-6, q)[0]) == pytest.approx(want, rel=1e-13)
     with jax.enable_x64(False):
         assert float(amplify_dp_poisson(np.float32(eps), 1e-6, q)[0]) == pytest.approx(want, rel=1e-6)
+
+
+@pytest.mark.parametrize("q,eps", [(1e-50, 100.0), (1e-50, 200.0), (1e-300, 800.0), (1e-40, 0.5)])
+def test_amplification_float32_q_below_float32(q, eps):
+    """Regression: in float32 a valid q that float32 flushes to 0 gave a silent NaN for both outputs. Reference:
+    mpmath (eps_s = log(1 - q + q e^eps): 2.7e-7 at (1e-50, 100), 84.9 at (1e-50, 200); delta_s = q delta, 0 in
+    float32)."""
+    import mpmath as mp
+
+    with mp.workdps(40):
+        want = float(mp.log(1 - mp.mpf(q) + mp.mpf(q) * mp.exp(eps)))
+    e, d = amplify_dp_poisson(eps, 1e-6, q)
+    assert e.dtype == np.float32
+    assert float(e) == pytest.approx(want, rel=1e-5, abs=float(np.finfo(np.float32).tiny))
+    assert float(d) == 0.0
+
+
+@pytest.mark.parametrize("eps,delta,n,dtl", [(0.1, 0.0, 100, 1 - 1e-9), (0.1, 1 - 1e-9, 100, 1e-5),
+                                             (0.1, 0.0, 100, 1e-50), (0.1, 0.0, 1e50, 1e-5), (0.0, 0.0, 1e50, 1e-5),
+                                             (0.1, 1e-50, 100, 1e-300)])
+def test_kov_float32_arguments_float32_cannot_hold(eps, delta, n, dtl):
+    """Regression: in float32 delta or delta_tilde = 1 - 1e-9 (rounds to 1) gave NaN for both outputs, and n = 1e50
+    (overflows to inf) a NaN delta_tot (0 * inf). Reference: the theorem's formulas in mpmath; eps_tot = n eps = 1e49
+    overflows float32 (inf is its correctly rounded value)."""
+    import mpmath as mp
+
+    with mp.workdps(50):
+        e, d, nn, t = (mp.mpf(v) for v in (eps, delta, n, dtl))
+        lead = nn * e * mp.tanh(e / 2)
+        cands = [nn * e, lead + e * mp.sqrt(2 * nn * mp.log(mp.e + mp.sqrt(nn) * e / t)),
+                 lead + e * mp.sqrt(2 * nn * mp.log(1 / t))]
+        want_e, want_d = float(min(cands)), float(1 - (1 - d) ** nn * (1 - t))
+    got_e, got_d = kov_composition(eps, delta, n, dtl)
+    assert got_e.dtype == np.float32
+    f32max = float(np.finfo(np.float32).max)
+    if want_e > f32max:
+        assert float(got_e) == np.inf
+    else:
+        assert float(got_e) == pytest.approx(want_e, rel=1e-5, abs=0)
+    assert float(got_d) == pytest.approx(want_d, rel=1e-6, abs=float(np.finfo(np.float32).tiny))  # 1e-50: 0 in float32

@@ -1,5 +1,6 @@
 """DP-SGD epsilon and calibration against dp_accounting (RDP and PLD), and the PLD trade-off curve."""
 
+import math
 import time
 
 import dp_accounting
@@ -377,3 +378,61 @@ def test_calibrate_sigma_pld_matches_dp_accounting_root(x64):
         assert s == pytest.approx(ref, rel=5e-3)
         assert pld_eps(float(s)) <= t  # the returned sigma meets the target under the PLD accountant
         assert s < s_rdp  # and is smaller than the RDP-calibrated one
+
+
+F32_ORDERS = np.array([2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0])
+
+
+def _rdp_eps_f64(sigma, q, steps, delta):
+    """Epsilon at F32_ORDERS in mpmath (40 digits): the exact integer-order RDP by the binomial sum (MTZ Sec. 3.2),
+    composed, converted by Canonne et al.'s Prop. 2.11 with the KL bound (eps = 0 where delta^2 > 1 - e^-rdp).
+    dp_accounting's own float64 sum is no reference here: at q = 1e-30 it finds RDP -2.7e-44 and returns eps 0."""
+    import mpmath as mp
+
+    with mp.workdps(40):
+        q, s, d = mp.mpf(q), mp.mpf(float(sigma)), mp.mpf(delta)
+        best = mp.inf
+        for a in F32_ORDERS.astype(int):
+            tot = mp.fsum(mp.binomial(a, i) * q**i * (1 - q) ** (a - i) * mp.expm1((i * i - i) / (2 * s * s))
+                          for i in range(2, a + 1))  # A - 1 (the i = 0, 1 terms of A sum to 1)
+            rdp = steps * mp.log1p(tot) / (a - 1)
+            if d * d > -mp.expm1(-rdp):
+                return 0.0
+            best = min(best, rdp + mp.log1p(-mp.mpf(1) / a) - (mp.log(d) + mp.log(a)) / (a - 1))
+        return float(max(best, 0))
+
+
+@pytest.mark.parametrize("eps,q,steps,delta", [(20.0, 0.01, 1000, 1e-300), (1.0, 0.01, 1000, 1 - 1e-9),
+                                               (1.0, 1e-50, 1000, 1e-5), (2.0, 1e-40, 10, 1e-40),
+                                               (2.0, 1e-30, 10, 1e-30)])
+def test_calibrate_sigma_float32_arguments_float32_cannot_hold(eps, q, steps, delta):
+    """Regression: in float32 calibrate_sigma gave a silent NaN for a valid delta that rounds to 0 or 1 (1e-300,
+    1e-40, 1 - 1e-9) or a q that flushes to 0 (1e-50, 1e-40): they were cast before the jitted bisection. Reference:
+    dp_accounting's RDP accountant in float64 at the returned sigma (meets the target) and 0.1% below it (misses it:
+    the answer is tight, up to the float32 bisection's margin)."""
+    s = calibrate_sigma(eps, q, steps, delta, orders=F32_ORDERS)
+    assert np.asarray(s).dtype == np.float32 and np.isfinite(float(s))
+    assert _rdp_eps_f64(s, q, steps, delta) <= eps
+    assert _rdp_eps_f64(float(s) * (1 - 1e-3), q, steps, delta) > eps
+
+
+def test_calibrate_sigma_float32_eps_below_float32_is_the_kl_threshold():
+    """Regression: eps = 1e-50 (0 in float32) gave a silent NaN. Full batch (q = 1): the RDP curve is T alpha /
+    (2 sigma^2) and epsilon is 0 only through the KL bound delta^2 > 1 - e^{-rdp} at the smallest order, so the
+    smallest sigma is sqrt(T alpha_min / (2 (-log(1 - delta^2)))) (by hand; 3.2e5 here)."""
+    steps, delta = 10, 1e-5
+    want = math.sqrt(steps * 2.0 / (2.0 * -math.log1p(-delta**2)))
+    got = float(calibrate_sigma(1e-50, 1.0, steps, delta, orders=[2.0, 4.0]))
+    assert want <= got <= want * (1 + 1e-4)  # the bisection's float32 margin (1e-5) and bracket
+
+
+@pytest.mark.parametrize("q,delta,sigma", [(1e-50, 1e-5, 0.05), (0.01, 1e-300, 1.0), (0.01, 1 - 1e-9, 1.0),
+                                           (1e-30, 1e-30, 0.2)])
+def test_dpsgd_epsilon_float32_arguments_float32_cannot_hold(q, delta, sigma):
+    """Regression: dpsgd_epsilon with a q that float32 flushes to 0 raised a misleading "rdp must be >= 0" (its RDP
+    was NaN). (1e-30, 1e-30, 0.2): the RDP at orders 2 and 4 (~1e-49) underflowed to 0 in float32 and the KL bound
+    took it at its word: eps 0 instead of ~22, and calibrate_sigma (above: 1e-30, 1e-40) returned a sigma 5x too
+    small. Reference: dp_accounting in float64."""
+    got = dpsgd_epsilon(sigma, q, 1000, delta, orders=F32_ORDERS)
+    assert np.asarray(got).dtype == np.float32
+    assert float(got) == pytest.approx(_rdp_eps_f64(sigma, q, 1000, delta), rel=1e-4, abs=1e-6)

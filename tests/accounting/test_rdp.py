@@ -72,7 +72,7 @@ def test_integer_orders_exact_mpmath(x64, q, sigma, alpha):
     # rtol 1e-10: float64 log-space sum of <= 513 positive terms, including values ~1e-12 (A - 1 summed directly).
     ref = float(_mp_log_a_int(q, sigma, alpha)) / (alpha - 1)
     ours = float(rdp_subsampled_gaussian(q, sigma, float(alpha)))
-    assert ours == pytest.approx(ref, rel=1e-10)
+    assert ours == pytest.approx(ref, rel=1e-10, abs=0)  # refs down to ~1e-14: no absolute floor
 
 
 # (q, sigma): includes q=0.3, sigma=0.6 where dp_accounting's fractional series does not converge.
@@ -239,3 +239,56 @@ def test_compose():
     np.testing.assert_allclose(compose_rdp(np.array([[0.1, 0.2]]), np.array([3.0])), [[0.3, 0.6]], rtol=1e-6)
     with pytest.raises(ValueError, match="count"):
         compose_rdp([0.1], -1)
+
+
+TINY32 = float(np.finfo(np.float32).tiny)
+TINY_Q_ORDERS = np.array([2.0, 3.5, 8.0, 64.0])
+
+
+@pytest.mark.parametrize("q", [1e-50, 1e-40, 1e-300])
+@pytest.mark.parametrize("sigma", [0.05, 1.0])
+def test_subsampled_gaussian_float32_q_below_float32(q, sigma):
+    """Regression: in float32 (the default dtype) a valid q below ~1.2e-38 (flushed to 0) gave a silent NaN; log q is
+    representable, and the series needs only it. Reference: the exact binomial sum in mpmath at the integer orders
+    (sigma = 0.05: rdp ~ 170 .. 12700; sigma = 1: rdp ~ q^2, which float32 rounds to 0)."""
+    got = np.asarray(rdp_subsampled_gaussian(q, sigma, TINY_Q_ORDERS))
+    assert got.dtype == np.float32 and np.all(np.isfinite(got))
+    for k, alpha in enumerate(TINY_Q_ORDERS):
+        if alpha != round(alpha):
+            continue
+        ref = float(_mp_log_a_int(q, sigma, alpha)) / (alpha - 1)
+        # rel 1e-5: float32 sums of terms i log q ~ -4.4e4 (64 x log 1e-300); abs: float32's smallest normal (a
+        # true value below it is 0 in float32).
+        assert float(got[k]) == pytest.approx(ref, rel=1e-5, abs=TINY32), f"alpha={alpha}"
+    # The fractional order between its integer neighbours (RDP is non-decreasing in the order).
+    assert got[0] * (1 - 1e-6) <= got[1] <= got[2] * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("q", [1e-50, 1e-300])
+def test_rdp_poisson_subsampled_float32_q_below_float32(q):
+    """Regression: the Zhu-Wang bound gave a silent NaN for a valid q that float32 flushes to 0. Reference: the bound
+    of Zhu and Wang 2019, Thm 5 (as the docstring states it), summed in mpmath, for the Gaussian with sigma = 0.05
+    (tau_l = l / (2 sigma^2) = 200 l)."""
+    base = 200.0 * np.arange(2, 9)
+
+    def ref(alpha):
+        with mp.workdps(50):
+            qq, a = mp.mpf(q), alpha
+            tot = (1 - qq) ** (a - 1) * (a * qq - qq + 1) + mp.binomial(a, 2) * qq**2 * (1 - qq) ** (a - 2) * mp.exp(
+                base[0])
+            tot += 3 * mp.fsum(mp.binomial(a, l) * (1 - qq) ** (a - l) * qq**l * mp.exp((l - 1) * base[l - 2])
+                               for l in range(3, a + 1))
+            return min(float(mp.log(tot) / (a - 1)), float(base[a - 2]))
+
+    got = np.asarray(rdp_poisson_subsampled(base, q, [2.0, 8.0]))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, [ref(2), ref(8)], rtol=1e-5, atol=TINY32)
+
+
+@pytest.mark.parametrize("fn", [lambda s, o: rdp_gaussian(s, o), lambda s, o: rdp_subsampled_gaussian(0.01, s, o)])
+def test_float32_sigma_below_float32_is_inf(fn):
+    """Regression: a valid sigma that float32 flushes to 0 (1e-50) gave a silent NaN (0 / 0); its RDP overflows
+    float32 (alpha / (2 sigma^2) ~ 1e100, and the subsampled one ~ 1e100 too), so inf is the correctly rounded value.
+    """
+    got = np.asarray(fn(1e-50, np.array([2.0, 3.5])))
+    assert got.dtype == np.float32 and np.all(got == np.inf)
