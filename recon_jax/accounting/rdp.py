@@ -259,8 +259,9 @@ def rdp_subsampled_gaussian(q: ArrayLike, sigma: ArrayLike, orders: ArrayLike, *
       extra_pairs: pairs of alternating-tail terms kept at fractional orders (larger = tighter, slower).
 
     Returns:
-      Array of shape ``broadcast(q, sigma).shape + orders.shape``; finite for valid input (empty for empty
-      ``orders``, as :func:`rdp_gaussian`).
+      Array of shape ``broadcast(q, sigma).shape + orders.shape`` (empty for empty ``orders``, as
+      :func:`rdp_gaussian`); finite for valid input except where the value overflows the working dtype (``inf``, its
+      correctly rounded value: float32 at sigma below about 1e-19, where ``alpha / (2 sigma^2)`` exceeds 3.4e38).
 
     Raises:
       ValueError: if q is outside (0, 1], sigma <= 0, or an order is <= 1 or not concrete.
