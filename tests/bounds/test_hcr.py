@@ -469,11 +469,12 @@ def test_rademacher_perturbation_moves_each_mode_by_its_bound(x64):
 # Algorithm 1 as the reference implementation runs it.
 
 
-def _naive_reference(w, c, xs, z0, sigma, num_rounds, atol_factor=2e-2, btol=1e-8):
+def _naive_reference(w, c, xs, z0, sigma, num_rounds, atol_factor=2e-2, btol=1e-8, iters=None):
     """An independent NumPy/SciPy transcription of the reference loop for a(x) = tanh(W x + c).
 
     Explicit block-diagonal Jacobian at the perturbed inputs, one scipy.sparse.linalg.lsqr over the batch with
-    atol = atol_factor * min ||z_b||, perturbation measured from x, last round scored (pixel coordinates).
+    atol = atol_factor * min ||z_b||, perturbation measured from x, last round scored (pixel coordinates). With
+    ``iters`` (one count per round), each LSQR runs exactly that many iterations instead (atol = btol = 0).
     """
     import scipy.linalg
     import scipy.sparse.linalg
@@ -488,7 +489,11 @@ def _naive_reference(w, c, xs, z0, sigma, num_rounds, atol_factor=2e-2, btol=1e-
     for _ in range(num_rounds):
         z = z / np.linalg.norm(z, axis=1)[:, None] * target[:, None]
         jac = scipy.linalg.block_diag(*[(1 - np.tanh(w @ p + c) ** 2)[:, None] * w for p in pert])
-        delta, _, itn = scipy.sparse.linalg.lsqr(jac, z.ravel(), atol=atol_factor * target.min(), btol=btol)[:3]
+        if iters is None:
+            stop = {"atol": atol_factor * target.min(), "btol": btol}
+        else:
+            stop = {"atol": 0.0, "btol": 0.0, "iter_lim": int(iters[len(itns)])}
+        delta, _, itn = scipy.sparse.linalg.lsqr(jac, z.ravel(), **stop)[:3]
         itns.append(itn)
         pert = xs + delta.reshape(xs.shape)
         z = feats(pert) - a0
@@ -511,12 +516,20 @@ def test_reference_mode_matches_naive_transcription(x64, atol_factor):
     for r in range(restarts):
         g = np.stack([np.asarray(jax.random.normal(jax.random.fold_in(jax.random.fold_in(key, i), r), (7,)))
                       for i in range(3)])
-        bound, itn = _naive_reference(w, c, xs, g * size * sigma / np.sqrt(7), sigma, rounds, atol_factor=atol_factor)
+        z0 = g * size * sigma / np.sqrt(7)
+        bound, itn = _naive_reference(w, c, xs, z0, sigma, rounds, atol_factor=atol_factor)
+        if atol_factor > 1e-6:  # the values below at the library's iteration counts: its stopping is checked apart
+            bound, _ = _naive_reference(w, c, xs, z0, sigma, rounds, iters=np.asarray(info.lsqr_itn)[r])
         ref = np.maximum(ref, bound)
         itns.append(itn)
     if atol_factor > 1e-6:  # SciPy's stopping decisions (atol test), up to one iteration where roundoff decides
-        diff = np.abs(np.asarray(info.lsqr_itn) - np.array(itns))
-        assert diff.max() <= 1 and np.mean(diff == 0) >= 0.75, (np.asarray(info.lsqr_itn), itns)
+        # Which solves roundoff decides depends on the CPU: 8 of the 12 agree on an AVX2-only EPYC, 9 or more on
+        # others (one iteration more or less of an unconverged solve moves its bound by ~1%, so the values are
+        # compared at equal counts). An off-by-one in the stopping rule would move most counts, all the same way.
+        signed = np.asarray(info.lsqr_itn) - np.array(itns)
+        assert np.abs(signed).max() <= 1 and np.mean(signed == 0) >= 0.5, (np.asarray(info.lsqr_itn), itns)
+        assert not (np.all(signed >= 0) and np.sum(signed > 0) >= 3), (np.asarray(info.lsqr_itn), itns)
+        assert not (np.all(signed <= 0) and np.sum(signed < 0) >= 3), (np.asarray(info.lsqr_itn), itns)
     # Converged solves (tiny atol) agree to roundoff; with the reference's loose atol both stop at the same
     # iteration of a 21 x 15 system whose unconverged iterate carries ~1e-5 relative roundoff (the two apply the
     # operator in different orders), compounded over 4 rounds.
