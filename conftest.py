@@ -94,6 +94,7 @@ _EXPENSIVE_FIRST = (
     "tests/test_notebooks.py",  # ~120 s
     "tests/shadow/test_engine_matrix.py",  # ~90 s of CPU (every model x algorithm x conv_impl, issue 33)
     "tests/report/test_app.py",
+    "tests/report/test_app_smoke_run.py",  # one smoke report, its rerun and a changed rerun
     "tests/experiments/test_biswas_gaussian_vs_vmf.py",
     "tests/attacks/test_dimred.py",
     "tests/models/test_conv.py",
