@@ -4,6 +4,9 @@
 - LLVM backend optimisation off (``--xla_backend_optimization_level=0``): the tests run small programs, so
   compilation dominates the suite's time, and this cuts it by about 30%. XLA's own (semantic) passes still run;
   the benchmarks and experiments use the default level. Set the flag in ``XLA_FLAGS`` to override.
+- XLA:CPU's fusion emitters off (``--xla_cpu_use_fusion_emitters=false``, the older loop emitters): about half of
+  XLA's compile time at that level (a file of the suite: 36 s to 19 s of compilation). Set it in ``XLA_FLAGS`` to
+  test with them.
 - ``x64`` fixture: float64 for the duration of one test (``jax.enable_x64``).
 - ``key`` fixture: a seeded typed PRNG key.
 - ``claim_problems`` fixture: tests/test_results.py's independent re-derivation of claim verdicts (what an
@@ -24,6 +27,8 @@ if "xla_cpu_multi_thread_eigen" not in _flags:
     _flags += " --xla_cpu_multi_thread_eigen=false"
 if "xla_backend_optimization_level" not in _flags:
     _flags += " --xla_backend_optimization_level=0"
+if "xla_cpu_use_fusion_emitters" not in _flags:
+    _flags += " --xla_cpu_use_fusion_emitters=false"
 os.environ["XLA_FLAGS"] = _flags.strip()
 os.environ.setdefault("RECON_JAX_SMOKE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -89,6 +94,7 @@ _EXPENSIVE_FIRST = (
     "tests/test_notebooks.py",  # ~120 s
     "tests/shadow/test_engine_matrix.py",  # ~90 s of CPU (every model x algorithm x conv_impl, issue 33)
     "tests/report/test_app.py",
+    "tests/report/test_app_smoke_run.py",  # one smoke report, its rerun and a changed rerun
     "tests/experiments/test_biswas_gaussian_vs_vmf.py",
     "tests/attacks/test_dimred.py",
     "tests/models/test_conv.py",

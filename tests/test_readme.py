@@ -64,8 +64,25 @@ def _numbers(line):
     return eps, gamma, sigma
 
 
-def test_attack_snippet(tmp_path, monkeypatch):
-    out = _run(SNIPPETS[1], tmp_path, monkeypatch)
+def _default_flags_env() -> dict:
+    """A fresh process's environment as a user's: JAX's default CPU set-up (this suite's XLA flags turn LLVM
+    optimisation off, which makes training ~1.4-2.5x slower) except one XLA thread (the suite's other worker has the
+    other core), and this checkout's recon_jax ahead of what PYTHONPATH held (an accelerator's device check carries
+    the packages its image lacks on PYTHONPATH; replacing it is the likely cause of a failure on an H100 whose
+    traceback the cut-off run did not print)."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+               TQDM_DISABLE="1", XLA_FLAGS="--xla_cpu_multi_thread_eigen=false")
+    return env
+
+
+def test_attack_snippet(tmp_path):
+    """The informed-adversary snippet in a fresh process with JAX's default flags (compute-bound: 40 reconstructor
+    epochs; in this process's flags it took twice as long)."""
+    done = subprocess.run([sys.executable, "-c", SNIPPETS[1]], cwd=tmp_path, env=_default_flags_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
     m = re.search(r"MSE ([\d.]+) vs nearest-neighbour oracle ([\d.]+); (\d+)% of targets", out)
     assert m, out
     mse, oracle, pct = float(m.group(1)), float(m.group(2)), int(m.group(3))
@@ -102,17 +119,11 @@ def test_own_model_and_images(tmp_path, monkeypatch):
     assert argv[0] == "recon-jax-report"
     assert sorted(a.split("=", 1)[0] for a in argv[1:]) == [
         "--config.data_path", "--config.dataset", "--config.model", "--config.noise_multipliers", "--workdir"]
-    # The console script's entry point in a fresh process: JAX's default CPU set-up (this suite's XLA flags turn
-    # LLVM optimisation off, which makes 100 epochs of conv training ~2.5x slower) and the current directory as a
-    # user's (the model file resolves from it). PYTHONPATH: this checkout's recon_jax, ahead of what was there (an
-    # accelerator's device check carries the packages its image lacks on PYTHONPATH; replacing it is the likely
-    # cause of this test's failure on an H100, whose traceback the cut-off run did not print).
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env.update(PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
-               TQDM_DISABLE="1")
+    # The console script's entry point in a fresh process (JAX's default flags, :func:`_default_flags_env`; 100
+    # epochs of conv training) and the current directory as a user's (the model file resolves from it).
     entry = "from recon_jax.report.app import console_main; console_main()"
-    done = subprocess.run([sys.executable, "-c", entry, *argv[1:]], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", entry, *argv[1:]], cwd=tmp_path, env=_default_flags_env(),
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
 
     workdir = tmp_path / dict(a.split("=", 1) for a in argv[1:])["--workdir"]

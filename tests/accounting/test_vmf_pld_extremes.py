@@ -39,11 +39,9 @@ def _exact_eps_one_step_q1(kappa, p, delta):
                 low = mpmath.quad(lambda t: mpmath.exp(-k * mpmath.cos(t)), pts) / z
                 return up - mpmath.exp(e) * low
 
-        lo, hi = mpmath.mpf(0), 2 * k  # delta decreases from delta(0) to 0 at 2 kappa: bisection
-        for _ in range(80):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if delta_at(mid) > delta else (lo, mid)
-        return float(hi)
+        # delta decreases from delta(0) > delta to 0 at 2 kappa: a bracketing root finder on [0, 2 kappa] (about 15
+        # evaluations; 80 bisection steps took a minute at p = 2, and gave the same float).
+        return float(mpmath.findroot(lambda e: delta_at(e) - delta, (mpmath.mpf(0), 2 * k), solver="anderson"))
 
 
 @pytest.mark.parametrize("kappa", [1e6, 1e10, 1e20, 1e150, 1e300, 1.7e308])

@@ -76,7 +76,8 @@ def test_deleted_directory_stops_old_writer_new_writer_owns_store(tmp_path):
     chunks = os.path.join(store, "chunks")
     deadline = time.time() + 300
     while time.time() < deadline and a.poll() is None:
-        if os.path.isdir(chunks) and len([f for f in os.listdir(chunks) if f.startswith("chunk-")]) >= 2:
+        # A pauses after each chunk until `go` exists: one chunk on disk means A is paused and holds the lock.
+        if os.path.isdir(chunks) and any(f.startswith("chunk-") for f in os.listdir(chunks)):
             break
         time.sleep(0.02)
     assert a.poll() is None, (tmp_path / "a.err").read_text()[-3000:]
