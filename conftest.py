@@ -27,7 +27,27 @@ if "xla_cpu_multi_thread_eigen" not in _flags:
     _flags += " --xla_cpu_multi_thread_eigen=false"
 if "xla_backend_optimization_level" not in _flags:
     _flags += " --xla_backend_optimization_level=0"
-if "xla_cpu_use_fusion_emitters" not in _flags:
+
+
+def _xla_knows(flag: str) -> bool:
+    """Whether the installed jaxlib's XLA has ``flag`` (its name is in one of jaxlib's shared libraries): XLA aborts
+    the process on an unknown flag in ``XLA_FLAGS``, and a later jaxlib (an accelerator image's) may drop one."""
+    import importlib.util
+    import mmap
+
+    spec = importlib.util.find_spec("jaxlib")
+    folder = os.path.dirname(spec.origin) if spec and spec.origin else None
+    if folder is None:
+        return False
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".so") and os.path.getsize(os.path.join(folder, name)) > 0:
+            with open(os.path.join(folder, name), "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                if m.find(flag.encode()) >= 0:
+                    return True
+    return False
+
+
+if "xla_cpu_use_fusion_emitters" not in _flags and _xla_knows("xla_cpu_use_fusion_emitters"):
     _flags += " --xla_cpu_use_fusion_emitters=false"
 os.environ["XLA_FLAGS"] = _flags.strip()
 os.environ.setdefault("RECON_JAX_SMOKE", "1")

@@ -40,3 +40,18 @@ def test_equivalence_tests_under_tf32_products():
                     "tests/attacks/test_dimred.py::test_vmapped_shadows_equal_naive_loop"])
     assert done.returncode == 0, done.stdout[-3000:]
     assert done.stdout.splitlines()[-1].lstrip("= ").startswith("7 passed"), done.stdout[-500:]
+
+
+def test_suite_adds_an_xla_flag_only_where_the_installed_xla_has_it():
+    """conftest.py adds ``--xla_cpu_use_fusion_emitters=false`` only where jaxlib's XLA knows the flag: XLA aborts
+    the process on an unknown one, and an accelerator image's newer jaxlib may have dropped it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("recon_jax_root_conftest", os.path.join(ROOT, "conftest.py"))
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    assert conftest._xla_knows("xla_cpu_multi_thread_eigen")  # a flag every XLA of the lock's range has
+    assert not conftest._xla_knows("xla_cpu_no_such_flag_" + "0123456789")
+    flags = os.environ["XLA_FLAGS"].split()
+    given = any(f.startswith("--xla_cpu_use_fusion_emitters") for f in flags)  # by conftest, or by the caller
+    assert given == conftest._xla_knows("xla_cpu_use_fusion_emitters")

@@ -28,7 +28,8 @@ from recon_jax._validation import (FINITE_POSITIVE, HALF_OPEN_UNIT, OPEN_UNIT, P
 from recon_jax.accounting import _pld_memory
 from recon_jax.accounting._tradeoff import EXP_SAFE, profile_at_losses, tradeoff_on_hull, upper_envelope
 from recon_jax.accounting.conversions import eps_from_rdp_log_delta
-from recon_jax.accounting.rdp import DEFAULT_ORDERS, floor_rdp, floor_sigma, q_logs, rdp_subsampled_gaussian_logs
+from recon_jax.accounting.rdp import (DEFAULT_ORDERS, floor_sigma, gaussian_rdp_unchecked, q_logs,
+                                     rdp_subsampled_gaussian_logs)
 
 __all__ = [
     "dpsgd_epsilon",
@@ -57,7 +58,7 @@ def _eps_rdp(sigma, qlogs, steps, log_delta, orders: np.ndarray, plain: bool = F
     *qlogs, sigma, steps, log_delta = jnp.broadcast_arrays(*qlogs, jnp.asarray(sigma, dtype),
                                                            jnp.asarray(steps, dtype), jnp.asarray(log_delta, dtype))
     if plain:
-        rdp = floor_rdp(orders / (2.0 * sigma[..., None] ** 2), sigma[..., None])
+        rdp = gaussian_rdp_unchecked(sigma, orders)
     else:
         rdp = rdp_subsampled_gaussian_logs(*qlogs, sigma, orders)  # [..., n]
     composed = steps[..., None] * rdp

@@ -239,8 +239,14 @@ def rdp_gaussian(sigma: ArrayLike, orders: ArrayLike) -> jax.Array:
     sigma = floor_sigma(sigma, dt)
     orders = jnp.asarray(orders, sigma.dtype)
     expand = (...,) + (None,) * orders.ndim
-    out = floor_rdp(orders / (2.0 * sigma[expand] ** 2), sigma[expand])
-    return nan_if(bad_sigma[expand] | bad_orders, out)
+    return nan_if(bad_sigma[expand] | bad_orders, gaussian_rdp_unchecked(sigma, orders))
+
+
+def gaussian_rdp_unchecked(sigma: jax.Array, orders) -> jax.Array:
+    """:func:`rdp_gaussian` on valid arguments (``sigma`` as :func:`floor_sigma` gives it), unchecked and traceable:
+    ``alpha / (2 sigma^2)`` of shape ``sigma.shape + orders.shape``, floored by :func:`floor_rdp`."""
+    expand = (...,) + (None,) * jnp.ndim(orders)
+    return floor_rdp(orders / (2.0 * sigma[expand] ** 2), sigma[expand])
 
 
 def rdp_subsampled_gaussian(q: ArrayLike, sigma: ArrayLike, orders: ArrayLike, *,

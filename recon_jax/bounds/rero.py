@@ -83,6 +83,13 @@ def _dp_gamma(log_kappa, log1m_kappa, eps):
 _RDP_BISECT_ITERS = 64
 
 
+def _logaddexp_ulps(a, b, c, err_a, err_b):
+    """Rounding bound, in ulps, of ``c = logaddexp(a, b)`` (``b`` may be -inf) whose exponents carry ``err_a`` and
+    ``err_b`` ulps: each exponent's error weighted by its share of the sum, plus the final rounding."""
+    return (jnp.exp(a - c) * err_a + jnp.where(jnp.isfinite(b), jnp.exp(b - c) * err_b, 0.0)
+            + jnp.abs(jnp.maximum(a, b)) + 2.0 * jnp.exp(-jnp.abs(a - b)))
+
+
 def _rdp_constraints(dd, lk, l1k, a):
     """log of the two Renyi-divergence sums of the binary pair (kappa, 1 - kappa) vs (gamma, 1 - gamma), order a,
     at ``dd = log(gamma / kappa) >= 0``, and a bound on the rounding error of each.
@@ -113,10 +120,7 @@ def _rdp_constraints(dd, lk, l1k, a):
     # is within one ulp of the larger exponent plus two of itself.
     e_a1, e_b1 = 0.5 * (jnp.abs(a1) + a * dd), jnp.abs(b1) + a * big * fde + e_l1k
     e_a2, e_b2 = 0.5 * (jnp.abs(a2) + 2.0 * am1 * dd), jnp.abs(b2) + am1 * big * fde + e_l1k
-    far1 = (jnp.exp(a1 - c1) * e_a1 + jnp.where(jnp.isfinite(b1), jnp.exp(b1 - c1) * e_b1, 0.0)
-            + jnp.abs(jnp.maximum(a1, b1)) + 2.0 * jnp.exp(-jnp.abs(a1 - b1)))
-    far2 = (jnp.exp(a2 - c2) * e_a2 + jnp.where(jnp.isfinite(b2), jnp.exp(b2 - c2) * e_b2, 0.0)
-            + jnp.abs(jnp.maximum(a2, b2)) + 2.0 * jnp.exp(-jnp.abs(a2 - b2)))
+    far1, far2 = _logaddexp_ulps(a1, b1, c1, e_a1, e_b1), _logaddexp_ulps(a2, b2, c2, e_a2, e_b2)
     # Near alpha = 1 (or gamma ~ kappa) both sums are 1 + O((alpha - 1) KL): write them as log1p(p expm1((a-1) x)
     # + (1 - p) expm1((a-1) y)) (p + (1 - p) = 1 exactly), which keeps their relative accuracy where the logaddexp
     # form only has absolute.

@@ -140,8 +140,9 @@ def _cpuinfo() -> dict[str, str]:
     return out
 
 
-def _cpu_model() -> str:
-    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
+def _cpu_model(info: dict[str, str]) -> str:
+    """The CPU's model name (``info``: :func:`_cpuinfo`), else what ``platform`` knows."""
+    return info.get("model name") or platform.processor() or platform.machine()
 
 
 # The instruction sets XLA:CPU chooses kernels by: two CPUs whose "model name" is the same ("AMD EPYC") can differ in
@@ -149,10 +150,9 @@ def _cpu_model() -> str:
 _ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
 
 
-def _cpu_isa() -> dict | None:
-    """CPU vendor, family, model and the SIMD instruction sets of :data:`_ISA_FLAGS` it has (x86 Linux; None
-    elsewhere)."""
-    info = _cpuinfo()
+def _cpu_isa(info: dict[str, str]) -> dict | None:
+    """CPU vendor, family, model and the SIMD instruction sets of :data:`_ISA_FLAGS` it has (``info``:
+    :func:`_cpuinfo`; x86 Linux, None elsewhere)."""
     if "flags" not in info:
         return None
     flags = set(info["flags"].split())
@@ -177,6 +177,7 @@ def provenance() -> dict:
     except (ValueError, OSError, AttributeError):
         mem_gib = None
     devices = jax.devices()
+    cpu = _cpuinfo()
     commit = (_git("rev-parse", "HEAD") or "").strip() or None
     stated = {}
     if os.environ.get("RECON_JAX_GIT_COMMIT"):
@@ -195,8 +196,8 @@ def provenance() -> dict:
         "git_dirty_files": dirty,
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {
-            "cpu_model": _cpu_model(),
-            "cpu_isa": _cpu_isa(),
+            "cpu_model": _cpu_model(cpu),
+            "cpu_isa": _cpu_isa(cpu),
             "cpu_count": os.cpu_count(),
             "memory_gib": mem_gib,
             "platform": platform.platform(),
