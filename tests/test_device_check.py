@@ -140,8 +140,8 @@ def test_session_dry_run_benchmarks_then_suite_in_the_background(tmp_path):
     summary = (check / "summary.md").read_text()
     assert f"{suite['counts']['PASSED']} passed, 0 failed" in summary and "every collected test ran" in summary
     assert "reconn_fraction_of_peak" in summary and (out / "summary.md").read_text() == summary
-    phases = [line.split()[0] for line in (check / "phases.txt").read_text().splitlines()]
-    assert phases == ["install", "info", "bench", "install", "info", "suite"]  # the two calls add up
+    check_phases = [line.split()[0] for line in (check / "phases.txt").read_text().splitlines()]
+    assert check_phases == ["install", "info", "bench", "install", "info", "suite"]  # the two calls add up
     phases = [line.split()[0] for line in status.splitlines()
               if len(line.split()) == 2 and line.split()[0] in ("bench", "suite") and line.split()[1].isdigit()]
     assert phases == ["bench", "suite"]  # the benchmarks alone first
