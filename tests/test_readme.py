@@ -14,6 +14,8 @@ import sys
 import numpy as np
 import pytest
 
+from recon_jax.shadow.devices import cpu_xla_flags
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -72,7 +74,7 @@ def _default_flags_env() -> dict:
     traceback the cut-off run did not print)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.update(PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
-               TQDM_DISABLE="1", XLA_FLAGS="--xla_cpu_multi_thread_eigen=false")
+               TQDM_DISABLE="1", XLA_FLAGS=cpu_xla_flags(num_devices=1, existing=""))
     return env
 
 
