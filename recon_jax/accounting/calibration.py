@@ -16,10 +16,11 @@ Routes (Hayes, Mahloujifar & Balle 2023: ``ReRo <= 1 - f(kappa)`` for a mechanis
   pushes the bound below the prior). Pure ``jnp`` for traced inputs: jittable, broadcasting, differentiable; concrete
   inputs are computed on the host in float64 and rounded up to the working dtype (see
   :func:`calibrate_sigma_for_rero` on float32).
-- ``"tradeoff"`` (any q): bisection in log-sigma on :func:`recon_jax.accounting.rero_dpsgd_tradeoff` (the PLD
-  trade-off curve of Poisson-subsampled DP-SGD; host-side, each evaluation composes a PLD). A sigma that the PLD
-  refuses as too small for its memory budget counts as infeasible: for a target so loose that the answer lies below
-  that limit, the result is the smallest sigma the PLD can certify (still meeting the target), never an error.
+- ``"tradeoff"`` (any q): a safeguarded secant search in log-sigma on
+  :func:`recon_jax.accounting.rero_dpsgd_tradeoff` (the PLD trade-off curve of Poisson-subsampled DP-SGD;
+  host-side, each evaluation composes a PLD). A sigma that the PLD refuses as too small for its memory budget counts
+  as infeasible: for a target so loose that the answer lies below that limit, the result is the smallest sigma the
+  PLD can certify (still meeting the target), never an error.
 - ``"auto"``: ``"gdp"`` when ``q = 1``, otherwise ``"tradeoff"``.
 """
 
@@ -36,6 +37,7 @@ from scipy import special as sps
 
 from recon_jax._validation import HALF_OPEN_UNIT, OPEN_UNIT, Range, concrete_or_none, guard, nan_if
 from recon_jax.accounting._pld_memory import PLDTooLarge
+from recon_jax.accounting._search import feasible_edge
 from recon_jax.accounting.dpsgd import rero_dpsgd_tradeoff
 
 __all__ = ["calibrate_sigma_for_rero"]
@@ -116,19 +118,12 @@ def _sigma_tradeoff(rero: float, kappa: float, q: float, steps: int, rtol: float
         try:
             return float(rero_dpsgd_tradeoff([kappa], sigma, q, steps, **tradeoff_kwargs)[0])
         except PLDTooLarge:  # a sigma too small for the PLD's memory budget certifies nothing: infeasible
-            return 1.0
+            return None
 
-    # Bracket: start from the full-batch GDP answer (subsampling only lowers the bound), widen until it brackets.
-    hi = float(_sigma_gdp_host(rero, kappa, steps))  # in float64 whatever the working dtype
-    while bound(hi) > rero:
-        hi *= 2.0
-        if hi > 1e6:
-            return math.inf
-    lo = hi / 2.0
-    while bound(lo) <= rero:
-        hi, lo = lo, lo / 2.0
-        if lo < 1e-6:
-            return hi
+    # The search starts from the full-batch GDP answer (subsampling only lowers the bound).
+    start = float(_sigma_gdp_host(rero, kappa, steps))  # in float64 whatever the working dtype
+    found = feasible_edge(bound, rero, start, increasing=False, limits=(1e-6, 1e6), rtol=rtol)
+    return math.inf if found.kind == "none" else found.x
     while hi / lo > 1.0 + rtol:  # bound decreases in sigma: lo infeasible, hi feasible
         mid = math.sqrt(lo * hi)
         if bound(mid) <= rero:
@@ -150,7 +145,7 @@ def calibrate_sigma_for_rero(rero: ArrayLike, kappa: ArrayLike, q: ArrayLike, st
         steps (``mu = sqrt(steps) / sigma``); the ``"tradeoff"`` route composes an integer number of steps and refuses
         a non-integer one.
       route: ``"auto"``, ``"gdp"`` (requires ``q = 1``; jittable) or ``"tradeoff"`` (host-side PLD).
-      rtol: relative width of the final bisection bracket for ``"tradeoff"``; the returned sigma is its upper
+      rtol: relative width of the final search bracket for ``"tradeoff"``; the returned sigma is its upper
         end, so the bound at it is <= ``rero``.
       **tradeoff_kwargs: passed to :func:`recon_jax.accounting.rero_dpsgd_tradeoff` (e.g.
         ``value_discretization_interval``).

@@ -25,7 +25,7 @@ from jax.typing import ArrayLike
 
 from recon_jax._validation import (FINITE_POSITIVE, HALF_OPEN_UNIT, OPEN_UNIT, POSITIVE, Range, at_least, check,
                                    concrete_or_none, guard, log_positive, nan_if, pad_batch, static_orders)
-from recon_jax.accounting import _pld_memory
+from recon_jax.accounting import _pld_memory, _search
 from recon_jax.accounting._tradeoff import EXP_SAFE, profile_at_losses, tradeoff_on_hull, upper_envelope
 from recon_jax.accounting.conversions import eps_from_rdp_log_delta
 from recon_jax.accounting.rdp import (DEFAULT_ORDERS, floor_sigma, gaussian_rdp_unchecked, q_logs,
@@ -205,33 +205,22 @@ def _calibrate_sigma_jit(eps, log_q, log1mq, is_one, steps, log_delta, orders_ke
 
 
 def _calibrate_sigma_pld(eps, q, steps, delta, sigma_rdp, step, rtol):
-    """Host bisection on log(sigma) against dp_accounting's PLD epsilon, bracketed below the RDP sigma.
+    """Host search on log(sigma) against dp_accounting's PLD epsilon (:func:`_search.feasible_edge`), starting at the
+    RDP sigma.
 
     A sigma the PLD route refuses (too small for its memory budget, :func:`_pld_epsilon`) counts as infeasible:
     the bracket never evaluates below it, and the result is the smallest sigma it can certify.
     """
-    def ok(s):
+    def pld_eps(s):
         try:
-            return _pld_epsilon(s, q, steps, delta, step) <= eps
+            return _pld_epsilon(s, q, steps, delta, step)
         except _pld_memory.PLDTooLarge:
-            return False
+            return None
 
-    hi = float(sigma_rdp)
-    if not np.isfinite(hi):
+    if not np.isfinite(sigma_rdp):
         return float("inf")
-    while not ok(hi):  # the PLD epsilon is below the RDP one in practice; this keeps the bracket sound regardless
-        hi *= 2.0
-        if hi > 1e6:
-            return float("inf")
-    lo = hi / 2.0
-    while ok(lo):
-        lo, hi = lo / 2.0, lo
-        if lo < 1e-4:
-            return hi
-    while hi / lo > 1.0 + rtol:
-        mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-    return hi
+    found = _search.feasible_edge(pld_eps, eps, float(sigma_rdp), increasing=False, limits=(1e-4, 1e6), rtol=rtol)
+    return float("inf") if found.kind == "none" else found.x
 
 
 def calibrate_sigma(eps: ArrayLike, q: ArrayLike, steps: ArrayLike, delta: ArrayLike, accountant: str = "rdp",
@@ -246,10 +235,11 @@ def calibrate_sigma(eps: ArrayLike, q: ArrayLike, steps: ArrayLike, delta: Array
 
     ``"pld"``: the same target with ``dp_accounting``'s PLD epsilon (:func:`dpsgd_epsilon` with
     ``accountant="pld"``), host-side: the bracket starts at the RDP sigma (an upper bound in practice; widened if
-    not), and is bisected in log-sigma until its ends are within a factor ``1 + rtol``; the upper end is
-    returned, so its PLD epsilon is <= ``eps``. A sigma too small for the PLD route's memory budget (see
-    :func:`dpsgd_epsilon`) counts as infeasible: for a target so large that the smallest sigma lies below the budget's
-    limit, the result is the smallest sigma the PLD route can certify (still meeting ``eps``), never an error.
+    not), and shrunk by a safeguarded secant search in log-sigma until its ends are within a factor ``1 + rtol``;
+    the upper end is returned, so its PLD epsilon is <= ``eps``. A sigma too small for the PLD route's memory
+    budget (see :func:`dpsgd_epsilon`) counts as infeasible: for a target so large that the smallest sigma lies below
+    the budget's limit, the result is the smallest sigma the PLD route can certify (still meeting ``eps``), never an
+    error.
 
     Args:
       eps: target epsilon(s) > 0.

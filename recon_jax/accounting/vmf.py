@@ -31,7 +31,6 @@ many steps; host-side.
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +40,7 @@ from jax.typing import ArrayLike
 from recon_jax._validation import (FINITE_POSITIVE, Range, check, concrete_or_none, greater_than, guard, nan_if,
                                    pad_batch)
 from recon_jax.accounting._pld_memory import PLDTooLarge
+from recon_jax.accounting._search import feasible_edge
 from recon_jax.accounting.conversions import delta_from_rdp, eps_from_rdp, kov_composition
 from recon_jax.accounting.rdp import rdp_poisson_subsampled
 from recon_jax.accounting.vmf_pld import vmf_pld_epsilon
@@ -393,28 +393,17 @@ def _calibrate_kappa_flat(eps, dim, q, n, delta, approach, iters):
 
 
 def _calibrate_kappa_pld(eps, dim, q, n, delta, step, rtol):
-    """Host search on log(kappa) for approach="pld": bracket by doubling from kappa = 1, then bisect. A kappa the PLD
-    refuses as too large for its memory budget counts as infeasible (the result: the largest kappa it can certify)."""
-    def ok(k):
+    """Host search on log(kappa) for approach="pld" (:func:`_search.feasible_edge`), from kappa = 1. A kappa the PLD
+    refuses as too large for its memory budget counts as infeasible (the result: the largest kappa it can certify);
+    nan where no kappa in [1e-6, 1e8] is feasible or every one up to 1e8 is."""
+    def pld_eps(k):
         try:
-            return vmf_pld_epsilon(k, dim, q, n, delta, value_discretization_interval=step) <= eps
+            return vmf_pld_epsilon(k, dim, q, n, delta, value_discretization_interval=step)
         except PLDTooLarge:
-            return False
+            return None
 
-    lo = 1.0
-    while not ok(lo):
-        lo /= 2.0
-        if lo < 1e-6:
-            return float("nan")
-    hi = 2.0 * lo
-    while ok(hi):
-        lo, hi = hi, 2.0 * hi
-        if hi > 1e8:
-            return float("nan")
-    while hi / lo > 1.0 + rtol:
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
+    found = feasible_edge(pld_eps, eps, 1.0, increasing=True, limits=(1e-6, 1e8), rtol=rtol)
+    return found.x if found.kind == "edge" else float("nan")
 
 
 def calibrate_vmf_kappa(eps: ArrayLike, dim: ArrayLike, q: ArrayLike, compositions: ArrayLike, delta: ArrayLike,
@@ -424,8 +413,8 @@ def calibrate_vmf_kappa(eps: ArrayLike, dim: ArrayLike, q: ArrayLike, compositio
 
     Epsilon increases with kappa (Biswas et al. Thm 1 (i)); the search brackets kappa in [1e-3, 1e7] and the
     returned kappa is the lower end of the final bracket, so its epsilon is <= the target. With
-    ``approach="pld"`` the bracket is found by doubling (or halving) from kappa = 1 and bisected on the host until
-    its ends are within a factor ``1 + rtol``.
+    ``approach="pld"`` the bracket is found by doubling (or halving) from kappa = 1 and shrunk on the host by a
+    safeguarded secant search in log-kappa until its ends are within a factor ``1 + rtol``.
 
     Args:
       eps: target epsilon(s) > 0.
