@@ -83,6 +83,7 @@ __all__ = [
     "float_dtype",
     "as_float",
     "static_orders",
+    "check_orders",
     "pad_batch",
 ]
 
@@ -349,7 +350,8 @@ def as_float(*values, broadcast: bool = True):
 
 
 def static_orders(orders, name: str = "orders") -> np.ndarray:
-    """Validates concrete RDP orders (> 1, finite) and returns them as a float64 array of shape [n] or []."""
+    """Validates concrete RDP orders (> 1, finite, and > 1 in the working precision: :func:`check_orders`) and
+    returns them as a float64 array of shape [n] or []."""
     arr = concrete_or_none(orders)
     if arr is None:
         raise ValueError(
@@ -361,7 +363,32 @@ def static_orders(orders, name: str = "orders") -> np.ndarray:
     if not np.all(np.isfinite(arr)) or not np.all(arr > 1.0):
         bad = np.ravel(arr)[np.ravel(~(arr > 1.0) | ~np.isfinite(arr))]
         raise ValueError(f"{name} must be finite and > 1; got {bad[:4].tolist()}")
+    check_orders(arr, name)
     return arr
+
+
+def check_orders(orders, name: str = "orders") -> None:
+    """Raises ``ValueError`` naming ``name`` where a concrete RDP order is not > 1, or is > 1 but rounds to 1 in the
+    working float dtype (``1 + 1e-9`` in float32). Every RDP formula divides by ``alpha - 1``; at alpha = 1 they give
+    0 or NaN, not the KL divergence, and an RDP of 0 converts to epsilon 0 (not a bound). Traced orders pass (the
+    callers' :func:`guard` masks them in the working dtype).
+
+    >>> check_orders([1.5, 1 + 1e-9])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: orders must be > 1 in float32 (the working precision): [1.000000001] round to 1.0 there; pass ...
+    """
+    check(name, orders, greater_than(1))
+    arr = concrete_or_none(orders)
+    if arr is None:
+        return
+    dtype = np.dtype(jnp.result_type(float))
+    lost = ~(arr.astype(dtype) > 1.0)
+    if np.any(lost):
+        smallest = np.nextafter(dtype.type(1.0), dtype.type(2.0))
+        raise ValueError(f"{name} must be > 1 in {dtype.name} (the working precision): "
+                         f"{np.ravel(arr)[np.ravel(lost)][:4].tolist()} round to 1.0 there; pass orders >= "
+                         f"{float(smallest):.9g} or enable float64 (jax.config.update(\"jax_enable_x64\", True))")
 
 
 def pad_batch(*arrays):

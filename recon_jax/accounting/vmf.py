@@ -37,8 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from recon_jax._validation import (FINITE_POSITIVE, Range, check, concrete_or_none, greater_than, guard, nan_if,
-                                   pad_batch)
+from recon_jax._validation import (FINITE_POSITIVE, Range, check, check_orders, concrete_or_none, greater_than,
+                                   guard, nan_if, pad_batch)
 from recon_jax.accounting._pld_memory import PLDTooLarge
 from recon_jax.accounting._search import feasible_edge
 from recon_jax.accounting.conversions import delta_from_rdp, eps_from_rdp, kov_composition
@@ -194,6 +194,7 @@ def rdp_vmf(kappa: ArrayLike, dim: ArrayLike, orders: ArrayLike) -> jax.Array:
     """
     bad = _guard_vmf(kappa, dim)  # traced input: NaN, not RDP 0
     dt = jnp.result_type(float)
+    check_orders(orders)  # concrete orders that round to 1 in the working dtype: an error, not NaN
     bad_orders = guard(("orders", orders, greater_than(1)), cast=dt)  # its own axis
     orders_arr = jnp.asarray(orders, dt)
     out = _rdp_vmf_jit(kappa, dim, jnp.atleast_1d(orders_arr))
@@ -221,7 +222,7 @@ def rdp_vmf_multi(kappas: ArrayLike, dims: ArrayLike, orders: ArrayLike) -> jax.
     True
     """
     _guard_vmf(kappas, dims, names=("kappas", "dims"))  # checks only (the blocks' RDP is summed)
-    check("orders", orders, greater_than(1))
+    check_orders(orders)
     orders_arr = jnp.asarray(orders, jnp.result_type(float))
     per_block = _rdp_vmf_jit(kappas, dims, jnp.atleast_1d(orders_arr))  # [..., R, n]
     out = jnp.sum(per_block, axis=-2)

@@ -35,8 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy import special as jsp
 
-from recon_jax._validation import (NONNEGATIVE, OPEN_UNIT, UNIT, Range, as_float, concrete_or_none, floor_tiny, guard,
-                                   log_positive, nan_if)
+from recon_jax._validation import (NONNEGATIVE, OPEN_UNIT, UNIT, Range, as_float, check_orders, concrete_or_none,
+                                   floor_tiny, guard, log_positive, nan_if)
 from recon_jax.bounds.baselines import (
     baseline_kappa_gaussian,
     baseline_kappa_gaussian_tail_bound,
@@ -349,6 +349,8 @@ def rero_from_rdp_curve(kappa: ArrayLike, orders: ArrayLike, rdp: ArrayLike, met
     bad_kappa = guard(("kappa", kappa, OPEN_UNIT), validate=validate, cast=(kappa, orders, rdp))
     bad_point = guard(("orders", orders, _ORDER), ("rdp", rdp, NONNEGATIVE), validate=validate,
                       cast=(kappa, orders, rdp))
+    if validate:
+        check_orders(orders)  # a concrete order that rounds to 1 in the working dtype: an error, not NaN
     kappa, orders, rdp = as_float(kappa, orders, rdp, broadcast=False)  # kappa: leading axes only
     orders, rdp = jnp.broadcast_arrays(orders, rdp)
     safe_orders = jnp.where(bad_point, 2.0, orders)
