@@ -117,22 +117,28 @@ _NOT_IN_MODELS = ("keep_intermediates", "noise_multipliers", "include_non_privat
                   "audit_one_run_reach", "calibration_rero", "calibration_kappa", "calibration_models")
 
 
+# The config fields _algorithm builds the setting's training algorithm from: they enter the models' key through
+# the algorithm's own description (Algorithm.describe), so a field the setting's algorithm does not read (the clip
+# norm without DP, the order of full batches) is out of it by construction.
+_ALGORITHM_FIELDS = ("learning_rate", "momentum", "epochs", "batch_size", "clip_norm", "shuffle")
+
+
 def _model_store(workdir, config, setting, inputs):
     """The stored shadow and released models (and reconstructor checkpoint, then the attack's results) of one
     setting ``(index, name, noise multiplier)``: ``models-<hash>``, keyed by what they depend on.
 
-    The key holds the config but the fields :data:`_NOT_IN_MODELS` names (every field that shapes the data split,
-    the model, its training, the reconstructor and the chunk size is in; the games', audits', calibration's, bounds'
-    and claims' fields, ``keep_intermediates`` and the sweep are out, so changing one reuses every setting's
-    models), the setting's index in the sweep (its models' noise draws fold it in: appending a noise multiplier
-    keeps the earlier settings' folders, inserting one before them does not), its name and noise multiplier, and
-    ``inputs``: what the config names only by path (the model a ``model=file.py:Name`` file defines, the images of
-    a ``data_path`` folder), by identity and content digest. The fields the setting's training algorithm does not
-    read (:func:`_algorithm`: ``clip_norm`` without DP, ``shuffle`` with full batches) are out too."""
+    The key holds the setting's training algorithm (:func:`_algorithm`, as described by
+    :meth:`~recon_jax.training.Algorithm.describe`), the rest of the config but the fields :data:`_NOT_IN_MODELS`
+    names (every field that shapes the data split, the model, the reconstructor and the chunk size is in; the
+    games', audits', calibration's, bounds' and claims' fields, ``keep_intermediates`` and the sweep are out, so
+    changing one reuses every setting's models), the setting's index in the sweep (its models' noise draws fold it
+    in: appending a noise multiplier keeps the earlier settings' folders, inserting one before them does not), its
+    name and noise multiplier, and ``inputs``: what the config names only by path (the model a
+    ``model=file.py:Name`` file defines, the images of a ``data_path`` folder), by identity and content digest."""
     index, name, sigma = setting
-    unread = (("clip_norm",) if sigma is None else ()) + (("shuffle",) if config.batch_size is None else ())
-    fields = {k: v for k, v in config_to_dict(config).items() if k not in _NOT_IN_MODELS + unread}
-    key = {"config": fields, "setting": name, "setting_index": index, "noise_multiplier": sigma, "inputs": inputs}
+    fields = {k: v for k, v in config_to_dict(config).items() if k not in _NOT_IN_MODELS + _ALGORITHM_FIELDS}
+    key = {"config": fields, "algorithm": _algorithm(config, sigma).describe(), "setting": name,
+           "setting_index": index, "noise_multiplier": sigma, "inputs": inputs}
     return keyed_dir(workdir, "models", key)
 
 

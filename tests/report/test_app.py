@@ -493,12 +493,15 @@ def test_model_store_is_keyed_by_what_the_models_depend_on(tmp_path):
                          ("crafted_reach", 0.5), ("prior_aware_trials", 64), ("keep_intermediates", True),
                          ("noise_multipliers", (2.0, 4.0)), ("include_non_private", False)]:
         assert store(**{field: value}) == base, field
-    for field, value in [("epochs", 6), ("learning_rate", 0.1), ("momentum", 0.5), ("seed", 1), ("clip_norm", 2.0),
-                         ("fixed_size", 40), ("num_shadow", 64), ("num_targets", 4), ("eval_size", 100),
-                         ("batch_size", 10), ("hidden", 12), ("activation", "relu"), ("model", "lenet"),
-                         ("reconstructor", "mlp"), ("reconstructor_epochs", 3), ("reconstructor_batch_size", 16),
-                         ("reconstructor_learning_rate", 1e-2), ("chunk_size", 16), ("dataset", "tfds:mnist")]:
+    read = [("epochs", 6), ("learning_rate", 0.1), ("momentum", 0.5), ("seed", 1), ("clip_norm", 2.0),
+            ("fixed_size", 40), ("num_shadow", 64), ("num_targets", 4), ("eval_size", 100), ("batch_size", 10),
+            ("hidden", 12), ("activation", "relu"), ("model", "lenet"), ("reconstructor", "mlp"),
+            ("reconstructor_epochs", 3), ("reconstructor_batch_size", 16), ("reconstructor_learning_rate", 1e-2),
+            ("chunk_size", 16), ("dataset", "tfds:mnist")]
+    for field, value in read:
         assert store(**{field: value}) != base, field
+    # The fields that enter through the training algorithm's description are each shown to matter (shuffle below).
+    assert set(app._ALGORITHM_FIELDS) <= {field for field, _ in read} | {"shuffle"}
     for other in [(2, "DP sigma=2", 2.0), (1, "DP sigma=3", 3.0)]:
         assert store(other) != base, other
     # What the setting's training algorithm does not read: the clip norm without DP, the order of full batches.
