@@ -124,13 +124,6 @@ def _sigma_tradeoff(rero: float, kappa: float, q: float, steps: int, rtol: float
     start = float(_sigma_gdp_host(rero, kappa, steps))  # in float64 whatever the working dtype
     found = feasible_edge(bound, rero, start, increasing=False, limits=(1e-6, 1e6), rtol=rtol)
     return math.inf if found.kind == "none" else found.x
-    while hi / lo > 1.0 + rtol:  # bound decreases in sigma: lo infeasible, hi feasible
-        mid = math.sqrt(lo * hi)
-        if bound(mid) <= rero:
-            hi = mid
-        else:
-            lo = mid
-    return hi
 
 
 def calibrate_sigma_for_rero(rero: ArrayLike, kappa: ArrayLike, q: ArrayLike, steps: ArrayLike, *, route: str = "auto",
