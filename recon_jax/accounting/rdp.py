@@ -83,12 +83,15 @@ def q_logs(q, dtype) -> tuple[jax.Array, jax.Array, jax.Array]:
     jitted calibration).
     """
     host = concrete_or_none(q)
-    is_one = jnp.asarray(host >= 1.0) if host is not None else jnp.asarray(q, dtype) >= 1.0
+    if host is not None:  # judged and made safe in float64
+        is_one = host >= 1.0
+        safe = np.where(is_one, 0.5, host)
+    else:
+        is_one = jnp.asarray(q, dtype) >= 1.0
+        safe = jnp.where(is_one, 0.5, q)
+    is_one = jnp.asarray(is_one)
     half = jnp.asarray(np.log(0.5), dtype)
-    log_q = jnp.where(is_one, half, log_positive(q, dtype))
-    log1mq = jnp.where(is_one, half, log_one_minus(jnp.where(is_one, 0.5, q) if host is None else
-                                                   np.where(host >= 1.0, 0.5, host), dtype))
-    return log_q, log1mq, is_one
+    return jnp.where(is_one, half, log_positive(q, dtype)), jnp.where(is_one, half, log_one_minus(safe, dtype)), is_one
 
 
 def floor_sigma(sigma, dtype) -> jax.Array:
