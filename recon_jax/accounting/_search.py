@@ -38,6 +38,8 @@ def feasible_edge(value: Callable[[float], Optional[float]], target: float, star
         raise ValueError(f"rtol must be > 0; got {rtol}")
     if not target > 0:
         raise ValueError(f"target must be > 0; got {target}")
+    if not 0 < start < math.inf:
+        raise ValueError(f"start must be finite and > 0; got {start}")
     up = -1.0 if increasing else 1.0  # the direction (in log x) in which feasibility is kept
     low, high = math.log(limits[0]), math.log(limits[1])
 

@@ -108,9 +108,11 @@ def test_nothing_feasible_and_feasible_to_the_limit():
     assert up.kind == "limit" and 5e2 < up.x <= 1e3
 
 
-@pytest.mark.parametrize("bad", [{"rtol": 0.0}, {"rtol": math.nan}, {"target": 0.0}, {"target": -1.0}])
+@pytest.mark.parametrize("bad", [{"rtol": 0.0}, {"rtol": math.nan}, {"target": 0.0}, {"target": -1.0},
+                                 {"start": 0.0}, {"start": math.inf}, {"start": math.nan}])
 def test_bad_arguments_name_themselves(bad):
-    kwargs = {"rtol": 1e-3, "target": 1.0} | bad
+    kwargs = {"rtol": 1e-3, "target": 1.0, "start": 1.0} | bad
     name = next(iter(bad))
     with pytest.raises(ValueError, match=name):
-        feasible_edge(lambda x: x, kwargs["target"], 1.0, increasing=True, limits=LIMITS, rtol=kwargs["rtol"])
+        feasible_edge(lambda x: x, kwargs["target"], kwargs["start"], increasing=True, limits=LIMITS,
+                      rtol=kwargs["rtol"])
