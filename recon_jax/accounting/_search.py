@@ -30,9 +30,10 @@ def feasible_edge(value: Callable[[float], Optional[float]], target: float, star
     """The edge of ``{x > 0 : value(x) <= target}``, found to a relative tolerance ``rtol``.
 
     ``value`` is monotone in ``x`` (``increasing``: the feasible set is ``(0, edge]``; otherwise ``[edge, inf)``) and
-    may return ``None`` where it cannot evaluate, which counts as infeasible. ``target`` and the values are positive
-    (epsilons, ReRo bounds: close to powers of x), so the interpolation is of log(value) against log(x). The bracket
-    grows from ``start`` by factors of 2 within ``limits`` = (lowest, highest) x to try, then shrinks.
+    may return ``None`` where it cannot evaluate, which counts as infeasible (NaN raises ``ValueError``). ``target``
+    and the values are positive (epsilons, ReRo bounds: close to powers of x), so the interpolation is of log(value)
+    against log(x). The bracket grows from ``start`` by factors of 2 within ``limits`` = (lowest, highest) x to try,
+    then shrinks.
     """
     if not rtol > 0:
         raise ValueError(f"rtol must be > 0; got {rtol}")
@@ -48,6 +49,8 @@ def feasible_edge(value: Callable[[float], Optional[float]], target: float, star
         v = value(math.exp(u))
         if v is None:
             return False, None
+        if math.isnan(v):
+            raise ValueError(f"the value searched is NaN at {math.exp(u)!r}: no edge to find")
         g = (math.log(v) if v > 0 else -math.inf) - math.log(target)
         return (True, min(g, 0.0)) if v <= target else (False, max(g, 0.0))
 

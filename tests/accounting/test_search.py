@@ -116,3 +116,10 @@ def test_bad_arguments_name_themselves(bad):
     with pytest.raises(ValueError, match=name):
         feasible_edge(lambda x: x, kwargs["target"], kwargs["start"], increasing=True, limits=LIMITS,
                       rtol=kwargs["rtol"])
+
+
+def test_a_nan_value_stops_the_search():
+    """NaN is not a verdict on feasibility: the search stops with a message instead of counting it as infeasible."""
+    with pytest.raises(ValueError, match="NaN at 0.5"):
+        feasible_edge(lambda x: math.nan if x < 0.7 else 1.0 / x, 1.5, 1.0, increasing=False, limits=LIMITS,
+                      rtol=1e-3)
