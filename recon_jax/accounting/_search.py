@@ -1,11 +1,12 @@
 """Host-side search for the edge of a monotone feasibility region: the calibrations that run an accountant on the
 host (PLD epsilon, the trade-off ReRo bound) and so cannot bisect under ``jit``.
 
-Each evaluation of such an accountant costs up to seconds, so the search is a safeguarded secant of log(value)
-against the log of the parameter (epsilons and ReRo bounds are close to powers of it), not a plain bisection: at
-most 7 PLD evaluations for a relative tolerance of 1e-4 where log-bisection from the same bracket takes 15
-(tests/accounting/test_dpsgd.py counts them), with bisection taking over wherever interpolation does not halve the
-bracket."""
+Each evaluation of such an accountant costs a second or more, so the search is a safeguarded secant of log(value)
+against the log of the parameter (epsilons and ReRo bounds are close to powers of it), not a plain bisection. For
+DP-SGD's PLD epsilon at a relative tolerance of 1e-4 it takes at most 7 evaluations per target in
+tests/accounting/test_dpsgd.py's case, where log-bisection from the same factor-2 bracket takes 15 (a bracket that
+has to grow first costs one evaluation per doubling in either). Bisection takes over wherever interpolation does
+not halve the bracket."""
 
 from __future__ import annotations
 
