@@ -20,7 +20,14 @@ Each BENCH line reports seconds per grid (ours, baseline) and the speed ratio.
   PLD with dp_accounting, ours then reads the supremum straight off the discretised privacy profile. Ours must
   never be above riskcal's (it is a lower bound on the true curve) and is reported with the largest gap.
 
-    python -m benchmarks.accounting [--num_sigmas 1000] [--vmf_kappas 100,200,300]
+* ``calibrate_pld_vs_bisection``: ``calibrate_sigma(..., accountant="pld")`` (ours: the safeguarded secant search
+  of ``recon_jax.accounting._search``) against a plain log-bisection written here (baseline: the search this
+  library used before, the same start at the RDP sigma, the same factor-2 bracket walk, halved until its ends are
+  within ``1 + rtol``) on the same PLD epsilon, at a few target epsilons, after one untimed call of each. Both answers
+  must meet the target and lie within a factor ``1 + rtol`` of each other; the line prints the bisection's PLD
+  evaluations (tests/accounting/test_dpsgd.py counts the secant's).
+
+    python -m benchmarks.accounting [--num_sigmas 1000] [--vmf_kappas 100,200,300] [--calibrate_eps 1,3,8]
 """
 
 from __future__ import annotations
@@ -119,6 +126,54 @@ def tradeoff_vs_riskcal(sigma, q, steps, grid, repeats) -> dict:
     return out
 
 
+def _bisection_calibration(eps, q, steps, delta, grid, rtol, counter) -> float:
+    """The baseline: log-bisection on dpsgd_epsilon(..., "pld") from the RDP sigma (as calibrate_sigma starts)."""
+    from recon_jax.accounting import calibrate_sigma
+
+    def ok(s):
+        counter.append(s)
+        return float(dpsgd_epsilon(s, q, steps, delta, "pld", value_discretization_interval=grid)) <= eps
+
+    hi = float(calibrate_sigma(eps, q, steps, delta))
+    while not ok(hi):
+        hi *= 2.0
+    lo = hi / 2.0
+    while ok(lo):
+        lo, hi = lo / 2.0, lo
+    while hi / lo > 1.0 + rtol:
+        mid = (lo * hi) ** 0.5
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def calibrate_pld_vs_bisection(targets, q, steps, delta, grid, rtol) -> dict:
+    from recon_jax.accounting import calibrate_sigma
+
+    # Warm-up, untimed, at another target: compiles the jitted RDP calibration both sides start from and the PLD
+    # route's array code (8 s of the first call on a 2-core EPYC).
+    calibrate_sigma(1.37 * targets[0], q, steps, delta, "pld", value_discretization_interval=grid, rtol=rtol)
+    _bisection_calibration(1.37 * targets[0], q, steps, delta, grid, rtol, [])
+    t_ours = t_ref = 0.0
+    rows = []
+    for eps in targets:
+        t0 = time.perf_counter()
+        ours = float(calibrate_sigma(eps, q, steps, delta, "pld", value_discretization_interval=grid, rtol=rtol))
+        t_ours += time.perf_counter() - t0
+        probes: list[float] = []
+        t0 = time.perf_counter()
+        ref = _bisection_calibration(eps, q, steps, delta, grid, rtol, probes)
+        t_ref += time.perf_counter() - t0
+        met = float(dpsgd_epsilon(ours, q, steps, delta, "pld", value_discretization_interval=grid)) <= eps
+        rows.append({"eps": eps, "sigma": ours, "sigma_bisection": ref, "bisection_evaluations": len(probes),
+                     "meets_target": met, "within_rtol": max(ours, ref) / min(ours, ref) <= 1.0 + rtol})
+        print(f"  eps={eps:g}: sigma {ours:.6g} (secant) vs {ref:.6g} (bisection, {len(probes)} PLD evaluations); "
+              f"meets the target: {met}; within 1 + rtol of each other: {rows[-1]['within_rtol']}")
+    print(f"[calibrate_pld] q={q:.5g}, steps={steps}, delta={delta:g}, grid={grid:g}, rtol={rtol:g}, "
+          f"{len(targets)} targets: secant {t_ours:.2f} s, bisection {t_ref:.2f} s")
+    bench_line("calibrate_pld_vs_bisection", t_ours, t_ref, "s", ratio=t_ref / t_ours)
+    return {"ours_s": t_ours, "baseline_s": t_ref, "rows": rows}
+
+
 def _main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num_sigmas", type=int, default=1000)
@@ -131,6 +186,11 @@ def _main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--skip_dpsgd", action="store_true", help="run only the VMF comparison")
     parser.add_argument("--tradeoff_sigma", type=float, default=1.0)
     parser.add_argument("--tradeoff_grid", type=float, default=1e-3, help="PLD discretisation of both sides")
+    parser.add_argument("--calibrate_eps", default="1,3,8", help="target epsilons of calibrate_pld_vs_bisection")
+    parser.add_argument("--calibrate_steps", type=int, default=1000)
+    parser.add_argument("--calibrate_q", type=float, default=0.01)
+    parser.add_argument("--calibrate_grid", type=float, default=1e-3, help="PLD discretisation of both searches")
+    parser.add_argument("--calibrate_rtol", type=float, default=1e-4)
     args = parser.parse_args([] if argv is None else argv)
     if args.skip_dpsgd:
         return {"vmf": _vmf_pld_vs_rdp(args)}
@@ -151,7 +211,11 @@ def _main(argv: list[str] | None = None) -> dict:
     res_full = _compare("accounting_vs_dp_accounting_full_grid", sigmas, args, full)
     print(f"full grid: ours never above dp_accounting (to 1e-9): {res_full['max_rel_ours_above'] <= 1e-9}")
     res_tradeoff = tradeoff_vs_riskcal(args.tradeoff_sigma, args.q, args.steps, args.tradeoff_grid, args.repeats)
-    return {"integer_orders": res_int, "full_grid": res_full, "tradeoff": res_tradeoff, "vmf": _vmf_pld_vs_rdp(args)}
+    res_calibrate = calibrate_pld_vs_bisection([float(e) for e in args.calibrate_eps.split(",")], args.calibrate_q,
+                                               args.calibrate_steps, args.delta, args.calibrate_grid,
+                                               args.calibrate_rtol)
+    return {"integer_orders": res_int, "full_grid": res_full, "tradeoff": res_tradeoff, "vmf": _vmf_pld_vs_rdp(args),
+            "calibrate": res_calibrate}
 
 
 def _timed(fn) -> float:

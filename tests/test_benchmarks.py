@@ -18,9 +18,10 @@ _BENCH = re.compile(r"^BENCH name=(\S+) ours=(\S+) baseline=(\S+) unit=(\S+) rat
 # Tiny sizes per benchmark, and the BENCH lines each must print. A new script must be added here.
 TINY = {
     "accounting": (["--num_sigmas", "3", "--steps", "10", "--repeats", "1", "--vmf_kappas", "100",
-                    "--vmf_discretization", "1e-3"],
+                    "--vmf_discretization", "1e-3", "--calibrate_eps", "2", "--calibrate_steps", "10",
+                    "--calibrate_grid", "1e-2", "--calibrate_rtol", "1e-2"],
                    {"accounting_vs_dp_accounting", "accounting_vs_dp_accounting_full_grid", "tradeoff_vs_riskcal",
-                    "vmf_pld_vs_rdp"}),
+                    "vmf_pld_vs_rdp", "calibrate_pld_vs_bisection"}),
     "bounds": (["--n", "1000"], {"bounds_rero_mse_vs_scipy", "bounds_rdp_curve_vs_numpy"}),
     "conv_shadow": (["--models", "2", "--fixed", "4", "--epochs", "1", "--repeats", "1", "--decoder-examples", "4",
                      "--decoder-features", "8"],
