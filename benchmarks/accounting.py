@@ -150,7 +150,7 @@ def calibrate_pld_vs_bisection(targets, q, steps, delta, grid, rtol) -> dict:
     from recon_jax.accounting import calibrate_sigma
 
     # Warm-up, untimed, at another target: compiles the jitted RDP calibration both sides start from and the PLD
-    # route's array code (8 s of the first call on a 2-core EPYC).
+    # route's array code (about 9 s of the first call on a 2-core EPYC).
     calibrate_sigma(1.37 * targets[0], q, steps, delta, "pld", value_discretization_interval=grid, rtol=rtol)
     _bisection_calibration(1.37 * targets[0], q, steps, delta, grid, rtol, [])
     t_ours = t_ref = 0.0
