@@ -84,6 +84,7 @@ __all__ = [
     "as_float",
     "static_orders",
     "check_orders",
+    "guard_orders",
     "pad_batch",
 ]
 
@@ -363,7 +364,7 @@ def static_orders(orders, name: str = "orders") -> np.ndarray:
     if not np.all(np.isfinite(arr)) or not np.all(arr > 1.0):
         bad = np.ravel(arr)[np.ravel(~(arr > 1.0) | ~np.isfinite(arr))]
         raise ValueError(f"{name} must be finite and > 1; got {bad[:4].tolist()}")
-    check_orders(arr, name)
+    _check_orders_representable(arr, name)
     return arr
 
 
@@ -380,8 +381,18 @@ def check_orders(orders, name: str = "orders") -> None:
     """
     check(name, orders, greater_than(1))
     arr = concrete_or_none(orders)
-    if arr is None:
-        return
+    if arr is not None:
+        _check_orders_representable(arr, name)
+
+
+def guard_orders(orders, dtype, name: str = "orders") -> jax.Array:
+    """:func:`check_orders`, then the mask of the orders that are not > 1 in ``dtype`` (traced ones: NaN there)."""
+    check_orders(orders, name)
+    return guard((name, orders, greater_than(1)), validate=False, cast=dtype)
+
+
+def _check_orders_representable(arr: np.ndarray, name: str) -> None:
+    """The working-precision half of :func:`check_orders`, on concrete float64 orders already known to be > 1."""
     dtype = np.dtype(jnp.result_type(float))
     lost = ~(arr.astype(dtype) > 1.0)
     if np.any(lost):

@@ -22,8 +22,8 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from recon_jax._validation import (HALF_OPEN_UNIT, NONNEGATIVE, OPEN_UNIT, UNIT, UNIT_HALF_OPEN, Range, at_least,
-                                   check_orders, check_shapes, concrete_or_none, greater_than, guard, log_one_minus,
-                                   log_positive, nan_if)
+                                   check_shapes, concrete_or_none, guard, guard_orders, log_one_minus, log_positive,
+                                   nan_if)
 
 __all__ = ["eps_from_rdp", "delta_from_rdp", "amplify_dp_poisson", "kov_composition"]
 
@@ -60,8 +60,8 @@ def eps_from_rdp(orders: ArrayLike, rdp: ArrayLike, delta: ArrayLike, *, return_
     True
     """
     dt = jnp.result_type(float)  # one guard each: orders, the curve and the targets lie on different axes
-    check_orders(orders)  # concrete orders that round to 1 in the working dtype: an error, not NaN
-    bad_orders, bad_rdp = guard(("orders", orders, greater_than(1)), cast=dt), guard(("rdp", rdp, NONNEGATIVE), cast=dt)
+    # concrete orders that round to 1 in dt: an error, not NaN
+    bad_orders, bad_rdp = guard_orders(orders, dt), guard(("rdp", rdp, NONNEGATIVE), cast=dt)
     bad_delta = guard(("delta", delta, _DELTA))  # judged in float64: 1e-300 is 0 in float32, its log is not
     orders, rdp = _prep(orders, rdp)
     out, best = eps_from_rdp_log_delta(orders, rdp, log_positive(delta, rdp.dtype))
@@ -105,8 +105,7 @@ def delta_from_rdp(orders: ArrayLike, rdp: ArrayLike, eps: ArrayLike, *, return_
     True
     """
     dt = jnp.result_type(float)  # one guard each, as in eps_from_rdp
-    check_orders(orders)
-    bad_orders, bad_rdp = guard(("orders", orders, greater_than(1)), cast=dt), guard(("rdp", rdp, NONNEGATIVE), cast=dt)
+    bad_orders, bad_rdp = guard_orders(orders, dt), guard(("rdp", rdp, NONNEGATIVE), cast=dt)
     bad_eps = guard(("eps", eps, NONNEGATIVE), cast=dt)
     orders, rdp = _prep(orders, rdp)
     eps = jnp.asarray(eps, rdp.dtype)[..., None]

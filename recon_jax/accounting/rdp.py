@@ -38,9 +38,8 @@ from jax.scipy.special import log_ndtr, logsumexp
 from jax.typing import ArrayLike
 from scipy import special as sps
 
-from recon_jax._validation import (HALF_OPEN_UNIT, NONNEGATIVE, POSITIVE, Range, check_orders, check_shapes,
-                                   concrete_or_none, greater_than, guard, log_one_minus, log_positive, nan_if,
-                                   pad_batch, static_orders)
+from recon_jax._validation import (HALF_OPEN_UNIT, NONNEGATIVE, POSITIVE, Range, check_shapes, concrete_or_none,
+                                   guard, guard_orders, log_one_minus, log_positive, nan_if, pad_batch, static_orders)
 from recon_jax.special import log_expm1
 
 __all__ = [
@@ -239,8 +238,7 @@ def rdp_gaussian(sigma: ArrayLike, orders: ArrayLike) -> jax.Array:
     """
     dt = jnp.result_type(float)  # one guard each: the output is their outer product
     bad_sigma = guard(("sigma", sigma, POSITIVE))  # judged in float64: 1e-50 is 0 in float32 (floored below)
-    check_orders(orders)  # concrete orders that round to 1 in the working dtype: an error, not NaN
-    bad_orders = guard(("orders", orders, greater_than(1)), cast=dt)
+    bad_orders = guard_orders(orders, dt)  # concrete orders that round to 1 in dt: an error, not NaN
     sigma = floor_sigma(sigma, dt)
     orders = jnp.asarray(orders, sigma.dtype)
     expand = (...,) + (None,) * orders.ndim

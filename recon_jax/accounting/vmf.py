@@ -37,8 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from recon_jax._validation import (FINITE_POSITIVE, Range, check, check_orders, concrete_or_none, greater_than,
-                                   guard, nan_if, pad_batch)
+from recon_jax._validation import (FINITE_POSITIVE, Range, check, check_orders, concrete_or_none, guard,
+                                   guard_orders, nan_if, pad_batch)
 from recon_jax.accounting._pld_memory import PLDTooLarge
 from recon_jax.accounting._search import feasible_edge
 from recon_jax.accounting.conversions import delta_from_rdp, eps_from_rdp, kov_composition
@@ -194,8 +194,7 @@ def rdp_vmf(kappa: ArrayLike, dim: ArrayLike, orders: ArrayLike) -> jax.Array:
     """
     bad = _guard_vmf(kappa, dim)  # traced input: NaN, not RDP 0
     dt = jnp.result_type(float)
-    check_orders(orders)  # concrete orders that round to 1 in the working dtype: an error, not NaN
-    bad_orders = guard(("orders", orders, greater_than(1)), cast=dt)  # its own axis
+    bad_orders = guard_orders(orders, dt)  # its own axis; concrete orders that round to 1 in dt: an error
     orders_arr = jnp.asarray(orders, dt)
     out = _rdp_vmf_jit(kappa, dim, jnp.atleast_1d(orders_arr))
     out = out.reshape(out.shape[:-1] + orders_arr.shape)
