@@ -33,7 +33,7 @@ def _norm(name: str) -> str:
 def _requirements() -> list[Requirement]:
     reqs = [Requirement(r) for r in META["dependencies"]]
     for extra, items in META["optional-dependencies"].items():
-        if extra not in ("cuda12", "tpu"):  # accelerator wheels: not in the CPU lock
+        if extra not in ("cuda12", "cuda13", "tpu"):  # accelerator wheels: not in the CPU lock
             reqs += [Requirement(r) for r in items]
     return reqs
 
