@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recon_jax._validation import FINITE, check, nan_if
 from recon_jax.models.adapters import ModelFns
 from recon_jax.models.flatten import Layout, unravel
 from recon_jax.training import Algorithm
@@ -33,12 +34,16 @@ __all__ = ["roc_auc", "best_threshold", "threshold_accuracy", "candidate_losses"
 
 
 def _scores_labels(scores, labels):
+    """The scores as floats and the labels as bools, checked; and whether any score is not finite (for NaN under
+    ``jit``: a concrete non-finite score raises here, so a diverged shadow model never becomes an accuracy)."""
     s, l = jnp.asarray(scores), jnp.asarray(labels)
     if s.ndim != 1 or s.shape != l.shape:
         raise ValueError(f"scores and labels must be 1-D of the same length, got {s.shape} and {l.shape}")
     if s.shape[0] < 1:
         raise ValueError("scores must be non-empty")
-    return s.astype(jnp.result_type(s, jnp.float32)), l.astype(bool)
+    s = s.astype(jnp.result_type(s, jnp.float32))
+    check("scores", s, FINITE)
+    return s, l.astype(bool), jnp.any(~jnp.isfinite(s))
 
 
 def roc_auc(scores: jax.Array, labels: jax.Array) -> jax.Array:
@@ -56,18 +61,18 @@ def roc_auc(scores: jax.Array, labels: jax.Array) -> jax.Array:
 
     Raises:
       ValueError: if ``scores`` and ``labels`` are not 1-D of the same length, or are empty (shapes are static, so
-        also under ``jit``).
+        also under ``jit``), or if a concrete score is NaN or infinite (under ``jit``: NaN results).
 
     >>> import jax.numpy as jnp
     >>> float(roc_auc(jnp.array([0.1, 0.4, 0.35, 0.8]), jnp.array([0, 0, 1, 1])))
     0.75
     """
-    s, l = _scores_labels(scores, labels)
+    s, l, bad = _scores_labels(scores, labels)
     ranks = jax.scipy.stats.rankdata(s, method="average")
-    n_pos = jnp.sum(l)
+    n_pos = jnp.sum(l, dtype=s.dtype)  # counted in floats: n_pos * n_neg overflows int32 from 46,341 per class
     n_neg = l.shape[0] - n_pos
     u = jnp.sum(jnp.where(l, ranks, 0.0)) - n_pos * (n_pos + 1) / 2.0
-    return jnp.where((n_pos > 0) & (n_neg > 0), u / jnp.maximum(n_pos * n_neg, 1), jnp.nan)
+    return nan_if(bad, jnp.where((n_pos > 0) & (n_neg > 0), u / jnp.maximum(n_pos * n_neg, 1), jnp.nan))
 
 
 def best_threshold(scores: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -82,18 +87,20 @@ def best_threshold(scores: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax
     Returns:
       ``(tau, accuracy)``, two 0-d float arrays: the threshold and the fraction of ``scores`` it classifies
       correctly. Among thresholds of equal accuracy the smallest is returned; below all scores it is
-      ``min(scores) - 0.5``, above all ``max(scores) + 0.5``.
+      ``min(scores) - 0.5``, above all ``max(scores) + 0.5`` (where float rounding allows: the threshold always
+      splits the scores as its accuracy says: the lower score itself where the midpoint of two adjacent floats
+      rounds up to the higher).
 
     Raises:
       ValueError: if ``scores`` and ``labels`` are not 1-D of the same length, or are empty (shapes are static, so
-        also under ``jit``).
+        also under ``jit``), or if a concrete score is NaN or infinite (under ``jit``: NaN results).
 
     >>> import jax.numpy as jnp
     >>> tau, acc = best_threshold(jnp.array([0.0, 1.0, 2.0, 3.0]), jnp.array([0, 0, 1, 1]))
     >>> float(tau), float(acc)
     (1.5, 1.0)
     """
-    s, l = _scores_labels(scores, labels)
+    s, l, bad = _scores_labels(scores, labels)
     order = jnp.argsort(s)
     s, l = s[order], l[order]
     n = s.shape[0]
@@ -102,9 +109,14 @@ def best_threshold(scores: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax
     acc = (cum_neg + (cum_pos[-1] - cum_pos)) / n  # split i: indices >= i predicted member
     valid = jnp.concatenate([jnp.ones(1, bool), s[1:] > s[:-1], jnp.ones(1, bool)])
     i = jnp.argmax(jnp.where(valid, acc, -1.0))
-    lo = jnp.concatenate([s[:1] - 1.0, s])[i]
+    below = jnp.minimum(s[:1] - 1.0, jnp.nextafter(s[:1], -jnp.inf))  # below min(scores) even where s - 1 == s
+    lo = jnp.concatenate([below, s])[i]
     hi = jnp.concatenate([s, s[-1:] + 1.0])[i]
-    return (lo + hi) / 2.0, acc[i]
+    mid = lo + (hi - lo) / 2.0
+    # "score > tau" must split at i: s[i - 1] <= tau < s[i]. The midpoint of two adjacent floats can round up to
+    # s[i], which would misclassify it; lo itself then splits correctly.
+    tau = jnp.where(mid < hi, mid, lo)
+    return nan_if(bad, tau), nan_if(bad, acc[i])
 
 
 def threshold_accuracy(scores: jax.Array, labels: jax.Array, threshold: jax.Array) -> jax.Array:
@@ -122,14 +134,14 @@ def threshold_accuracy(scores: jax.Array, labels: jax.Array, threshold: jax.Arra
 
     Raises:
       ValueError: if ``scores`` and ``labels`` are not 1-D of the same length, or are empty (shapes are static, so
-        also under ``jit``).
+        also under ``jit``), or if a concrete score is NaN or infinite (under ``jit``: NaN results).
 
     >>> import jax.numpy as jnp
     >>> float(threshold_accuracy(jnp.array([0.0, 2.0]), jnp.array([0, 0]), 1.0))
     0.5
     """
-    s, l = _scores_labels(scores, labels)
-    return jnp.mean((s > threshold) == l)
+    s, l, bad = _scores_labels(scores, labels)
+    return nan_if(bad, jnp.mean((s > threshold) == l))
 
 
 def candidate_losses(model_fns: ModelFns, flat_params: jax.Array, layout: Layout, x: jax.Array, y: jax.Array,

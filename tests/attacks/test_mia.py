@@ -31,6 +31,44 @@ def test_best_threshold_matches_exhaustive_search():
         np.testing.assert_allclose(float(mia.threshold_accuracy(scores, labels, tau)), ref, rtol=1e-6)
 
 
+def test_roc_auc_counts_do_not_overflow_int32():
+    """50,000 members and 50,000 non-members: n_pos * n_neg = 2.5e9 overflows int32 (the old code counted in ints
+    and returned 4e9). sklearn's AUC is the reference; float32 rank sums hold it to 1e-5."""
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(5)
+    labels = np.repeat([0, 1], 50_000)
+    scores = (rng.normal(size=labels.size) + 1.0 * labels).astype(np.float32)
+    np.testing.assert_allclose(float(mia.roc_auc(scores, labels)), roc_auc_score(labels, scores), atol=1e-5)
+
+
+@pytest.mark.parametrize("base", [1.0000001192092896, 1e7, -3.0e30])  # 1 + 2^-23: the midpoint rounds up
+def test_best_threshold_splits_adjacent_floats_as_it_claims(base):
+    """Two adjacent float32 scores: their midpoint rounds to the upper one, and "score > tau" would call it a
+    non-member (the old code returned that tau with accuracy 1.0; its own accuracy was 0.5). Also the splits below
+    all scores and above them at magnitudes where s - 1 == s."""
+    lo = np.float32(base)
+    hi = np.nextafter(lo, np.float32(np.inf))
+    scores, labels = np.array([lo, hi], np.float32), np.array([0, 1])
+    tau, acc = mia.best_threshold(scores, labels)
+    assert float(acc) == 1.0
+    assert float(mia.threshold_accuracy(scores, labels, tau)) == 1.0
+    for labels in (np.array([1, 1]), np.array([0, 0])):  # below all / above all
+        tau, acc = mia.best_threshold(scores, labels)
+        assert float(acc) == 1.0 == float(mia.threshold_accuracy(scores, labels, tau))
+
+
+def test_non_finite_scores_raise_and_give_nan_under_jit():
+    scores, labels = np.array([0.0, 1.0, np.nan, 2.0]), np.array([1, 1, 0, 0])
+    for f in (mia.roc_auc, mia.best_threshold, lambda s, l: mia.threshold_accuracy(s, l, 0.5)):
+        with pytest.raises(ValueError, match="scores must be finite"):
+            f(scores, labels)
+        with pytest.raises(ValueError, match="scores must be finite"):
+            f(np.array([0.0, np.inf]), np.array([0, 1]))
+        out = jax.jit(f)(jnp.asarray(scores), jnp.asarray(labels))
+        assert all(np.isnan(float(o)) for o in jax.tree_util.tree_leaves(out))
+
+
 def test_candidate_losses_match_direct_apply():
     from recon_jax.models import MLP, from_flax, ravel
     from recon_jax.training import softmax_cross_entropy
