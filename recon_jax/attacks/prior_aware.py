@@ -49,6 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
+from jax.typing import ArrayLike
 
 from recon_jax.attacks.canaries import GameTraining, canary_game, check_game_mechanism, dense_canaries, released_sum
 from recon_jax.attacks.game_optimum import (crafted_success_probability, orthogonal_success_probability,
@@ -63,6 +64,7 @@ __all__ = [
     "log_likelihood_scores",
     "GameResult",
     "prior_aware_game",
+    "guess_breaking_ties",
     "orthogonal_success_probability",
     "crafted_success_probability",
     "predicted_success",
@@ -101,7 +103,7 @@ def log_likelihood_scores(residuals: jax.Array, candidate_grads: jax.Array, nois
                           ) -> jax.Array:
     """Log-likelihood of each candidate given T released steps, ``[T, P], [T, k, P] -> [k]`` (sum over steps).
 
-    The prior-aware guess is ``argmax`` of the result. Vmappable over leading axes of all arguments.
+    The prior-aware guess is the highest-scoring candidate (:func:`guess_breaking_ties`). Vmappable over leading axes of all arguments.
 
     Args:
       residuals: ``[T, P]`` observed clipped noisy sums minus the known D- clipped sums.
@@ -127,7 +129,7 @@ class GameResult(NamedTuple):
 
     Attributes:
       scores: ``[S, N, k]`` log-likelihood of each candidate (relative to "no target").
-      guess: ``[S, N]`` the argmax candidate.
+      guess: ``[S, N]`` the highest-scoring candidate (ties broken at random: :func:`guess_breaking_ties`).
       success: ``[S, N]`` whether the guess is the target.
       separation: ``[S, N, k]`` how far apart the run's evidence puts the target and candidate j:
         ``sum_t ||c_{t,z} - c_{t,j}||^2 / (sigma C)^2`` along the released trajectory (0 at the target itself).
@@ -237,6 +239,38 @@ def _make_trial(model_fns: ModelFns, optimizer, clip_norm: float, steps: int, us
     return trial
 
 
+_TIE_STREAM = 0x7FFFFFFF  # fold_in(key, _TIE_STREAM): the tie-break draws, apart from every noise level's stream
+
+
+def guess_breaking_ties(scores: ArrayLike, uniforms: ArrayLike) -> jax.Array:
+    """The index of the highest score on the last axis, ties broken uniformly at random by ``uniforms``.
+
+    The adversary's Bayes-optimal guess picks any of the most likely candidates; among equal scores (duplicate
+    records, candidates whose clipped gradients coincide) each is equally right. ``argmax`` alone takes the lowest
+    index, which counts every tie as a win for a target placed first (the records game puts it at 0).
+
+    Args:
+      scores: ``[..., k]`` scores (higher = more likely the target).
+      uniforms: i.i.d. U(0, 1) draws of the same shape (a prefix ``[..., :k']`` of them serves the prefix game).
+
+    Returns:
+      ``[...]`` int indices; -1 where a row has a NaN score (a guess that is never the target).
+
+    >>> import numpy as np
+    >>> int(guess_breaking_ties(np.array([1.0, 3.0, 2.0]), np.array([0.9, 0.1, 0.5])))
+    1
+    >>> int(guess_breaking_ties(np.array([3.0, 3.0, 2.0]), np.array([0.2, 0.7, 0.9])))  # a tie: the larger draw
+    1
+    """
+    scores, uniforms = jnp.asarray(scores), jnp.asarray(uniforms)
+    if scores.shape != uniforms.shape or scores.ndim < 1:
+        raise ValueError(f"scores and uniforms must have the same shape [..., k], got {scores.shape} and "
+                         f"{uniforms.shape}")
+    top = scores == jnp.max(scores, axis=-1, keepdims=True)
+    guess = jnp.argmax(jnp.where(top, uniforms, -1.0), axis=-1)
+    return jnp.where(jnp.any(jnp.isnan(scores), axis=-1), -1, guess)
+
+
 @functools.lru_cache(maxsize=16)
 def _compiled_game(model_fns, optimizer, clip_norm, steps, use_ghost, loss_fn, poisson):
     trial = _make_trial(model_fns, optimizer, clip_norm, steps, use_ghost, loss_fn, poisson)
@@ -265,7 +299,8 @@ def prior_aware_game(model_fns: ModelFns, init_params, fixed_set, candidates, ta
 
     Priors: if the candidate rows are i.i.d. draws from a data set, fixing the target at position 0 and scoring
     the first k columns is the game with a uniform prior of size k (the attack is invariant to the order of the
-    candidates), so nested priors k = 2, 10, 100 can share trials.
+    candidates: ties are broken at random, :func:`guess_breaking_ties`), so nested priors k = 2, 10, 100 can share
+    trials.
 
     Args:
       model_fns: the released model.
@@ -344,7 +379,7 @@ def prior_aware_game(model_fns: ModelFns, init_params, fixed_set, candidates, ta
         out.append((sc[:, : real.size], sep[:, : real.size]))
     scores = jnp.concatenate([o[0] for o in out], axis=1)
     separation = jnp.concatenate([o[1] for o in out], axis=1)
-    guess = jnp.argmax(scores, axis=-1)
+    guess = guess_breaking_ties(scores, jax.random.uniform(jax.random.fold_in(key, _TIE_STREAM), scores.shape))
     return GameResult(scores, guess, guess == target_index[None, :], separation)
 
 
@@ -370,7 +405,7 @@ def _gradient_canary_game(model_fns, init_params, fixed_set, canaries, target_in
     dist = np.maximum(sq[:, None] + sq[None, :] - 2.0 * g @ g.T, 0.0)  # [k, k]
     sigmas = np.atleast_1d(np.asarray(noise_multipliers, np.float64))
     sep = steps * dist[target][None] / (sigmas * clip_norm)[:, None, None] ** 2
-    guess = jnp.argmax(scores, axis=-1)
+    guess = guess_breaking_ties(scores, jax.random.uniform(jax.random.fold_in(key, _TIE_STREAM), scores.shape))
     return GameResult(scores, guess, guess == jnp.asarray(target)[None, :], jnp.asarray(sep, scores.dtype))
 
 

@@ -144,9 +144,10 @@ def _crafted_and_audit(config, fns, p0, fixed, si, sigma, n_runs, q, steps, key,
     ll = np.asarray(res.log_likelihood[0], np.float64)
     require_finite(ll, "crafted-canary log-likelihoods", "noise multiplier too small for float32 likelihoods?")
     dense = canaries.dense_canaries(cans, int(cans.indices.max()) + 1)
+    ties = rng.random(ll.shape)  # drawn after the targets, which stay as before
     games = {}
     for o, k in spans:
-        wins = int(np.sum(np.argmax(ll[:, o:o + k], axis=1) == targets[k]))
+        wins = int(np.sum(prior_aware.guess_breaking_ties(ll[:, o:o + k], ties[:, o:o + k]) == targets[k]))
         block = dense[o:o + k]
         dist = np.sum((block - block[0]) ** 2, axis=1)  # ||c_0 - c_j||^2 (every target alike, by symmetry)
         games[k] = {"wins": wins, "separation": steps * dist / (sigma * config.clip_norm) ** 2}
@@ -258,13 +259,14 @@ def every_update_released(config, fns, p0, fixed, test_x, test_y, dp_rows, q, st
     # where it is a bound (full batches); all of them, whichever the claim ends up naming.
     family = len(dp_rows) * (3 if q == 1.0 else 2)
     rows = []
+    ties = np.random.default_rng([config.seed, 5]).random(scores.shape)  # the records games' tie-break draws
     for i, row in enumerate(dp_rows):
         n, games, s_with, s_without = crafted[i]
         row.update(_audits(config, s_with, s_without, one_ll[i], inc, family))
         row["canary_free_coordinates"] = free  # parameters D-'s gradients never touch (among those used)
         row["crafted_coordinates"] = need  # the crafted priors' and the audit canary's coordinates
         for k in config.prior_sizes:
-            wins = int(np.sum(np.argmax(scores[i, :, :k], axis=-1) == 0))
+            wins = int(np.sum(prior_aware.guess_breaking_ties(scores[i, :, :k], ties[i, :, :k]) == 0))
             retained = separation[i, :, 1:k] / (2.0 * steps / row["noise_multiplier"] ** 2)
             pred = (float(prior_aware.predicted_success(separation[i:i + 1], np.zeros(scores.shape[1], int), k)[0])
                     if q == 1.0 else None)

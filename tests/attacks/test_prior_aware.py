@@ -70,6 +70,33 @@ def test_independent_noise_per_level_and_trial():
     assert len({tuple(np.round(row, 6)) for row in s[0]}) == 8
 
 
+@pytest.mark.parametrize("target", [0, 1])
+def test_duplicate_candidates_win_half_the_time_wherever_the_target_sits(target):
+    """Two identical candidates: every score ties, and the Bayes-optimal guess is right half the time. The old
+    argmax took index 0 every time, so a target placed first (as the risk report's records game places it) won
+    every game (success 1.0) and one placed second none."""
+    n = 2000
+    cands = (jnp.broadcast_to(jnp.array([[1.0, 0.0], [1.0, 0.0]]), (n, 2, 2)), jnp.zeros((n, 2), jnp.int32))
+    run = GameTraining(noise_multipliers=[1.0], clip_norm=1.0, steps=4, optimizer=optax.sgd(0.1),
+                       loss_fn=_identity_loss)
+    res = prior_aware.prior_aware_game(LINEAR, {"w": jnp.zeros((2,))}, (jnp.zeros((3, 2)), jnp.zeros(3, jnp.int32)),
+                                       cands, jnp.full(n, target, jnp.int32), run, jax.random.key(0))
+    assert np.all(np.asarray(res.scores)[..., 0] == np.asarray(res.scores)[..., 1])  # the ties are exact
+    assert abs(float(res.success.mean()) - 0.5) < 4 * np.sqrt(0.25 / n)
+
+
+def test_guess_breaking_ties_is_uniform_among_the_maxima_and_refuses_nan_rows():
+    rng = np.random.default_rng(0)
+    scores = np.array([[1.0, 5.0, 5.0, 2.0, 5.0]] * 6000)
+    guess = np.asarray(prior_aware.guess_breaking_ties(scores, rng.random(scores.shape)))
+    counts = np.bincount(guess, minlength=5)
+    assert counts[0] == counts[3] == 0
+    assert stats.chisquare(counts[[1, 2, 4]]).pvalue > 1e-3  # uniform over the three tied maxima
+    assert np.all(np.asarray(prior_aware.guess_breaking_ties(np.array([[0.0, np.nan]]), np.ones((1, 2)))) == -1)
+    with pytest.raises(ValueError, match="same shape"):
+        prior_aware.guess_breaking_ties(np.zeros((2, 3)), np.zeros((2, 2)))
+
+
 def test_orthogonal_success_probability_against_monte_carlo():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(200_000, 10))
