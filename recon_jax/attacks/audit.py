@@ -43,7 +43,7 @@ __all__ = [
 
 def _check_counts(successes, trials):
     k, n = np.asarray(successes), np.asarray(trials)
-    if np.any(n < 1) or np.any(k < 0) or np.any(k > n) or np.any(k != np.round(k)) or np.any(n != np.round(n)):
+    if not (np.all(np.isfinite(k)) and np.all(np.isfinite(n))) or np.any(n < 1) or np.any(k < 0) or np.any(k > n) or np.any(k != np.round(k)) or np.any(n != np.round(n)):
         raise ValueError(f"successes must be integers in [0, trials] and trials integers >= 1, got {successes}, "
                          f"{trials}")
     return k.astype(np.float64), n.astype(np.float64)

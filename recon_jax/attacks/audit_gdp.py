@@ -38,15 +38,21 @@ def _check_mu(mu):
     return mu
 
 
-def _gdp_delta(mu, eps):
-    # delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) = Phi(a) (1 - exp(lb - la)), in log space so
-    # that neither term overflows (e^eps) nor cancels (both close to 1 for small eps).
+def _log_gdp_delta(mu, eps):
+    # log delta(eps) for mu > 0: delta = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) = Phi(a) (1 - exp(lb - la)),
+    # in log space so that neither term overflows (e^eps) nor cancels (both close to 1 for small eps), and so that
+    # a delta below the smallest double (eps large) keeps its log.
     from scipy import special
 
     with np.errstate(divide="ignore", invalid="ignore"):
         la = special.log_ndtr(-eps / mu + mu / 2)
         lb = eps + special.log_ndtr(-eps / mu - mu / 2)
-        d = np.exp(la) * -np.expm1(np.minimum(lb - la, 0.0))
+        return la + np.log(-np.expm1(np.minimum(lb - la, 0.0)))
+
+
+def _gdp_delta(mu, eps):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = np.exp(_log_gdp_delta(mu, eps))
     return np.where(mu > 0, np.clip(d, 0.0, 1.0), 0.0)
 
 
@@ -112,7 +118,7 @@ def gdp_epsilon(mu, delta) -> np.ndarray:
             continue
         hi = m * (m / 2 - special.ndtri(d))
         log_d = np.log(d)
-        f = lambda e: np.log(max(float(_gdp_delta(m, e)), 1e-300)) - log_d  # noqa: E731
+        f = lambda e: float(_log_gdp_delta(m, e)) - log_d  # noqa: E731
         out[idx] = optimize.brentq(f, 0.0, hi, xtol=1e-13, rtol=4 * np.finfo(float).eps, maxiter=200)
     return out
 

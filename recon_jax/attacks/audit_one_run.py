@@ -85,7 +85,7 @@ _SQRT2 = math.sqrt(2.0)
 def _check_counts(num_canaries, num_guesses, num_correct):
     vals = []
     for name, x in (("num_canaries", num_canaries), ("num_guesses", num_guesses), ("num_correct", num_correct)):
-        if not (np.isscalar(x) or np.ndim(x) == 0) or float(x) != int(x):
+        if not (np.isscalar(x) or np.ndim(x) == 0) or not np.isfinite(float(x)) or float(x) != int(x):
             raise ValueError(f"{name} must be an integer, got {x}")
         vals.append(int(x))
     m, r, v = vals

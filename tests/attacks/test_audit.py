@@ -118,6 +118,22 @@ def test_gdp_epsilon_matches_independent_root_finds(mu, delta):
     assert got == pytest.approx(dp_accounting.get_epsilon_gaussian(1.0 / mu, delta), abs=1e-8)
 
 
+@pytest.mark.parametrize("delta", [1e-295, 1e-300, 1e-310])
+def test_gdp_epsilon_at_deltas_near_and_below_the_smallest_normal_double(delta):
+    """mpmath at 60 digits solves log delta(eps) = log delta. The old root-find floored delta(eps) at 1e-300, so at
+    delta = 1e-300 it returned 115.64 for 115.43 (an over-statement), and at a subnormal delta it raised SciPy's
+    "f(a) and f(b) must have different signs"."""
+    import mpmath as mp
+
+    mu = 3.0
+    with mp.workdps(60):
+        def log_delta(e):
+            return mp.log(mp.ncdf(-e / mu + mu / 2) - mp.exp(e) * mp.ncdf(-e / mu - mu / 2))
+
+        ref = float(mp.findroot(lambda e: log_delta(e) - mp.log(mp.mpf(delta)), 115.0))
+    assert float(audit_gdp.gdp_epsilon(mu, delta)) == pytest.approx(ref, rel=1e-12)
+
+
 def test_gdp_epsilon_edges_and_broadcasting():
     assert float(audit_gdp.gdp_epsilon(0.0, 1e-5)) == 0.0
     # delta at or above delta(0) = 2 Phi(mu / 2) - 1 needs no epsilon.
@@ -235,6 +251,8 @@ def test_empirical_epsilon_ceiling_is_the_perfect_separation():
     (lambda: audit_gdp.gdp_mu_lower_bound(np.arange(5.0), np.zeros(5), confidence=1.0), "confidence"),
     (lambda: audit_gdp.gaussian_dp_audit(np.arange(5.0), np.arange(5.0), 0.0), "delta"),
     (lambda: audit.empirical_epsilon_ceiling(1, 10, 1e-5), "num_with"),
+    (lambda: audit.clopper_pearson(0, float("inf")), "trials integers >= 1"),
+    (lambda: audit.clopper_pearson(float("nan"), 10), "successes must be integers"),
     (lambda: audit.empirical_epsilon_ceiling(10, 10, 1e-5, calibration_fraction=1.0), "calibration_fraction"),
 ])
 def test_gdp_invalid_arguments(call, match):

@@ -226,6 +226,8 @@ def test_default_guess_counts():
     (lambda: one_run.one_run_p_value(10, 11, 3, 1.0), "num_correct <= num_guesses <= num_canaries"),
     (lambda: one_run.one_run_p_value(10, 5, 6, 1.0), "num_correct <= num_guesses"),
     (lambda: one_run.one_run_p_value(10, 5.5, 3, 1.0), "num_guesses must be an integer"),
+    (lambda: one_run.one_run_p_value(float("inf"), 5, 3, 1.0), "num_canaries must be an integer"),
+    (lambda: one_run.one_run_p_value(10, float("nan"), 3, 1.0), "num_guesses must be an integer"),
     (lambda: one_run.one_run_p_value(10, 5, 3, -1.0), "eps"),
     (lambda: one_run.one_run_p_value(10, 5, 3, 1.0, delta=1.5), "delta"),
     (lambda: one_run.one_run_epsilon_lower_bound(10, 5, 3, delta=1.0), "delta"),
