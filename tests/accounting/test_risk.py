@@ -25,6 +25,18 @@ def test_full_batch_gdp_route_is_the_closed_form():
         b.at(0.2)
 
 
+def test_every_route_bounds_the_exact_gaussian_curve_at_small_kappa():
+    """One full-batch step at sigma = 1 is exactly 1-GDP: no valid ReRo bound lies below Phi(Phi^-1(kappa) + 1)
+    (SciPy). ``rero_dp`` once took the RDP accountant's eps at delta = 1e-5 as pure eps-DP (delta dropped): at
+    kappa = 1e-8 it gave 1.13e-6 against the exact 1.99e-6."""
+    b = privacy_bounds(1.0, 1.0, 1, 1e-5, 1.0, 784, kappas=[1e-12, 1e-8, 1e-4, 0.01])
+    for k in (1e-12, 1e-8, 1e-4, 0.01):
+        exact = stats.norm.cdf(stats.norm.ppf(k) + 1.0)
+        r = b.at(k)
+        for route in ("rero_dp", "rero_rdp", "rero_zcdp", "rero_gdp"):
+            assert getattr(r, route) >= exact * (1 - 1e-4), (k, route, getattr(r, route), exact)
+
+
 def test_full_batch_every_field_is_its_closed_form(x64):
     """Every number of the summary, not only the GDP route: each field from its formula (SciPy / NumPy), so that a
     field computed with the wrong argument (steps dropped, eps_pld for eps_rdp, sigma * sqrt(T) for sigma / sqrt(T),
@@ -51,9 +63,10 @@ def test_full_batch_every_field_is_its_closed_form(x64):
     for k in (0.01, 0.1, 0.5, 0.003):
         r = b.at(k)
         np.testing.assert_allclose(r.rero_gdp, stats.norm.cdf(stats.norm.ppf(k) + mu), rtol=1e-10)
-        # Thm 2 from (eps_rdp, 0): the two branches of the eps-DP trade-off curve.
+        # Thm 2 for (eps_rdp, delta)-DP: 1 - f(kappa) on the two branches of the (eps, delta)-DP trade-off curve.
         e = b.eps_rdp
-        np.testing.assert_allclose(r.rero_dp, min(k * math.exp(e), k * math.exp(-e) - math.expm1(-e)), rtol=1e-10)
+        np.testing.assert_allclose(r.rero_dp, min(1.0, k * math.exp(e) + delta, 1 - math.exp(-e) * (1 - delta - k)),
+                                   rtol=1e-10)
         # zCDP (rho = T / (2 sigma^2), all orders) is tighter than the RDP curve on its finite grid, and both are
         # looser than the exact GDP curve: a rho or a curve without the T steps would break the order.
         assert r.rero_gdp < r.rero_zcdp <= r.rero_rdp * (1 + 1e-9) < r.rero_dp
