@@ -168,8 +168,8 @@ def ssim(x: jax.Array, y: jax.Array, data_range: float = 1.0) -> jax.Array:
       invalid ``data_range`` (``<= 0`` or NaN) gives NaN.
 
     Raises:
-      ValueError: if ``x`` and ``y`` differ in shape or are not ``[batch, H, W]`` / ``[batch, H, W, C]`` (also under
-        ``jit``), or if a concrete ``data_range`` is not > 0.
+      ValueError: if ``x`` and ``y`` differ in shape or are not ``[batch, H, W]`` / ``[batch, H, W, C]`` with H and
+        W >= 11 (also under ``jit``), or if a concrete ``data_range`` is not > 0.
 
     >>> import jax.numpy as jnp
     >>> ssim(jnp.ones((1, 16, 16, 1)) * 0.5, jnp.ones((1, 16, 16, 1)) * 0.5)
@@ -181,6 +181,8 @@ def ssim(x: jax.Array, y: jax.Array, data_range: float = 1.0) -> jax.Array:
         x, y = x[..., None], y[..., None]
     if x.ndim != 4:
         raise ValueError(f"ssim needs images [batch, H, W(, C)], got shape {x.shape}")
+    if min(x.shape[1:3]) < 11:  # the window would overhang every pixel: dm_pix returns a number skimage refuses
+        raise ValueError(f"ssim needs images of at least 11 x 11 pixels (its Gaussian window), got shape {x.shape}")
     if x.shape[0] == 0:
         return jnp.zeros((0,), x.dtype)
     return nan_if(bad, _ssim(x, y, data_range))

@@ -67,3 +67,11 @@ def test_metrics_jit_vmap_and_validation(pair):
         metrics.psnr(x, y, data_range=0.0)
     agg = metrics.aggregate(jnp.array([1.0, 2.0, jnp.nan, 3.0]))
     assert float(agg["mean"]) == 2.0 and float(agg["median"]) == 2.0
+
+
+def test_ssim_refuses_images_smaller_than_its_window():
+    """skimage refuses a 10 x 10 image with this window ("win_size exceeds image extent"); dm_pix returned 0.97."""
+    x = np.random.default_rng(0).random((1, 10, 10)).astype(np.float32)
+    with pytest.raises(ValueError, match="at least 11 x 11"):
+        metrics.ssim(x, x)
+    assert metrics.ssim(np.zeros((2, 11, 11)), np.zeros((2, 11, 11))).shape == (2,)
