@@ -244,7 +244,9 @@ def empirical_kappa(pool: jax.Array, eta: float | jax.Array, candidates: jax.Arr
     >>> round(float(empirical_kappa(jnp.array([[0.0], [0.1], [1.0]]), 0.02)), 4)   # 2 of 3 within 0.02 of 0.0
     0.6667
     """
-    eta = jnp.asarray(eta, jnp.float32)
+    eta = jnp.asarray(eta)
+    if not jnp.issubdtype(eta.dtype, jnp.floating):
+        eta = eta.astype(jnp.float32)  # a float eta keeps its value (float64 with x64 on), an int becomes a float
     if not bool(jnp.all(eta >= 0)):  # NaN fails too
         raise ValueError(f"eta must be >= 0 (not NaN), got {eta}")
     _check_chunk(chunk_size)
@@ -252,7 +254,7 @@ def empirical_kappa(pool: jax.Array, eta: float | jax.Array, candidates: jax.Arr
     c = p if candidates is None else _flat(candidates, "candidates")
     if c.shape[1] != p.shape[1]:
         raise ValueError(f"candidates and pool must have the same example size, got {c.shape[1]} and {p.shape[1]}")
-    dtype = jnp.result_type(c, p, jnp.float32)
+    dtype = jnp.result_type(c, p, eta)
     c, p = c.astype(dtype), p.astype(dtype)
     pool_sq = jnp.sum(p * p, axis=1)
     e = eta.reshape(-1).astype(dtype)

@@ -126,3 +126,13 @@ def test_estimate_kappa_matches_brute_force_over_records_and_means():
         oracle.estimate_kappa(pool, 0.1, max_pool=0)
     with pytest.raises(ValueError, match="labels"):
         oracle.estimate_kappa(pool, 0.1, labels[:5])
+
+
+def test_empirical_kappa_keeps_a_float64_eta(x64):
+    """With x64 on, eta at exactly the float64 MSE of two records counts them as within eta (MSE <= eta); the
+    old float32 cast rounded eta below that MSE and halved kappa."""
+    pool = jnp.asarray([[0.0], [0.1]], jnp.float64)
+    d = float(np.mean((np.float64(0.0) - np.float64(0.1)) ** 2))  # 0.010000000000000002
+    assert float(np.float32(d)) < d  # float32 rounds eta below the MSE
+    assert float(oracle.empirical_kappa(pool, d)) == 1.0
+    assert float(oracle.empirical_kappa(pool, np.nextafter(d, 0.0))) == 0.5
