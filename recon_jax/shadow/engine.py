@@ -237,7 +237,8 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
       store: a directory: stream chunks there atomically, resume a previous run with the same configuration,
         and return the memory-mapped result. ``None`` keeps everything in memory. A store made by other code (the
         recon_jax sources below ``attacks``, Python or a numeric package's version: :mod:`recon_jax.shadow.store`)
-        is refused.
+        is refused, and so is one begun on another backend (``jax.default_backend()``) or default matmul
+        precision (``jax.default_matmul_precision``).
       progress: show a tqdm bar (models/s).
       desc: the bar's label: what these models are (``"shadow models"``, ``"released models"``, ...).
       dtype: cast inputs to this float dtype (default: the fixed set's float dtype, float32 for integers).
@@ -336,6 +337,11 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
             "eval_set": None if ex is None else [array_digest(ex), array_digest(ey)],
         }
         config["first_layer"] = "direct" if first_kernel is None else "gram"
+        # Where the rows are computed changes them: a GPU's default matmul precision (TF32) rounds the per-example
+        # gradients the clipping sees unlike a CPU's float32, so a store begun on one backend or precision is not
+        # resumed on another.
+        config["backend"] = jax.default_backend()
+        config["matmul_precision"] = jax.config.jax_default_matmul_precision
         st = ShadowStore(store)
     else:
         ranges = [(0, count)]

@@ -224,6 +224,25 @@ def test_store_tells_apart_losses_that_share_a_name(tmp_path):
     np.testing.assert_array_equal(again["params"], first["params"])
 
 
+def test_a_store_begun_at_another_matmul_precision_or_backend_is_refused(tmp_path, monkeypatch):
+    """The rows depend on where they were computed (a GPU's TF32 products against a CPU's float32): a store begun
+    at one default matmul precision, or on one backend, is not resumed at another."""
+    from recon_jax.shadow import engine
+
+    fixed, targets, probe = _data(k=3)
+    d = str(tmp_path / "store")
+    first = _gen(fixed, targets, probe, outputs=("params",), store=d)
+    with jax.default_matmul_precision("tensorfloat32"):
+        with pytest.raises(shadow.ShadowStoreMismatchError, match="different configuration"):
+            _gen(fixed, targets, probe, outputs=("params",), store=d)
+    monkeypatch.setattr(engine.jax, "default_backend", lambda: "gpu")
+    with pytest.raises(shadow.ShadowStoreMismatchError, match="different configuration"):
+        _gen(fixed, targets, probe, outputs=("params",), store=d)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(_gen(fixed, targets, probe, outputs=("params",), store=d)["params"],
+                                  first["params"])  # the same backend and precision: the finished store
+
+
 def test_invalid_arguments():
     fixed, targets, probe = _data(k=2)
     p0 = training.initial_params(FNS, jax.random.key(0), fixed[0])
