@@ -53,6 +53,25 @@ TAIL_MASS_TRUNCATION = 1e-15
 _ORDERS = np.concatenate((np.arange(-20, 0), np.arange(1, 21)))
 
 
+def check_whole_counts(name: str, value, route: str) -> None:
+    """Raises ``ValueError`` naming ``name`` unless every entry of the concrete ``value`` is a finite whole number.
+
+    A PLD route composes an integer number of steps (``self_compose``): a count such as 1.4 was rounded to 1 there,
+    composing fewer steps than asked (a smaller epsilon, or a calibrated noise too small), and ``inf`` failed in
+    ``int(round(inf))`` with an ``OverflowError``. The lower bound (>= 1) is each caller's own check.
+
+    >>> check_whole_counts("steps", [2.0, 1.4], "accountant='pld'")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: steps must be finite whole numbers for accountant='pld' (...); got [1.4]
+    """
+    arr = np.asarray(value, np.float64)
+    ok = np.isfinite(arr) & (arr == np.round(arr))
+    if not np.all(ok):
+        raise ValueError(f"{name} must be finite whole numbers for {route} (the PLD accountant composes an integer "
+                         f"number of steps); got {np.ravel(arr[~ok])[:3].tolist()}")
+
+
 class PLDTooLarge(ValueError):
     """A PLD route refuses: its privacy-loss distribution would need more memory than :data:`BUDGET_BYTES`."""
 

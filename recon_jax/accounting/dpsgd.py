@@ -167,9 +167,7 @@ def dpsgd_epsilon(sigma: ArrayLike, q: ArrayLike, steps: ArrayLike, delta: Array
         vals = [concrete_or_none(v) for v in (sigma, q, steps, delta)]
         if any(v is None for v in vals):
             raise ValueError("accountant='pld' runs on the host: sigma, q, steps and delta must be concrete")
-        if not np.all(np.isfinite(vals[2]) & (vals[2] == np.round(vals[2]))):
-            raise ValueError(f"steps must be finite whole numbers for accountant='pld' (the PLD accountant composes "
-                             f"an integer number of steps); got {vals[2]}")
+        _pld_memory.check_whole_counts("steps", vals[2], "accountant='pld'")
         b = np.broadcast_arrays(*vals)
         out = np.empty(b[0].shape, np.float64)
         for idx in np.ndindex(out.shape):
@@ -243,7 +241,8 @@ def calibrate_sigma(eps: ArrayLike, q: ArrayLike, steps: ArrayLike, delta: Array
 
     Args:
       eps: target epsilon(s) > 0.
-      q: sampling probability in (0, 1]; steps: number of steps >= 1; delta: in (0, 1). All broadcast.
+      q: sampling probability in (0, 1]; steps: number of steps >= 1 (finite whole numbers for ``"pld"``);
+        delta: in (0, 1). All broadcast.
       accountant: ``"rdp"`` or ``"pld"`` (fifth, as in :func:`dpsgd_epsilon`).
       orders: static RDP orders (default :data:`DEFAULT_ORDERS`).
       iters: bisection iterations (``"rdp"``).
@@ -276,6 +275,12 @@ def calibrate_sigma(eps: ArrayLike, q: ArrayLike, steps: ArrayLike, delta: Array
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
         raise ValueError(f"iters must be an integer >= 1; got {iters!r}")
     orders_np = DEFAULT_ORDERS if orders is None else np.atleast_1d(static_orders(orders))
+    if accountant == "pld":  # refused before the RDP start point is computed: the search would round steps
+        check("value_discretization_interval", value_discretization_interval, FINITE_POSITIVE)
+        vals = [concrete_or_none(v) for v in (eps, q, steps, delta)]
+        if any(v is None for v in vals):
+            raise ValueError("accountant='pld' runs on the host: eps, q, steps and delta must be concrete")
+        _pld_memory.check_whole_counts("steps", vals[2], "accountant='pld'")
     args = jnp.broadcast_arrays(jnp.asarray(eps, dt), *q_logs(q, dt), jnp.asarray(steps, dt),
                                 log_positive(delta, dt))
     flat, n = pad_batch(*args)
@@ -283,10 +288,6 @@ def calibrate_sigma(eps: ArrayLike, q: ArrayLike, steps: ArrayLike, delta: Array
     out = out[:n].reshape(args[0].shape)
     if accountant == "rdp":
         return nan_if(bad, out)
-    check("value_discretization_interval", value_discretization_interval, FINITE_POSITIVE)
-    vals = [concrete_or_none(v) for v in (eps, q, steps, delta)]
-    if any(v is None for v in vals):
-        raise ValueError("accountant='pld' runs on the host: eps, q, steps and delta must be concrete")
     b = np.broadcast_arrays(*vals, np.asarray(out, np.float64))
     res = np.empty(b[0].shape, np.float64)
     for idx in np.ndindex(res.shape):

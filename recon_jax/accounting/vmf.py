@@ -39,6 +39,7 @@ from jax.typing import ArrayLike
 
 from recon_jax._validation import (FINITE_POSITIVE, Range, check, check_orders, concrete_or_none, guard,
                                    guard_orders, nan_if, pad_batch)
+from recon_jax.accounting import _pld_memory
 from recon_jax.accounting._pld_memory import PLDTooLarge
 from recon_jax.accounting._search import feasible_edge
 from recon_jax.accounting.conversions import delta_from_rdp, eps_from_rdp, kov_composition
@@ -326,7 +327,7 @@ def vmf_epsilon(kappa: ArrayLike, dim: ArrayLike, q: ArrayLike, compositions: Ar
       kappa: concentration(s), finite and > 0.
       dim: dimension(s) p, finite and >= 2.
       q: sampling probability in (0, 1].
-      compositions: number of composed subsampled releases N >= 1.
+      compositions: number of composed subsampled releases N >= 1 (finite whole numbers for ``approach="pld"``).
       delta: target delta in (0, 1). All five broadcast.
       approach: ``"best"`` (min of approaches 1 and 2), ``1``, ``2``, or ``"pld"`` (the pessimistic privacy loss
         distribution composed ``compositions`` times; tight up to the discretisation, host-side, needs concrete
@@ -361,6 +362,7 @@ def vmf_epsilon(kappa: ArrayLike, dim: ArrayLike, q: ArrayLike, compositions: Ar
         vals = [concrete_or_none(v) for v in (kappa, dim, q, compositions, delta)]
         if any(v is None for v in vals):
             raise ValueError("approach='pld' runs on the host: kappa, dim, q, compositions and delta must be concrete")
+        _pld_memory.check_whole_counts("compositions", vals[3], "approach='pld'")
         with jax.enable_x64(True):
             return jnp.asarray(_pld_grid(vals, value_discretization_interval), jnp.float64)
     with jax.enable_x64(True):  # tau is a small difference of log-Bessel values ~1e4: float32 is not enough
@@ -445,6 +447,7 @@ def calibrate_vmf_kappa(eps: ArrayLike, dim: ArrayLike, q: ArrayLike, compositio
         vals = [concrete_or_none(v) for v in (eps, dim, q, compositions, delta)]
         if any(v is None for v in vals):
             raise ValueError("approach='pld' runs on the host: eps, dim, q, compositions and delta must be concrete")
+        _pld_memory.check_whole_counts("compositions", vals[3], "approach='pld'")
         b = np.broadcast_arrays(*vals)
         out = np.empty(b[0].shape, np.float64)
         for idx in np.ndindex(out.shape):
