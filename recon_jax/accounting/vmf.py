@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from recon_jax._validation import (FINITE_POSITIVE, Range, check, check_orders, concrete_or_none, guard,
+from recon_jax._validation import (FINITE_POSITIVE, Range, check, concrete_or_none, guard,
                                    guard_orders, nan_if, pad_batch)
 from recon_jax.accounting import _pld_memory
 from recon_jax.accounting._pld_memory import PLDTooLarge
@@ -210,7 +210,8 @@ def rdp_vmf_multi(kappas: ArrayLike, dims: ArrayLike, orders: ArrayLike) -> jax.
       orders: Renyi orders > 1 (scalar or 1-D).
 
     Returns:
-      Array ``[..., len(orders)]`` (``[...]`` for a scalar order).
+      Array ``[..., len(orders)]`` (``[...]`` for a scalar order): the summed RDP; NaN under ``jit`` where any block's
+      kappa or dim, or the order, is invalid.
 
     Raises:
       ValueError: for kappas <= 0 or infinite, dims < 2 or infinite, or an order <= 1.
@@ -221,12 +222,16 @@ def rdp_vmf_multi(kappas: ArrayLike, dims: ArrayLike, orders: ArrayLike) -> jax.
     >>> bool(two[0] >= one[0])
     True
     """
-    _guard_vmf(kappas, dims, names=("kappas", "dims"))  # checks only (the blocks' RDP is summed)
-    check_orders(orders)
-    orders_arr = jnp.asarray(orders, jnp.result_type(float))
+    # The mask is kept (it was discarded: under jit kappas = [-5, 5] summed a plausible RDP, that of [5, 5]); one
+    # invalid block makes the whole sum NaN.
+    bad = jnp.any(jnp.atleast_1d(_guard_vmf(kappas, dims, names=("kappas", "dims"))), axis=-1)  # [...]
+    dt = jnp.result_type(float)
+    bad_orders = guard_orders(orders, dt)  # its own axis; concrete orders that round to 1 in dt: an error
+    orders_arr = jnp.asarray(orders, dt)
     per_block = _rdp_vmf_jit(kappas, dims, jnp.atleast_1d(orders_arr))  # [..., R, n]
     out = jnp.sum(per_block, axis=-2)
-    return out.reshape(out.shape[:-1] + orders_arr.shape)
+    out = out.reshape(out.shape[:-1] + orders_arr.shape)
+    return nan_if(bad[(...,) + (None,) * orders_arr.ndim] | bad_orders, out)
 
 
 def _approach2(tau_int, kl, q, n, delta, interpolation="cumulant"):

@@ -83,3 +83,22 @@ def test_shape_mismatch_is_a_value_error_naming_the_arguments(call, names):
     # Was JAX's TypeError ("incompatible shapes for broadcasting") with no argument names.
     with pytest.raises(ValueError, match=re.escape(names)):
         call()
+
+
+@pytest.mark.parametrize("kappas,dims,order", [([-5.0, 5.0], [50.0, 50.0], 2.0), ([np.inf, 5.0], [50.0, 50.0], 2.0),
+                                               ([5.0, 5.0], [1.0, 50.0], 2.0), ([5.0, np.nan], [50.0, 50.0], 2.0),
+                                               ([5.0, 5.0], [50.0, 50.0], 0.5)])
+def test_rdp_vmf_multi_invalid_block_is_nan_under_jit(x64, kappas, dims, order):
+    """Regression: rdp_vmf_multi discarded its guard mask, so under jit kappas = [-5, 5] gave the RDP of [5, 5]
+    (3.83 at order 2) where rdp_vmf(-5, ...) gives NaN. One invalid block (or order) makes the sum NaN; a valid
+    batch row beside it keeps its value, the naive sum of the single-block RDPs."""
+    f = jax.jit(lambda k, p, o: acc.rdp_vmf_multi(k, p, o))
+    batch_k = jnp.array([[5.0, 5.0], kappas])  # [2, R]: a valid row, then the invalid one
+    batch_p = jnp.array([[50.0, 50.0], dims])
+    got = np.asarray(f(batch_k, batch_p, jnp.array([order])))  # [2, 1]
+    assert np.isnan(got[1, 0])
+    if order > 1:
+        naive = sum(float(acc.rdp_vmf(5.0, 50.0, [order])[0]) for _ in range(2))
+        np.testing.assert_allclose(got[0, 0], naive, rtol=1e-12)  # same float64 operations per block
+    else:
+        assert np.isnan(got[0, 0])  # the order is invalid for every row
