@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from recon_jax._validation import (FINITE_NONNEGATIVE, HALF_OPEN_UNIT, NONNEGATIVE, POSITIVE, as_float, at_least,
-                                   finite_at_least, guard, nan_if)
+from recon_jax._validation import (FINITE, FINITE_NONNEGATIVE, HALF_OPEN_UNIT, NONNEGATIVE, POSITIVE, Range, as_float,
+                                   at_least, check, finite_at_least, guard, is_concrete, nan_if)
 from recon_jax.bounds._prior_free_common import noise_variance
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 ArrayLike = jax.typing.ArrayLike
+_NOT_NAN = Range(lambda v: v == v, "a number (not NaN)")  # an NCC threshold: any real, +-inf included
 
 
 def expected_ncc(
@@ -257,7 +258,8 @@ def ncc_samples(
     ``lax.scan`` (memory ``O(chunk_size N)``), so results do not depend on anything but ``key`` and the sizes.
 
     Args:
-      x: one data sample X, shape ``[N]`` (flattened), with non-zero variance.
+      x: one data sample X, shape ``[N]`` (flattened), finite and not constant (non-zero variance: the NCC of a
+        constant sample is 0 / 0).
       sigma: noise multiplier, > 0 (scalar).
       clip_norm: clipping norm C, > 0 (scalar).
       key: a typed PRNG key.
@@ -267,10 +269,10 @@ def ncc_samples(
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
 
     Returns:
-      ``[num_samples]`` NCC values.
+      ``[num_samples]`` NCC values; all NaN where an argument is invalid (under ``jit``, or ``validate=False``).
 
     Raises:
-      ValueError: an argument is outside its range.
+      ValueError: an argument is outside its range, ``x`` is not finite, or ``x`` is constant (in its dtype).
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -280,11 +282,18 @@ def ncc_samples(
     """
     bad = guard(("sigma", sigma, POSITIVE), ("clip_norm", clip_norm, POSITIVE), ("steps", steps, at_least(1)),
                 validate=validate, cast=(x, sigma, clip_norm, steps))  # in x's precision, as cast below
+    check("x", x, FINITE, validate=validate)
     if int(num_samples) < 1:
         raise ValueError(f"num_samples must be >= 1; got {num_samples}")
     x = jnp.asarray(x)
     x, sigma, clip_norm, steps = as_float(x, sigma, clip_norm, steps)
     x = x.reshape(-1)
+    # A constant x (judged in the working dtype, where 1 + 1e-10 is 1) has no correlation: NaN, never a number.
+    constant = jnp.all(x == x[0])
+    if validate and is_concrete(constant) and bool(constant):
+        raise ValueError(f"x must not be constant (the NCC needs non-zero variance); got {x.size} entries all equal "
+                         f"to {float(x[0])!r} in {x.dtype}")
+    bad = bad | constant | ~jnp.all(jnp.isfinite(x))
     beta = jnp.minimum(1.0, clip_norm / jnp.maximum(jnp.linalg.norm(x), jnp.finfo(x.dtype).tiny))
     noise_std = clip_norm * sigma / jnp.sqrt(jnp.where(bad, 1.0, steps))
     chunk = int(min(int(chunk_size), int(num_samples)))
@@ -330,10 +339,13 @@ def ncc_cdf(
       validate: raise ``ValueError`` on invalid concrete inputs (NaN under ``jit``).
 
     Returns:
-      The empirical CDF at ``eta`` (shape of ``eta``).
+      The empirical CDF at ``eta`` (shape of ``eta``); NaN where ``eta`` is NaN, and everywhere when an argument
+      is invalid (under ``jit``, or ``validate=False``): the samples are then NaN, and a NaN sample is never
+      counted as below ``eta``, which made the CDF a plausible 0.0.
 
     Raises:
-      ValueError: an argument is outside its range.
+      ValueError: an argument is outside its range (``eta`` NaN; ``x`` not finite or constant: see
+        :func:`ncc_samples`).
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -341,6 +353,8 @@ def ncc_cdf(
       >>> [float(c) for c in cdf]
       [0.0, 1.0]
     """
+    bad_eta = guard(("eta", eta, _NOT_NAN), validate=validate)
     samples = ncc_samples(x, sigma, clip_norm, key, num_samples, steps, chunk_size=chunk_size, validate=validate)
     eta = jnp.asarray(eta, samples.dtype)
-    return jnp.mean(samples <= eta[..., None], axis=-1, dtype=samples.dtype)
+    cdf = jnp.mean(samples <= eta[..., None], axis=-1, dtype=samples.dtype)
+    return nan_if(bad_eta | jnp.any(jnp.isnan(samples)), cdf)

@@ -437,3 +437,36 @@ def test_expected_ncc_float64_large_dim_matches_mpmath(x64):
     for dim in (3 * 1024 * 1024, 10**8):
         got = float(expected_ncc_at_clip(0.01, dim))
         assert got == pytest.approx(_ncc_hyp1f1(100.0, dim), rel=1e-12)  # the documented ~1e-12 accuracy
+
+
+_X50 = np.linspace(0.0, 1.0, 50)
+
+
+@pytest.mark.parametrize("sigma,clip_norm,steps", [(-1.0, 1.0, 1.0), (1.0, 0.0, 1.0), (1.0, 1.0, 0.5),
+                                                   (math.nan, 1.0, 1.0)])
+def test_ncc_cdf_invalid_parameters_nan_under_jit(key, sigma, clip_norm, steps):
+    """The samples were NaN but the CDF counted NaN <= eta as False: a plausible 0.0 (for every eta)."""
+    f = jax.jit(lambda eta, s, c, t: ncc_cdf(eta, _X50, s, c, key, 64, t))
+    assert np.isfinite(np.asarray(f(jnp.array([0.0, 0.5]), 1.0, 1.0, 1.0))).all()
+    assert np.isnan(np.asarray(f(jnp.array([0.0, 0.5]), sigma, clip_norm, steps))).all()
+
+
+@pytest.mark.parametrize("name,eta,x", [
+    ("eta", math.nan, _X50),
+    ("x", 0.5, np.where(np.arange(50) == 0, np.nan, _X50)),
+    ("x", 0.5, np.ones(50)),  # the documented non-zero variance, never checked: the NCC is 0 / 0
+    ("x", 0.5, np.full(50, 0.1)),  # constant in float32 too, where mean(x) need not equal 0.1 exactly
+])
+def test_ncc_cdf_invalid_data_raises_and_is_nan_traced(key, name, eta, x):
+    with pytest.raises(ValueError, match=f"^{name} must"):
+        ncc_cdf(eta, x, 1.0, 1.0, key, 64)
+    assert np.isnan(float(ncc_cdf(eta, x, 1.0, 1.0, key, 64, validate=False)))
+    assert np.isnan(float(jax.jit(lambda e, v: ncc_cdf(e, v, 1.0, 1.0, key, 64))(eta, x)))
+    if name == "x":
+        with pytest.raises(ValueError, match="^x must"):
+            ncc_samples(x, 1.0, 1.0, key, 4)
+
+
+def test_ncc_cdf_nan_eta_entry_only_that_entry(key):
+    out = np.asarray(jax.jit(lambda e: ncc_cdf(e, _X50, 1.0, 1.0, key, 64))(jnp.array([-1.0, math.nan, jnp.inf])))
+    assert out[0] == 0.0 and np.isnan(out[1]) and out[2] == 1.0  # NCC in [-1, 1]: exact values at -1 and +inf
