@@ -31,7 +31,7 @@ from jax.scipy.special import digamma
 
 from recon_jax._validation import (FINITE, FINITE_NONNEGATIVE, HALF_OPEN_UNIT, NONNEGATIVE, OPEN_UNIT, POSITIVE, Range,
                                    as_float, at_least, finite_at_least, guard, log_positive, nan_if)
-from recon_jax.bounds._prior_free_common import noise_variance
+from recon_jax.bounds._prior_free_common import noise_std, noise_variance
 from recon_jax.bounds.prior_free_ncc import (
     expected_ncc,
     expected_ncc_at_clip,
@@ -307,8 +307,10 @@ def rero_mse(
     bad = guard(("eta", eta, POSITIVE), ("sigma", sigma, POSITIVE), ("clip_norm", clip_norm, POSITIVE),
                 ("dim", dim, finite_at_least(1)), ("steps", steps, at_least(1)), validate=validate, cast=args)
     eta, sigma, clip_norm, dim, steps = as_float(*args)
-    noise = noise_variance(sigma, clip_norm, jnp.where(bad, 1.0, steps))
-    x = 0.5 * dim * jnp.where(bad, 1.0, eta) / jnp.where(bad, 1.0, noise)
+    # x = N eta / (2 s^2) with s = C sigma / sqrt(T), as (N / 2) (eta / s) / s: s^2 and N eta no longer overflow
+    # float32 where x is representable (sigma = 1e20, T = 1e10, eta = 1e30, N = 2: x = 1, was 0 and P = 0.0).
+    std = jnp.where(bad, 1.0, noise_std(sigma, clip_norm, jnp.where(bad, 1.0, steps)))
+    x = (0.5 * dim) * (jnp.where(bad, 1.0, eta) / std) / std
     out = _gammainc_half(jnp.where(dim >= 1, dim, 1.0), x)  # dim keeps its own shape (a scalar stays one)
     return nan_if(bad, out)
 

@@ -17,7 +17,7 @@ from jax import lax
 
 from recon_jax._validation import (FINITE, FINITE_NONNEGATIVE, HALF_OPEN_UNIT, NONNEGATIVE, POSITIVE, Range, as_float,
                                    at_least, check, finite_at_least, guard, is_concrete, nan_if)
-from recon_jax.bounds._prior_free_common import noise_variance
+from recon_jax.bounds._prior_free_common import noise_std
 
 __all__ = [
     "expected_ncc",
@@ -68,11 +68,12 @@ def expected_ncc(
                 ("sigma", sigma, POSITIVE), ("clip_norm", clip_norm, POSITIVE), ("steps", steps, at_least(1)),
                 validate=validate, cast=args)
     var, beta, sigma, clip_norm, steps = as_float(*args)
-    signal = jnp.square(beta) * var
-    noise = noise_variance(sigma, clip_norm, jnp.where(bad, 1.0, steps))
-    # sqrt(s / (s + n)) = 1 / sqrt(1 + n / s); written with rsqrt to stay finite when s + n overflows.
-    safe_signal = jnp.where(signal > 0, signal, 1.0)
-    out = jnp.where(signal > 0, lax.rsqrt(1.0 + noise / safe_signal), 0.0)
+    amplitude = beta * jnp.sqrt(jnp.maximum(var, 0.0))  # sqrt of the signal beta^2 V
+    noise = noise_std(sigma, clip_norm, jnp.where(bad, 1.0, steps))
+    # sqrt(s / (s + n)) = 1 / sqrt(1 + (sqrt(n) / sqrt(s))^2): no square is formed before the ratio, so it stays finite
+    # wherever the ratio is (C sigma = 1e20, T = 1e10, V = 1e30: 1 / sqrt(2), was 0.0 from n = inf in float32).
+    ratio = noise / jnp.where(amplitude > 0, amplitude, 1.0)
+    out = jnp.where(amplitude > 0, lax.rsqrt(1.0 + jnp.square(ratio)), 0.0)
     return nan_if(bad, out)
 
 
@@ -197,9 +198,8 @@ def expected_ncc_exact(
                 ("steps", steps, at_least(1)), validate=validate, cast=args)
     var, beta, sigma, clip_norm, dim, steps = as_float(*args)
     s_dim = jnp.where(bad, 2.0, dim)
-    noise_std = jnp.sqrt(noise_variance(jnp.where(bad, 1.0, sigma), jnp.where(bad, 1.0, clip_norm),
-                                        jnp.where(bad, 1.0, steps)))
-    snr = jnp.where(bad, 0.0, beta * jnp.sqrt(s_dim * jnp.maximum(var, 0.0))) / noise_std
+    std = noise_std(jnp.where(bad, 1.0, sigma), jnp.where(bad, 1.0, clip_norm), jnp.where(bad, 1.0, steps))
+    snr = jnp.where(bad, 0.0, beta * jnp.sqrt(s_dim) * jnp.sqrt(jnp.maximum(var, 0.0))) / std
     return nan_if(bad, _expected_ncc_snr(snr, s_dim))
 
 
@@ -295,13 +295,13 @@ def ncc_samples(
                          f"to {float(x[0])!r} in {x.dtype}")
     bad = bad | constant | ~jnp.all(jnp.isfinite(x))
     beta = jnp.minimum(1.0, clip_norm / jnp.maximum(jnp.linalg.norm(x), jnp.finfo(x.dtype).tiny))
-    noise_std = clip_norm * sigma / jnp.sqrt(jnp.where(bad, 1.0, steps))
+    std = noise_std(sigma, clip_norm, jnp.where(bad, 1.0, steps))
     chunk = int(min(int(chunk_size), int(num_samples)))
     num_chunks = -(-int(num_samples) // chunk)
 
     def body(carry, i):
         noise = jax.random.normal(jax.random.fold_in(key, i), (chunk, x.shape[0]), x.dtype)
-        return carry, _ncc_rows(x, beta * x + noise_std * noise)
+        return carry, _ncc_rows(x, beta * x + std * noise)
 
     _, out = lax.scan(body, None, jnp.arange(num_chunks))
     out = out.reshape(-1)[: int(num_samples)]

@@ -123,3 +123,34 @@ def test_float32_input_under_x64_stays_float32(name, args):
     want = ref[name](*args) if name in ref else exact  # rero_from_zcdp: its float64 value (checked in test_rero)
     np.testing.assert_allclose(float(got), want, rtol=2e-6)
     np.testing.assert_allclose(exact, want, rtol=1e-12)
+
+
+# sigma = 1e20, C = 1, T = 1e10: C^2 sigma^2 / T = 1e30 is a float32 number, (C sigma)^2 = 1e40 is not.
+_S, _C, _T = 1e20, 1.0, 1e10
+
+
+def test_noise_variance_no_intermediate_overflow_mse():
+    """(C sigma)^2 / T overflowed float32 to inf although the quotient is representable (audit t6)."""
+    np.testing.assert_allclose(_f32(bounds.mse_lower_bound(_S, _C, _T)), 1e30, rtol=1e-6)  # float32 rounding
+    np.testing.assert_allclose(_f32(bounds.expected_mse(_S, _C, 0.0, 1.0, _T)), 1e30, rtol=1e-6)
+
+
+def test_noise_variance_no_intermediate_overflow_rero_mse():
+    """An upper bound on a probability returned 0.0 (x = N eta T / (2 C^2 sigma^2) became 1e30 / inf = 0)."""
+    eta, dim = 1e30, 2
+    want = sps.gammainc(dim / 2, dim * eta * _T / (2 * (_C * _S) ** 2))  # P(1, 1) = 1 - 1/e
+    np.testing.assert_allclose(_f32(bounds.rero_mse(eta, _S, _C, dim, _T)), want, rtol=1e-5)
+
+
+def test_noise_variance_no_intermediate_overflow_expected_ncc():
+    """expected_ncc gave 0.0 for 1 / sqrt(2) (noise variance inf); expected_ncc_exact and ncc_samples likewise."""
+    np.testing.assert_allclose(_f32(bounds.expected_ncc(1e30, 1.0, _S, _C, _T)), 1 / np.sqrt(2), rtol=1e-6)
+    # expected_ncc_exact: r = beta sqrt(N V) / s = sqrt(10); reference: the non-central chi closed form in SciPy.
+    dim, r = 10, np.sqrt(10.0)
+    m = dim - 1
+    want = np.sqrt(2) * r / m * np.exp(sps.gammaln((m + 1) / 2) - sps.gammaln(m / 2)) * sps.hyp1f1(0.5, m / 2 + 1,
+                                                                                                 -r * r / 2)
+    np.testing.assert_allclose(_f32(bounds.expected_ncc_exact(1e30, 1.0, _S, _C, dim, _T)), want, rtol=1e-5)
+    # ncc_samples: C sigma = 1e40 overflowed before the division by sqrt(T) = 1e15 (all samples NaN).
+    s = np.asarray(bounds.ncc_samples(np.linspace(0.0, 1.0, 8), 1e20, 1e20, jax.random.key(0), 4, steps=1e30))
+    assert s.dtype == np.float32 and np.isfinite(s).all()
