@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax._validation import FINITE, FINITE_POSITIVE, check, float_dtype, guard, nan_if
+from recon_jax._validation import FINITE, FINITE_POSITIVE, UNIT_HALF_OPEN, check, float_dtype, guard, is_concrete, nan_if
 from recon_jax.bounds.dct import full_precision, to_coordinates
 
 __all__ = ["cramer_rao_variance_bound", "cramer_rao_bounds", "jacobian_rank"]
@@ -57,15 +57,17 @@ def cramer_rao_variance_bound(
     Args:
       jacobian: ``[m, n]`` Jacobian (features x input coordinates, in the coordinates wanted).
       noise_sigma: ``sigma > 0``.
-      rcond: singular values ``<= rcond * s_max`` count as zero (default ``max(m, n) * machine eps``).
+      rcond: singular values ``<= rcond * s_max`` count as zero (default ``max(m, n) * machine eps``); a scalar
+        in ``[0, 1)`` (at 1 or NaN every singular value counted as zero: every bound ``inf``).
       validate: raise ``ValueError`` on invalid concrete input (default); under ``jit`` invalid
-        ``noise_sigma`` gives NaN.
+        ``noise_sigma`` or ``rcond`` gives NaN.
 
     Returns:
       ``[n]`` variance lower bounds.
 
     Raises:
-      ValueError: if ``jacobian`` is not 2-D or not finite, or ``noise_sigma`` is not in ``(0, inf)``.
+      ValueError: if ``jacobian`` is not 2-D or not finite, ``noise_sigma`` is not in ``(0, inf)``, or ``rcond``
+        is not a scalar in ``[0, 1)``.
 
     >>> j = jnp.array([[2.0, 0.0], [0.0, 0.5], [0.0, 0.0]])
     >>> [round(float(t), 4) for t in cramer_rao_variance_bound(j, 1.0)]
@@ -81,13 +83,15 @@ def cramer_rao_variance_bound(
         if not validate:
             raise
         dtype = None  # not a number: guard's check refuses it; a list: float_dtype after the check, as before
-    bad = guard(("noise_sigma", noise_sigma, FINITE_POSITIVE), validate=validate, cast=dtype)
+    m, n = j.shape
+    if rcond is None:
+        rcond = max(m, n) * float(np.finfo(np.dtype(dtype if dtype is not None else float_dtype(j))).eps)
+    _check_rcond_scalar(rcond)
+    bad = guard(("noise_sigma", noise_sigma, FINITE_POSITIVE), ("rcond", rcond, UNIT_HALF_OPEN), validate=validate,
+                cast=dtype)
     dtype = float_dtype(j, noise_sigma)
     j = j.astype(dtype)
     sigma = jnp.asarray(noise_sigma, dtype)
-    m, n = j.shape
-    if rcond is None:
-        rcond = max(m, n) * float(np.finfo(np.dtype(dtype)).eps)
     _, svals, vt = jnp.linalg.svd(j, full_matrices=False)  # vt: [k, n]
     keep = svals > rcond * jnp.max(svals)
     inv_sq = jnp.where(keep, 1.0 / jnp.where(keep, svals, 1.0) ** 2, 0.0)
@@ -97,6 +101,11 @@ def cramer_rao_variance_bound(
     identifiable = in_rowspace > 1.0 - 1e3 * float(np.finfo(np.dtype(dtype)).eps) * max(m, n)
     out = jnp.where(identifiable, sigma**2 * var, jnp.inf)
     return nan_if(bad, out)
+
+
+def _check_rcond_scalar(rcond) -> None:
+    if is_concrete(rcond) and np.size(rcond) != 1:
+        raise ValueError(f"rcond must be a scalar in [0, 1); got shape {np.shape(rcond)}")
 
 
 @full_precision
@@ -129,7 +138,7 @@ def cramer_rao_bounds(
       Standard-deviation lower bounds shaped like ``x`` (``inf`` for unidentifiable coordinates).
 
     Raises:
-      ValueError: if ``noise_sigma`` is invalid (concrete values).
+      ValueError: if ``noise_sigma`` or ``rcond`` is invalid (concrete values).
 
     >>> [round(float(t), 4) for t in cramer_rao_bounds(lambda v: 2.0 * v, jnp.zeros(2), 1.0,
     ...                                                 coordinates="pixel")]
@@ -160,10 +169,13 @@ def jacobian_rank(
     Args:
       feature_fn: ``x -> a(x)`` for one example.
       x: one input.
-      rcond: relative threshold.
+      rcond: relative threshold, a scalar in ``[0, 1)``.
 
     Returns:
       The rank (int32 scalar).
+
+    Raises:
+      ValueError: if ``rcond`` is not a scalar in ``[0, 1)`` (concrete values).
 
     >>> int(jacobian_rank(lambda v: jnp.array([v[0] + v[1], 2.0 * (v[0] + v[1])]), jnp.zeros(2)))
     1
@@ -171,6 +183,9 @@ def jacobian_rank(
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = x.astype(jnp.result_type(float))
+    if rcond is not None:
+        check("rcond", rcond, UNIT_HALF_OPEN)
+        _check_rcond_scalar(rcond)
     jac = jax.jacfwd(lambda v: feature_fn(v).reshape(-1))(x).reshape(-1, x.size)
     m, n = jac.shape
     if rcond is None:

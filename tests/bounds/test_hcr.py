@@ -572,3 +572,21 @@ def test_jacobian_rank_matches_numpy(x64):
     assert int(jacobian_rank(f, jnp.asarray(x))) == np.linalg.matrix_rank(dense)
     low = jnp.asarray(gen.normal(size=(10, 2)) @ gen.normal(size=(2, 6)))
     assert int(jacobian_rank(lambda v: low @ v, jnp.asarray(x))) == 2
+
+
+# ---------------------------------------------------------------------------------------------------------
+# rcond (audit t15).
+
+
+@pytest.mark.parametrize("rcond", [1.0, 2.0, float("nan"), -1.0, float("inf")])
+def test_cramer_rao_rcond_outside_unit_interval_raises(rcond):
+    """rcond >= 1 or NaN counted every singular value as zero: every bound +inf (an 'unidentifiable' claim)."""
+    j = jnp.array([[2.0, 0.0], [0.0, 0.5]])  # exact Cramer-Rao variances 1 / s^2: [0.25, 4.0]
+    with pytest.raises(ValueError, match="rcond must be"):
+        cramer_rao_variance_bound(j, 1.0, rcond=rcond)
+    with pytest.raises(ValueError, match="rcond must be"):
+        cramer_rao_bounds(lambda v: j @ v, jnp.zeros(2), 1.0, coordinates="pixel", rcond=rcond)
+    with pytest.raises(ValueError, match="rcond must be"):
+        jacobian_rank(lambda v: j @ v, jnp.zeros(2), rcond=rcond)
+    assert np.isnan(np.asarray(jax.jit(lambda r: cramer_rao_variance_bound(j, 1.0, rcond=r))(rcond))).all()
+    np.testing.assert_allclose(np.asarray(cramer_rao_variance_bound(j, 1.0, rcond=0.0)), [0.25, 4.0], rtol=1e-6)
