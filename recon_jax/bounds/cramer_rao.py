@@ -138,7 +138,8 @@ def cramer_rao_bounds(
       Standard-deviation lower bounds shaped like ``x`` (``inf`` for unidentifiable coordinates).
 
     Raises:
-      ValueError: if ``noise_sigma`` or ``rcond`` is invalid (concrete values).
+      ValueError: if ``noise_sigma`` or ``rcond`` is invalid (concrete values), or ``coordinates`` is a matrix that
+        is not orthogonal (:func:`~recon_jax.bounds.dct.to_coordinates`).
 
     >>> [round(float(t), 4) for t in cramer_rao_bounds(lambda v: 2.0 * v, jnp.zeros(2), 1.0,
     ...                                                 coordinates="pixel")]

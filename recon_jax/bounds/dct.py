@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax._validation import check_integer
+from recon_jax._validation import check_integer, float_dtype, is_concrete
 
 _EXACT = jax.lax.Precision.HIGHEST  # full float32 products on every backend (no TF32 on GPUs)
 
@@ -175,7 +175,31 @@ def _change_basis(v, coordinates, dct_axes, inverse: bool) -> jax.Array:
     q = jnp.asarray(coordinates)
     if q.shape != (v.size, v.size):
         raise ValueError(f"coordinates matrix must have shape {(v.size, v.size)}; got {q.shape}")
+    _check_orthogonal(coordinates, float_dtype(q))
     return jnp.matmul(q.T if inverse else q, v.reshape(-1), precision=_EXACT).reshape(v.shape)
+
+
+def _check_orthogonal(q, dtype) -> None:
+    """Raises ``ValueError`` naming ``coordinates`` unless a concrete ``q`` [n, n] satisfies
+    ``max |Q Q^T - I| <= 100 sqrt(n) eps`` (``eps`` of the working ``dtype``, ``q``'s as a JAX floating array; judged
+    in float64 on the host). ``q`` is the caller's object: inside a trace (Algorithm 1's scan) a NumPy matrix is
+    still concrete, ``jnp.asarray`` of it is not.
+
+    The bounds hold only in orthonormal coordinates: ``Q = 2 I`` halved the Cramer-Rao bounds and doubled the HCR
+    ones. A float32 orthogonal matrix (rounded, or from a float32 QR) deviates by a few ``eps`` (measured <= 4e-7
+    for n = 16 to 2048); the tolerance is 100 sqrt(n) ``eps`` (3.3e-4 at n = 784 in float32, 6e-13 in float64).
+    A traced ``q`` (a matrix passed through ``jit``) is not checked. Costs one host ``n x n`` product.
+    """
+    if not is_concrete(q):
+        return
+    host = np.asarray(q).astype(np.dtype(dtype)).astype(np.float64)  # the values the product uses, on the host
+    n = host.shape[0]
+    tol = 100.0 * np.sqrt(n) * float(np.finfo(np.dtype(dtype)).eps)
+    with np.errstate(invalid="ignore", over="ignore"):
+        dev = np.max(np.abs(host @ host.T - np.eye(n))) if n else 0.0
+    if not dev <= tol:  # NaN fails too
+        raise ValueError(f"coordinates must be an orthogonal matrix (Q Q^T = I, rows an orthonormal basis): "
+                         f"max |Q Q^T - I| = {dev:.3g} > {tol:.3g} (100 sqrt(n) eps of {np.dtype(dtype).name})")
 
 
 def to_coordinates(v: jax.Array, coordinates="dct", dct_axes=None) -> jax.Array:
@@ -185,14 +209,15 @@ def to_coordinates(v: jax.Array, coordinates="dct", dct_axes=None) -> jax.Array:
       v: input-shaped array.
       coordinates: ``"dct"`` (orthonormal DCT-II over ``dct_axes``), ``"pixel"`` (identity), or an
         orthogonal matrix ``Q`` of shape ``[v.size, v.size]`` whose rows are the basis vectors
-        (coefficients ``Q @ v.ravel()``, reshaped like ``v``).
+        (coefficients ``Q @ v.ravel()``, reshaped like ``v``); a concrete ``Q`` must satisfy
+        ``max |Q Q^T - I| <= 100 sqrt(n) eps`` in its dtype.
       dct_axes: axes for ``"dct"``; default :func:`default_dct_axes`.
 
     Returns:
       The coefficients, shaped like ``v``.
 
     Raises:
-      ValueError: for an unknown ``coordinates``.
+      ValueError: for an unknown ``coordinates``, or a matrix of the wrong shape or not orthogonal.
 
     >>> to_coordinates(jnp.ones(4), "pixel").tolist()
     [1.0, 1.0, 1.0, 1.0]

@@ -156,7 +156,8 @@ def hcr_bounds(
 
     Raises:
       ValueError: for a non-positive or non-finite ``noise_sigma`` or ``perturbation_size`` (when
-        concrete), ``num_restarts < 1`` or ``num_rounds < 1``, or features that are not floating.
+        concrete), ``num_restarts < 1`` or ``num_rounds < 1``, features that are not floating, or a ``coordinates``
+        matrix that is not orthogonal (:func:`to_coordinates`).
 
     >>> import jax
     >>> w = jnp.diag(jnp.array([1.0, 2.0, 4.0]))

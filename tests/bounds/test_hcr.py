@@ -590,3 +590,42 @@ def test_cramer_rao_rcond_outside_unit_interval_raises(rcond):
         jacobian_rank(lambda v: j @ v, jnp.zeros(2), rcond=rcond)
     assert np.isnan(np.asarray(jax.jit(lambda r: cramer_rao_variance_bound(j, 1.0, rcond=r))(rcond))).all()
     np.testing.assert_allclose(np.asarray(cramer_rao_variance_bound(j, 1.0, rcond=0.0)), [0.25, 4.0], rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# coordinates=<matrix> must be orthogonal (audit t13).
+
+
+@pytest.mark.parametrize("q", [2.0 * np.eye(3), np.array([[1.0, 1.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]),
+                               np.where(np.eye(3) > 0, np.nan, 0.0)])
+def test_non_orthogonal_coordinates_raise(q):
+    """Q = 2 I gave Cramer-Rao 0.5 (should be 1 = sigma for the identity map) and HCR values doubled."""
+    f, x = (lambda v: v), jnp.zeros(3)
+    with pytest.raises(ValueError, match="coordinates must be an orthogonal matrix"):
+        to_coordinates(x, q)
+    with pytest.raises(ValueError, match="coordinates must be an orthogonal matrix"):
+        from_coordinates(x, q)
+    with pytest.raises(ValueError, match="coordinates must be an orthogonal matrix"):
+        cramer_rao_bounds(f, x, 1.0, coordinates=q)
+    with pytest.raises(ValueError, match="coordinates must be an orthogonal matrix"):
+        hcr_bounds(f, x, 1.0, jax.random.key(0), num_restarts=1, num_rounds=1, coordinates=q)
+    with pytest.raises(ValueError, match="coordinates must be an orthogonal matrix"):
+        hcr_bounds_reference(f, x[None], 1.0, jax.random.key(0), num_restarts=1, num_rounds=1, coordinates=q)
+
+
+def test_orthogonal_coordinates_accepted_float32_and_float64():
+    # A float32 QR factor (max |Q Q^T - I| ~ 4e-7 measured) and an integer permutation pass; for the identity map
+    # every orthonormal basis gives the Cramer-Rao std bound sigma (NumPy: (Q Q^T)^-1 = I).
+    q32, _ = jnp.linalg.qr(jax.random.normal(jax.random.key(1), (64, 64)))
+    assert q32.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(cramer_rao_bounds(lambda v: v, jnp.zeros(64), 0.5, coordinates=q32)), 0.5,
+                               rtol=1e-4)  # float32 SVD of a rotated identity
+    perm = np.eye(4, dtype=np.int32)[[2, 0, 3, 1]]
+    assert to_coordinates(jnp.arange(4.0), perm).tolist() == [2.0, 0.0, 3.0, 1.0]
+    with jax.enable_x64(True):
+        q64 = np.linalg.qr(np.random.default_rng(0).normal(size=(16, 16)))[0]
+        np.testing.assert_allclose(np.asarray(cramer_rao_bounds(lambda v: 3.0 * v, jnp.zeros(16), 1.0,
+                                                                coordinates=q64)), 1 / 3, rtol=1e-12)
+        # float64 tolerance 100 sqrt(16) eps = 9e-13: a float32-rounded Q (deviation ~1e-7) is refused there
+        with pytest.raises(ValueError, match="coordinates must be an orthogonal matrix"):
+            to_coordinates(jnp.zeros(16), q64 * (1 + 1e-7))
