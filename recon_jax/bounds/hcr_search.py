@@ -67,6 +67,26 @@ def _check_hcr_search_args(noise_sigma, num_restarts, num_rounds, perturbation_s
     _check_scalar("perturbation_size", perturbation_size)
 
 
+def _erased_shift_error(no_bound, a0, perturbation_size, noise_sigma) -> None:
+    """Raises ``ValueError`` naming ``perturbation_size`` where a concrete ``no_bound`` is True anywhere: every
+    scored perturbation's feature change ``a(x + Delta) - a(x)`` rounded to exactly 0 while ``Delta != 0``.
+
+    In exact arithmetic such a shift would prove that no unbiased estimator exists (bound ``+inf``); in floating
+    point it means the shift is below the rounding of ``a(x)`` (``f(v) = v + 1000`` in float32 with ``sigma = 1e-3``,
+    ``perturbation_size = 1e-2``: ``||delta|| ~ 1e-5`` against ulp(1000) = 6e-5 gave ``inf`` for every coordinate
+    where Cramer-Rao is 1e-3). Such shifts are scored 0 (no bound); if no scored shift is left the result is NaN,
+    and this error when it is concrete.
+    """
+    if is_concrete(no_bound) and bool(np.any(np.asarray(no_bound))):
+        scale = float(jnp.max(jnp.abs(a0)))
+        raise ValueError(
+            f"perturbation_size too small for {jnp.result_type(a0).name}: every feature shift a(x + Delta) - a(x) "
+            f"rounded to exactly 0 (perturbation_size * noise_sigma = {float(perturbation_size) * float(noise_sigma):.3g}"
+            f", max |a(x)| = {scale:.3g}, eps * max |a(x)| = {scale * float(jnp.finfo(a0.dtype).eps):.3g}); no HCR "
+            "bound can be computed from such shifts. Raise perturbation_size (or noise_sigma), or compute in float64 "
+            "(jax.config.update('jax_enable_x64', True) and float64 x)")
+
+
 @full_precision
 def hcr_bounds(
     feature_fn: Callable[[jax.Array], jax.Array],
@@ -150,14 +170,21 @@ def hcr_bounds(
         of each round is evaluated with the exact ``delta``, so both are rigorous.
       return_info: also return an :class:`HCRInfo`.
 
+    Rounded-away shifts: a round whose ``delta`` is exactly 0 while ``eps != 0`` (the shift is below the rounding of
+    ``a(x)``; for ``f(v) = v + 1000`` in float32 that is ``||delta|| < ~6e-5``) would give ``+inf`` from the closed
+    form, an "infinitely confidential" claim the forward pass cannot support: it is scored 0 (no bound) instead.
+    If every scored round of every restart is such a shift (or has ``delta = 0``), no bound was obtained: the result
+    is NaN everywhere, and a concrete call raises ``ValueError``; raise ``perturbation_size`` or use float64.
+
     Returns:
-      ``std_bound`` shaped like ``x`` (coefficients in the chosen coordinates, in the common dtype), and an
-      :class:`HCRInfo` if ``return_info``.
+      ``std_bound`` shaped like ``x`` (coefficients in the chosen coordinates, in the common dtype; NaN when every
+      scored shift was rounded away, see above), and an :class:`HCRInfo` if ``return_info``.
 
     Raises:
       ValueError: for a non-positive or non-finite ``noise_sigma`` or ``perturbation_size`` (when
         concrete), ``num_restarts < 1`` or ``num_rounds < 1``, features that are not floating, or a ``coordinates``
-        matrix that is not orthogonal (:func:`to_coordinates`).
+        matrix that is not orthogonal (:func:`to_coordinates`); ``perturbation_size`` too small for the dtype
+        (every scored feature shift rounded to exactly 0; concrete results only).
 
     >>> import jax
     >>> w = jnp.diag(jnp.array([1.0, 2.0, 4.0]))
@@ -207,8 +234,10 @@ def hcr_bounds(
             s = jnp.sum(jnp.square(delta.astype(dtype)))
             coords = to_coordinates(eps, coordinates, dct_axes)
             std = jnp.exp(0.5 * log_hcr_variance_bound(coords, s, sigma, validate=False))
-            # A zero solution (or NaN from a failed solve) gives no information: bound 0.
-            std = jnp.where(jnp.isnan(std), jnp.zeros_like(std), std)
+            # A zero solution (or NaN from a failed solve) gives no information: bound 0. So does a shift whose
+            # feature change rounded to exactly 0 (s = 0 < ||eps||): the closed form would say +inf ("no unbiased
+            # estimator"), but the forward pass only failed to resolve it (_erased_shift_error).
+            std = jnp.where(jnp.isnan(std) | ~(s > 0), jnp.zeros_like(std), std)
             new_best = jnp.maximum(best, std) if keep_best_round else std
             itn = res.itn
             if refine == "inverse":
@@ -218,7 +247,8 @@ def hcr_bounds(
                 itn = itn + res_t.itn
             else:
                 z_next = delta
-            diag = (jnp.sqrt(s), jnp.sqrt(jnp.sum(eps * eps)), itn, res.istop)
+            enorm = jnp.sqrt(jnp.sum(eps * eps))
+            diag = (jnp.sqrt(s), enorm, itn, res.istop)
             return (z_next, new_best, eps), diag
 
         init = (z0, jnp.zeros(x.shape, dtype), jnp.zeros(x.shape, dtype))
@@ -226,7 +256,12 @@ def hcr_bounds(
         return best, eps_last, diag
 
     best, eps_last, (fnorm, enorm, itn, istop) = jax.vmap(one_restart)(jnp.arange(num_restarts))
-    std_bound = jnp.max(best, axis=0)
+    # [num_restarts, num_rounds]: the rounds scored (all with keep_best_round, else the last) measured no feature
+    # change, and some shift was erased by rounding: no bound was obtained, NaN (ValueError when concrete).
+    scored = fnorm > 0 if keep_best_round else fnorm[:, -1:] > 0
+    no_bound = ~jnp.any(scored) & jnp.any((fnorm == 0) & (enorm > 0))
+    _erased_shift_error(no_bound, a0, perturbation_size, noise_sigma)
+    std_bound = jnp.where(no_bound, jnp.nan, jnp.max(best, axis=0))
     if not return_info:
         return std_bound
     winner = jnp.argmax(jnp.sum(best.reshape(num_restarts, -1), axis=1))
@@ -359,6 +394,10 @@ def hcr_bounds_reference(
       iter_lim: LSQR iteration limit (default ``2 n``, SciPy's).
       return_info: also return an :class:`HCRReferenceInfo`.
 
+    A last round whose feature change rounded to exactly 0 while its shift did not is scored 0, not ``+inf`` (as in
+    :func:`hcr_bounds`); an example whose every restart ends with ``delta = 0`` after some shift was rounded away
+    gets NaN (``ValueError`` when concrete: raise ``perturbation_size`` or use float64).
+
     Returns:
       ``[B, ...]`` standard-deviation bounds in the chosen coordinates (and the info if ``return_info``).
 
@@ -389,6 +428,8 @@ def hcr_bounds_reference(
     scale = jnp.asarray(perturbation_size, dtype) * sigma / jnp.sqrt(jnp.asarray(a0[0].size, dtype))
     axes = dct_axes if dct_axes is not None else default_dct_axes(xs.shape[1:])
 
+    in_axes = tuple(range(1, xs.ndim))
+
     def norms(v):
         return jnp.sqrt(jnp.sum(jnp.square(v), axis=feat_axes))
 
@@ -413,20 +454,28 @@ def hcr_bounds_reference(
             pert = xs + res.x.astype(dtype)
             z_new = batched(pert) - a0
             rel = res.r1norm / jnp.sqrt(jnp.sum(jnp.square(z)))
-            return (pert, z_new), (res.itn, res.istop, rel)
+            # [B]: this round's shift was nonzero but its feature change rounded to exactly 0
+            erased = (norms(z_new) == 0) & (jnp.sqrt(jnp.sum(jnp.square(pert - xs), axis=in_axes)) > 0)
+            return (pert, z_new), (res.itn, res.istop, rel, erased)
 
-        (pert, z), (itn, istop, rel) = jax.lax.scan(round_body, (xs, z0), None, length=num_rounds)
+        (pert, z), (itn, istop, rel, erased) = jax.lax.scan(round_body, (xs, z0), None, length=num_rounds)
         eps = pert - xs
         s = jnp.sum(jnp.square(z.astype(dtype)), axis=feat_axes)
         coords = jax.vmap(lambda e: to_coordinates(e, coordinates, axes))(eps)
         s_b = s.reshape(s.shape + (1,) * (xs.ndim - 1))
         std = jnp.exp(0.5 * log_hcr_variance_bound(coords, s_b, sigma, validate=False))
-        std = jnp.where(jnp.isnan(std), jnp.zeros_like(std), std)
-        enorm = jnp.sqrt(jnp.sum(jnp.square(eps), axis=tuple(range(1, xs.ndim))))
-        return std, (jnp.sqrt(s), enorm, itn, istop, rel)
+        # NaN (failed solve), Delta = 0, or a feature change rounded to 0 (s = 0 < ||Delta||: +inf from the closed
+        # form, which the forward pass cannot support; see hcr_bounds): no bound, 0.
+        std = jnp.where(jnp.isnan(std) | ~(s_b > 0), jnp.zeros_like(std), std)
+        enorm = jnp.sqrt(jnp.sum(jnp.square(eps), axis=in_axes))
+        return std, (jnp.sqrt(s), enorm, itn, istop, rel, jnp.any(erased, axis=0))
 
-    std, (fnorm, enorm, itn, istop, rel) = jax.vmap(one_restart)(jnp.arange(num_restarts))
+    std, (fnorm, enorm, itn, istop, rel, erased) = jax.vmap(one_restart)(jnp.arange(num_restarts))
+    # [B]: no restart's scored (last) round measured a feature change, and some round's shift was rounded away
+    no_bound = ~jnp.any(fnorm > 0, axis=0) & jnp.any(erased, axis=0)
+    _erased_shift_error(no_bound, a0, perturbation_size, noise_sigma)
     out = jnp.max(std, axis=0)
+    out = jnp.where(no_bound.reshape(no_bound.shape + (1,) * (xs.ndim - 1)), jnp.nan, out)
     if not return_info:
         return out
     return out, HCRReferenceInfo(fnorm, enorm, itn, istop, rel)

@@ -629,3 +629,39 @@ def test_orthogonal_coordinates_accepted_float32_and_float64():
         # float64 tolerance 100 sqrt(16) eps = 9e-13: a float32-rounded Q (deviation ~1e-7) is refused there
         with pytest.raises(ValueError, match="coordinates must be an orthogonal matrix"):
             to_coordinates(jnp.zeros(16), q64 * (1 + 1e-7))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Feature shifts rounded away (audit t8).
+
+_SHIFTED = (lambda v: v + 1000.0)  # J = I: the Cramer-Rao std bound is sigma in every coordinate
+_ERASED = dict(num_restarts=2, num_rounds=2, perturbation_size=1e-2, coordinates="pixel")  # ||delta|| ~ 1e-5 < ulp(1000)
+
+
+def test_alg1_erased_feature_shift_is_not_an_infinite_bound():
+    """float32 rounded a(x + Delta) - a(x) to exactly 0 (||Delta|| ~ 1e-5 against ulp(1000) = 6e-5) and the closed
+    form turned that into +inf for every coordinate, where the true (Cramer-Rao) limit is sigma = 1e-3."""
+    x, sigma = jnp.zeros(4), 1e-3
+    with pytest.raises(ValueError, match="perturbation_size too small for float32"):
+        hcr_bounds(_SHIFTED, x, sigma, jax.random.key(0), **_ERASED)
+    with pytest.raises(ValueError, match="perturbation_size too small for float32"):
+        hcr_bounds_reference(_SHIFTED, x[None], sigma, jax.random.key(0), **_ERASED)
+    with pytest.raises(ValueError, match="perturbation_size too small for float32"):
+        hcr_bounds_reference(_SHIFTED, x[None], sigma, jax.random.key(0), **{**_ERASED, "num_rounds": 1})
+    traced = jax.jit(lambda v: hcr_bounds(_SHIFTED, v, sigma, jax.random.key(0), **_ERASED))(x)
+    assert np.isnan(np.asarray(traced)).all()  # no bound obtained: NaN, never inf
+    batch = hcr_bounds_batch(_SHIFTED, jnp.zeros((2, 4)), sigma, jax.random.key(0), **_ERASED)
+    assert np.isnan(np.asarray(batch)).all()
+    ref = jax.jit(lambda v: hcr_bounds_reference(_SHIFTED, v, sigma, jax.random.key(0), **{**_ERASED,
+                                                                                           "num_rounds": 1}))(x[None])
+    assert np.isnan(np.asarray(ref)).all()
+
+
+def test_alg1_resolvable_shift_same_setting_float64_below_cramer_rao(x64):
+    # The same search in float64 resolves the shift: finite positive bounds at most the Cramer-Rao value sigma
+    # (HCR <= Cramer-Rao for a linear map: Delta_i^2 / expm1(||J Delta||^2 / sigma^2) <= sigma^2 Delta_i^2 / ||Delta||^2).
+    x, sigma = jnp.zeros(4, jnp.float64), 1e-3
+    for out in (hcr_bounds(_SHIFTED, x, sigma, jax.random.key(0), **_ERASED),
+                hcr_bounds_reference(_SHIFTED, x[None], sigma, jax.random.key(0), **{**_ERASED, "num_rounds": 1})[0]):
+        out = np.asarray(out)
+        assert np.all(np.isfinite(out)) and np.all(out > 0) and np.all(out <= sigma * (1 + 1e-9)), out
