@@ -69,6 +69,44 @@ def _log1m(kappa, dtype):
     return jnp.log1p(-jnp.where((k > 0) & (k < 1), k, 0.5))
 
 
+def _kappa_up(kappa, dtype):
+    """``kappa`` in ``dtype``, rounded up (to a float >= the given kappa) when concrete: the floor of every bound that
+    must be >= kappa. Traced kappa already is a ``dtype`` number (or a narrower one, held exactly)."""
+    host = concrete_or_none(kappa)
+    if host is None:
+        return jnp.asarray(kappa, dtype)
+    cast = host.astype(np.dtype(dtype))
+    with np.errstate(invalid="ignore"):
+        return jnp.asarray(np.where(cast < host, np.nextafter(cast, np.inf), cast), dtype)
+
+
+# float32 rounding errors of jax.scipy.special.ndtri and ndtr, in units of the unit roundoff u = 2^-24, measured
+# against SciPy's float64 functions on 600k float32 probabilities in [1.2e-38, 1) and 2M arguments in [-13, 8]:
+# |ndtri error| <= 6.7 u |z|; ndtr's relative error <= 2 x^2 + 8 u (its exp(-x^2 / 2) rounds x^2). Taken with margin.
+_NDTRI_ULPS = 8.0
+_NDTR_ULPS_PER_X2 = 3.0
+
+
+def _round_up(out, ulps, floor=None, *, always=False):
+    """An upper bound ``out`` raised by its float32 rounding error: ``out (1 + x + x^2)`` with ``x = u (ulps + 8)``
+    (u the unit roundoff, ``ulps`` a bound on the absolute error of ``log(out)`` in units of u, 8 more for the final
+    exp, this multiplication and margin; ``1 + x + x^2 >= e^x``), capped at 1, and at least ``floor`` (kappa rounded
+    up, for bounds that are >= kappa).
+
+    In float32 the logarithms of the inputs (``log kappa`` to 1/2 ulp of up to 745) carry absolute errors of up to
+    ~5e-5, which ``exp`` turns into relative errors of the bound: left alone, bounds landed below their exact value
+    (rero_from_dp(kappa, 0) up to 3.6e-6 below kappa, rero_gdp(kappa, 0) 1.9e-5). float64 (and wider) results are
+    returned unchanged (unless ``always``): there the same errors are ~|log kappa| 2^-53 (below 2e-13 relative), and
+    committed numbers come from these functions.
+    """
+    if jnp.finfo(out.dtype).bits >= 64 and not always:
+        return out
+    x = (jnp.finfo(out.dtype).eps / 2) * (jax.lax.stop_gradient(ulps) + 8.0)
+    up = jnp.minimum(out * (1.0 + x * (1.0 + x)), 1.0)
+    up = jnp.where(out >= 1.0, out, up)  # 1 (and NaN) as they are
+    return up if floor is None else jnp.maximum(up, floor)
+
+
 def _dp_gamma(log_kappa, log1m_kappa, eps):
     """1 - f(kappa) for the eps-DP trade-off f(a) = max(0, 1 - e^eps a, e^-eps (1 - a)): both branches, in logs."""
     first = jnp.exp(jnp.minimum(log_kappa + eps, 0.0))  # kappa e^eps, capped at 1
@@ -182,6 +220,28 @@ def _rdp_gamma(log_kappa, log1m_kappa, order, eps):
     return jnp.where(inf_order, _dp_gamma(log_kappa, log1m_kappa, eps), out)
 
 
+def _rdp_bound(lk, l1k, order, eps, method, floor):
+    """The per-order bound of :func:`rero_from_rdp` from ``lk = log kappa``, ``l1k = log(1 - kappa)`` (safe points in
+    place of invalid entries), rounded up in float32 (:func:`_round_up`) and at least ``floor``.
+
+    float32 rounding, in units of u, of the log of the bound: ``log kappa`` to ``|lk|`` (the bound's relative error
+    too, as d log gamma / d log kappa <= 1: gamma is concave in kappa with gamma(0) = 0); eps to ``eps`` (and about as
+    much again through ``(alpha - 1) eps``, where the bisection compares). Thm. 2's exponent
+    ``e = c (log kappa + eps)``, ``c = 1 - 1/alpha``: the errors of the sum (``|lk| + eps + |lk + eps|``) times c; c's
+    own (alpha's rounding, 1/alpha's and the difference's: relative ``u (alpha + 1) / (alpha - 1) + u``, i.e.
+    ``2 u |lk + eps|`` in e) and the product's (``|e|``). The optimal route's ``log gamma`` lies in ``[lk, 0]`` (its
+    final exp adds ``|lk|``); its bisection accounts for the rounding of its own sums.
+    """
+    if method == "balle":
+        c = 1.0 - 1.0 / order
+        out = jnp.exp(jnp.minimum(c * (lk + eps), 0.0))
+        ulps = c * (jnp.abs(lk) + eps + 2.0 * jnp.abs(lk + eps)) + 2.0 * jnp.abs(lk + eps)
+    else:
+        out = jnp.maximum(_rdp_gamma(lk, l1k, order, eps), jnp.exp(lk))  # gamma >= kappa
+        ulps = 2.0 * jnp.abs(lk) + 2.0 * (eps + 1.0)
+    return _round_up(out, ulps, floor)
+
+
 def _check_method(method):
     if method not in ("optimal", "balle"):
         raise ValueError(f"method must be 'optimal' or 'balle'; got {method!r}")
@@ -214,10 +274,14 @@ def rero_from_dp(kappa: ArrayLike, eps: ArrayLike, *, validate: bool = True) -> 
     bad = guard(("kappa", kappa, OPEN_UNIT), ("eps", eps, NONNEGATIVE), validate=validate)  # before the float32 cast
     log_kappa = log_positive(kappa, as_float(kappa, eps)[0].dtype)  # float64 log: kappa = 1e-40 is 0 in float32
     log1m_kappa = _log1m(kappa, log_kappa.dtype)  # likewise: 1 - 1e-9 is 1 in float32
+    kappa_up = _kappa_up(kappa, log_kappa.dtype)
     kappa, eps = as_float(kappa, eps)
     half = jnp.log(jnp.asarray(0.5, log_kappa.dtype))
-    out = floor_tiny(_dp_gamma(jnp.where(bad, half, log_kappa), jnp.where(bad, half, log1m_kappa),
-                               jnp.where(bad, 0.0, eps)))
+    lk, e = jnp.where(bad, half, log_kappa), jnp.where(bad, 0.0, eps)
+    out = _dp_gamma(lk, jnp.where(bad, half, log1m_kappa), e)
+    # float32: log kappa, eps and their sum each round by up to u times their size (d log gamma / d log kappa <= 1:
+    # gamma is concave in kappa with gamma(0) = 0); the second branch's error is a few u (its exponent is <= 0).
+    out = floor_tiny(_round_up(out, jnp.abs(lk) + e + jnp.abs(lk + e), kappa_up))
     return nan_if(bad, out)
 
 
@@ -248,13 +312,18 @@ def rero_from_approx_dp(kappa: ArrayLike, eps: ArrayLike, delta: ArrayLike, *, v
     """
     bad = guard(("kappa", kappa, OPEN_UNIT), ("eps", eps, NONNEGATIVE), ("delta", delta, UNIT), validate=validate)
     log_kappa = log_positive(kappa, as_float(kappa, eps, delta)[0].dtype)
+    kappa_up = _kappa_up(kappa, log_kappa.dtype)
     kappa, eps, delta = as_float(kappa, eps, delta)
-    log_first = jnp.minimum(jnp.where(bad, 0.0, log_kappa) + eps, 0.0)
+    lk = jnp.where(bad, 0.0, log_kappa)
+    log_first = jnp.minimum(lk + eps, 0.0)
     k = jnp.where(bad, 0.5, kappa)
     # 1 - e^-eps (1 - delta - kappa) as a sum of non-negative terms (the difference lost kappa + delta below ~1e-16:
     # kappa = 1e-20, eps = 0 gave 0); 1 where delta + kappa >= 1.
     second = jnp.where(delta + k < 1.0, -jnp.expm1(-eps) + jnp.exp(-eps) * (delta + k), 1.0)
-    out = floor_tiny(jnp.minimum(jnp.minimum(jnp.exp(log_first) + delta, 1.0), second))
+    out = jnp.minimum(jnp.minimum(jnp.exp(log_first) + delta, 1.0), second)
+    # float32: as in rero_from_dp (adding delta, or the second branch's sum of non-negative terms, adds a few u).
+    e = jnp.where(bad, 0.0, eps)
+    out = floor_tiny(_round_up(out, jnp.abs(lk) + e + jnp.abs(lk + e), kappa_up))
     return nan_if(bad, out)
 
 
@@ -298,17 +367,14 @@ def rero_from_rdp(kappa: ArrayLike, eps: ArrayLike, order: ArrayLike, method: st
     _check_method(method)
     bad = guard(("kappa", kappa, OPEN_UNIT), ("eps", eps, NONNEGATIVE), ("order", order, _ORDER), validate=validate)
     log_kappa = log_positive(kappa, as_float(kappa, eps, order)[0].dtype)
-    kappa_in = kappa
+    log1m_kappa = _log1m(kappa, log_kappa.dtype)
+    kappa_up = _kappa_up(kappa, log_kappa.dtype)
     kappa, eps, order = as_float(kappa, eps, order)
     safe_order = jnp.where(~bad & (order > 1), order, 2.0)  # order 1 + 1e-12 rounds to 1 in float32: trivial bound
     safe_eps = jnp.where(bad, 0.0, eps)
     half = jnp.log(jnp.asarray(0.5, log_kappa.dtype))
-    lk = jnp.where(bad, half, log_kappa)
-    if method == "balle":
-        out = jnp.exp(jnp.minimum((1.0 - 1.0 / safe_order) * (lk + safe_eps), 0.0))
-    else:
-        l1k = jnp.where(bad, half, _log1m(kappa_in, log_kappa.dtype))
-        out = jnp.maximum(_rdp_gamma(lk, l1k, safe_order, safe_eps), jnp.exp(lk))  # gamma >= kappa
+    lk, l1k = jnp.where(bad, half, log_kappa), jnp.where(bad, half, log1m_kappa)
+    out = _rdp_bound(lk, l1k, safe_order, safe_eps, method, kappa_up)
     out = floor_tiny(jnp.where(order > 1, out, 1.0))
     return nan_if(bad, out)
 
@@ -346,22 +412,32 @@ def rero_from_rdp_curve(kappa: ArrayLike, orders: ArrayLike, rdp: ArrayLike, met
     """
     _check_method(method)
     # kappa: the leading axes; orders and rdp: the curve. Both judged as cast below (safe points replace them there).
-    bad_kappa = guard(("kappa", kappa, OPEN_UNIT), validate=validate, cast=(kappa, orders, rdp))
+    # kappa is judged as given (float64 on the host when concrete: 1e-40 and 1 - 1e-9 are valid, and their logs are
+    # taken there, as rero_from_rdp does); orders and rdp as cast (safe points replace them there).
+    bad_kappa = guard(("kappa", kappa, OPEN_UNIT), validate=validate)
     bad_point = guard(("orders", orders, _ORDER), ("rdp", rdp, NONNEGATIVE), validate=validate,
                       cast=(kappa, orders, rdp))
     if validate:
         check_orders(orders)  # a concrete order that rounds to 1 in the working dtype: an error, not NaN
+    dtype = as_float(kappa, orders, rdp, broadcast=False)[0].dtype
+    log_kappa, log1m_kappa = log_positive(kappa, dtype), _log1m(kappa, dtype)  # NaN-free at invalid entries
+    kappa_up = _kappa_up(kappa, dtype)
     kappa, orders, rdp = as_float(kappa, orders, rdp, broadcast=False)  # kappa: leading axes only
     orders, rdp = jnp.broadcast_arrays(orders, rdp)
     safe_orders = jnp.where(bad_point, 2.0, orders)
     safe_rdp = jnp.where(bad_point, 0.0, rdp)
-    k = jnp.where(bad_kappa[..., None], 0.5, kappa[..., None])
+    half = jnp.log(jnp.asarray(0.5, dtype))
+    lk = jnp.where(bad_kappa, half, log_kappa)[..., None]
+    l1k = jnp.where(bad_kappa, half, log1m_kappa)[..., None]
     if method == "balle":
-        log_gamma = (1.0 - 1.0 / safe_orders) * (jnp.log(k) + safe_rdp)
+        # as before this change in float64: the minimum over orders of the exponents, then one exp
+        log_gamma = (1.0 - 1.0 / safe_orders) * (lk + safe_rdp)
         out = jnp.exp(jnp.minimum(jnp.min(log_gamma, axis=-1), 0.0))
+        if jnp.finfo(dtype).bits < 64:
+            out = jnp.min(_rdp_bound(lk, l1k, safe_orders, safe_rdp, method, kappa_up[..., None]), axis=-1)
     else:
-        out = jnp.maximum(jnp.min(_rdp_gamma(jnp.log(k), jnp.log1p(-k), safe_orders, safe_rdp), axis=-1), k[..., 0])
-    return nan_if(bad_kappa | jnp.any(bad_point, axis=-1), out)
+        out = jnp.min(_rdp_bound(lk, l1k, safe_orders, safe_rdp, method, kappa_up[..., None]), axis=-1)
+    return nan_if(bad_kappa | jnp.any(bad_point, axis=-1), floor_tiny(out))
 
 
 _ZCDP_LOG_ORDER_GRID = np.linspace(-16.0, 8.0, 97)  # log(alpha - 1): alpha in 1 + [1.1e-7, 2981]
@@ -371,6 +447,7 @@ _ZCDP_GOLDEN_ITERS = 24
 @jax.jit
 def _zcdp_gamma(log_kappa, log1m_kappa, rho):
     """min over alpha > 1 of the optimal per-order bound at eps = rho alpha: grid, Cor. 4's order, golden section.
+    Returns the bound and the order that gives it.
 
     The order is searched on stopped gradients and the bound evaluated once more at the order found, so the
     derivative in kappa and rho is the envelope theorem's (the bound's partial derivatives at the optimal order):
@@ -408,7 +485,21 @@ def _zcdp_gamma(log_kappa, log1m_kappa, rho):
     _, _, _, u_star = jax.lax.fori_loop(0, _ZCDP_GOLDEN_ITERS, body,
                                         (u_best - step, u_best + step, jnp.min(vals, axis=-1, keepdims=True),
                                          u_best))
-    return at(jax.lax.stop_gradient(u_star), *live)[..., 0]
+    u_star = jax.lax.stop_gradient(u_star)
+    return at(u_star, *live)[..., 0], 1.0 + jnp.exp(u_star[..., 0])
+
+
+def _cor4(log_kappa, rho):
+    """Balle et al.'s Cor. 4, ``exp(-(sqrt(log(1/kappa)) - sqrt(rho))^2)`` (1 once rho >= log(1/kappa)), and a bound on
+    the rounding error of its log in units of u (for :func:`_round_up`). With ``g = sqrt(-log kappa) - sqrt(rho)``:
+    each root is within 1.5 u of itself (the rounding of log kappa or of rho, halved by the root, and the root's own),
+    the difference adds ``u g``, so g is within ``u (1.5 (sqrt(-log kappa) + sqrt(rho)) + g)`` and the exponent
+    ``g^2`` (squared and rounded) within ``u (3 g (sqrt(-log kappa) + sqrt(rho)) + 3 g^2 + 1)``."""
+    root_l, root_r = jnp.sqrt(-log_kappa), jnp.sqrt(rho)
+    gap = root_l - root_r
+    out = jnp.where(gap > 0, jnp.exp(-jnp.square(jnp.maximum(gap, 0.0))), 1.0)
+    g = jnp.maximum(gap, 0.0)
+    return out, 3.0 * g * (root_l + root_r + g) + 1.0
 
 
 def rero_from_zcdp(kappa: ArrayLike, rho: ArrayLike, method: str = "optimal", *, validate: bool = True) -> jax.Array:
@@ -416,7 +507,10 @@ def rero_from_zcdp(kappa: ArrayLike, rho: ArrayLike, method: str = "optimal", *,
 
     ``method="optimal"`` (default): the optimal per-order conversion (:func:`rero_from_rdp`) minimised over
     alpha > 1: a 97-point grid of ``log(alpha - 1)`` in [-16, 8] plus Cor. 4's order, refined by a golden-section
-    search around the best grid point. Every evaluated order gives a valid bound, so the minimum is one.
+    search around the best grid point, and then the smaller of that and Cor. 4 (so never looser than
+    ``"balle"``: at small rho Cor. 4's order, sqrt(log(1/kappa) / rho), lies beyond the grid, and at orders ~1e5 the
+    bisection's rounding margins cost more than the optimal conversion gains). Every evaluated order gives a valid
+    bound, and so does Cor. 4, so the minimum is one.
 
     ``method="balle"``: Balle et al.'s Cor. 4, ``gamma = exp(-(sqrt(log(1/kappa)) - sqrt(rho))^2)`` if
     ``rho < log(1/kappa)``, else 1 (Theorem 2 at its best order ``alpha = sqrt(log(1/kappa) / rho)``).
@@ -441,18 +535,26 @@ def rero_from_zcdp(kappa: ArrayLike, rho: ArrayLike, method: str = "optimal", *,
       True
     """
     _check_method(method)
-    bad = guard(("kappa", kappa, OPEN_UNIT), ("rho", rho, NONNEGATIVE), validate=validate, cast=(kappa, rho))
+    # kappa judged as given, before the float32 cast, and its logs taken on the host when concrete (1e-40 is 0 and
+    # 1 - 1e-9 is 1 in float32; both gave NaN), as rero_from_rdp does.
+    bad = guard(("kappa", kappa, OPEN_UNIT), ("rho", rho, NONNEGATIVE), validate=validate)
+    dtype = as_float(kappa, rho)[0].dtype
+    log_kappa, log1m_kappa, kappa_up = log_positive(kappa, dtype), _log1m(kappa, dtype), _kappa_up(kappa, dtype)
     kappa, rho = as_float(kappa, rho)
-    kappa, rho = jnp.broadcast_arrays(kappa, rho)
-    log_k = jnp.log(jnp.where(bad, 0.5, kappa))
+    half = jnp.log(jnp.asarray(0.5, dtype))
+    log_k, _ = jnp.broadcast_arrays(jnp.where(bad, half, log_kappa), rho)
     safe_rho = jnp.where(bad, 0.0, rho)
+    cor4, cor4_ulps = _cor4(log_k, safe_rho)
     if method == "balle":
-        gap = jnp.sqrt(-log_k) - jnp.sqrt(safe_rho)
-        out = jnp.where(gap > 0, jnp.exp(-jnp.square(jnp.maximum(gap, 0.0))), 1.0)
+        out = _round_up(cor4, cor4_ulps, kappa_up)  # float64: as computed
     else:
-        k = jnp.where(bad, 0.5, kappa)
-        out = jnp.maximum(_zcdp_gamma(log_k, jnp.log1p(-k), safe_rho), k)  # gamma >= kappa in any precision
-    return nan_if(bad, out)
+        search, order = _zcdp_gamma(log_k, jnp.where(bad, half, log1m_kappa), safe_rho)
+        # float32: as rero_from_rdp's optimal route at eps = rho alpha (rho's rounding and the product: 2 u eps).
+        search = _round_up(search, 2.0 * jnp.abs(log_k) + 3.0 * (safe_rho * order + 1.0))
+        # Cor. 4 rounded up in every dtype: where it and the search agree to rounding (tiny kappa), the search's value
+        # stays; where the search is looser (small rho), Cor. 4 is taken, never below its exact value.
+        out = jnp.maximum(jnp.minimum(search, _round_up(cor4, cor4_ulps, always=True)), kappa_up)  # gamma >= kappa
+    return nan_if(bad, floor_tiny(out))
 
 
 def dp_from_rero(eps: ArrayLike, gamma: ArrayLike, *, validate: bool = True) -> jax.Array:
@@ -509,8 +611,17 @@ def rero_gdp(kappa: ArrayLike, mu: ArrayLike, *, validate: bool = True) -> jax.A
       0.3891
     """
     bad = guard(("kappa", kappa, OPEN_UNIT), ("mu", mu, NONNEGATIVE), validate=validate)  # before the float32 cast
+    kappa_up = _kappa_up(kappa, as_float(kappa, mu)[0].dtype)
     kappa, mu = as_float(kappa, mu)
     kappa = jnp.maximum(kappa, jnp.finfo(kappa.dtype).tiny)  # raising kappa (1e-40 flushes to 0) is conservative
-    out = jsp.ndtr(jsp.ndtri(jnp.where(bad, 0.5, kappa)) + jnp.where(bad, 0.0, mu))
-    out = floor_tiny(jnp.where(mu == jnp.inf, 1.0, out))
+    m = jnp.where(bad, 0.0, mu)
+    z = jsp.ndtri(jnp.where(bad, 0.5, kappa))
+    x = z + m
+    out = jsp.ndtr(x)
+    # float32 rounding of log gamma, in units of u: x is within ndtri's error, mu's and the sum's roundings, and
+    # d log Phi / dx = phi(x) / Phi(x) <= max(-x, 0) + 1 (Mills ratio); ndtr's own error; kappa's rounding (relative u:
+    # d log gamma / d log kappa <= 1, gamma being concave in kappa with gamma(0) = 0).
+    slope = jnp.maximum(-x, 0.0) + 1.0
+    ulps = slope * (_NDTRI_ULPS * jnp.abs(z) + m + jnp.abs(x)) + _NDTR_ULPS_PER_X2 * x * x + 9.0
+    out = floor_tiny(jnp.where(mu == jnp.inf, 1.0, _round_up(out, jnp.where(mu == jnp.inf, 0.0, ulps), kappa_up)))
     return nan_if(bad, out)

@@ -107,7 +107,8 @@ def test_rero_bounds_finite_at_extremes(x64):
     # N/2 >= 5000 with a tiny argument: the incomplete gamma underflows to exactly 0 (it used to give NaN).
     from recon_jax.bounds import baseline_kappa_gaussian
 
-    assert float(baseline_kappa_gaussian(1e-3, 1e8, 1e4)) == 0.0
+    # a prior's kappa is floored at the smallest normal number instead (an upper bound; 0 understated the prior)
+    assert float(baseline_kappa_gaussian(1e-3, 1e8, 1e4)) == np.finfo(np.float64).tiny
     assert float(rero_mse(1e-25, 1.0, 1.0, 1e4)) == 0.0
     assert float(rero_psnr(250.0, 1.0, 1.0, 1e4)) == 0.0
     f = jax.jit(lambda e, d: rero_mse(e, 1.0, 1.0, d))
