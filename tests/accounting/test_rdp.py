@@ -106,9 +106,12 @@ def test_fractional_orders_sound_grid(x64, q, sigma):
     theirs = rpa._compute_rdp_poisson_subsampled_gaussian(q, sigma, orders)  # noqa: SLF001
     for a, o, t in zip(orders, ours, theirs):
         exact = float(_mp_log_a_quad(q, sigma, a))
-        # Tolerances on K = (alpha - 1) eps: log A near 1 is resolved to ~1e-16 absolute per summed term.
+        # Tolerances on K = (alpha - 1) eps: log A near 1 is resolved to ~1e-16 absolute per summed term. Above
+        # dp_accounting by at most the series' own rounding allowance (twice its first-order error bound, added so
+        # that the value is an upper bound in every dtype): 1.0e-9 relative at q = 0.05, sigma = 100, order 10.9,
+        # where K ~ 1.3e-5.
         assert o * (a - 1) >= exact * (1 - 1e-10) - 2e-15
-        assert o * (a - 1) <= t * (a - 1) * (1 + 1e-10) + 2e-15
+        assert o * (a - 1) <= t * (a - 1) * (1 + 1e-8) + 2e-15
 
 
 EXTREME_ORDERS = np.array([1.01, 1.5, 2.0, 10.9, 63.0, 1024.0])
