@@ -11,8 +11,10 @@ per-example gradient matrix (DP-GD on the Balle MLP at n = 1,000 is tens of time
 ``benchmarks/shadow.py``).
 
 This applies when *every* parameter belongs to a dense layer called once per forward pass (flax ``nn.Dense``,
-haiku ``hk.Linear``): MLPs such as the Balle and Biswas models. Other models (convolutions, normalisation,
-shared layers) fall back to ``vmap(grad)``; :func:`ghost_supported` tells which path a model takes.
+haiku ``hk.Linear``), and axis 0 of every dense input is the example axis (row i a function of example i alone,
+checked on probe values, not only shapes): MLPs such as the Balle and Biswas models. Other models (convolutions,
+normalisation, shared layers, time-major or batch-mixing layers) fall back to ``vmap(grad)``;
+:func:`ghost_supported` tells which path a model takes.
 
 The model's *tap* (:mod:`recon_jax.models.taps`, attached by :func:`recon_jax.models.from_flax` and
 :func:`~recon_jax.models.from_haiku`) gives each dense call's input and adds perturbations to its output, which is
@@ -35,9 +37,11 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from recon_jax.models.losses import softmax_cross_entropy
-from recon_jax.models.taps import DenseCall, flax_tap, haiku_tap, leaf_paths, static_calls, tap_calls
+from recon_jax.models.taps import (TAP_FAILURES, DenseCall, flax_tap, haiku_tap, leaf_paths, static_calls,
+                                   tap_calls)
 
 # DenseCall and the taps live in recon_jax.models.taps (re-exported here for existing imports).
 __all__ = ["DenseCall", "ghost_supported", "dense_call_gradients", "ghost_squared_norms", "ghost_clipped_sum",
@@ -56,6 +60,12 @@ def ghost_supported(tap: Callable | None, params, x) -> bool:
     >>> cnn_params = jax.eval_shape(cnn.init, jax.random.key(0), jnp.zeros((1, 32, 32, 3)))  # shapes suffice
     >>> ghost_supported(cnn.tap, cnn_params, jnp.zeros((2, 32, 32, 3)))
     False
+
+    Ghost clipping also needs axis 0 of every dense call's input (and of the logits) to be the example axis: row i
+    a function of example i alone. Shapes cannot tell (a time-major layer on ``[T, B, d]`` has ``B`` rows when
+    ``T == B``, and its ghost "examples" are then time steps), so this is checked on concrete values
+    (:func:`_rows_are_examples`): the model is run on a random probe batch and on copies with example 0, and then
+    example ``B - 1``, replaced, and only that row of every dense input and of the logits may change.
     """
     if tap is None:
         return False
@@ -77,7 +87,65 @@ def ghost_supported(tap: Callable | None, params, x) -> bool:
             return False
         if tuple(leaves[kernel_path].shape) != (in_shape[-1], out_shape[-1]):
             return False
-    return seen == set(leaves)
+    return seen == set(leaves) and _rows_are_examples(tap, params, x)
+
+
+def _probe_values(rng: np.random.Generator, shape, dtype) -> np.ndarray:
+    """Random stand-in values of ``shape`` and ``dtype``: normals for floats, 0/1 for integers and booleans."""
+    dtype = np.dtype(dtype)
+    if np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating):
+        return rng.standard_normal(shape).astype(dtype)
+    return rng.integers(0, 2, shape).astype(dtype)
+
+
+def _rows_are_examples(tap: Callable, params, x) -> bool:
+    """Whether row i of every dense call's input, and of the logits, depends on example i of ``x`` alone.
+
+    Checked on concrete stand-ins (``params`` and ``x`` may be abstract or traced; only shapes and dtypes are read):
+    random parameters (normals scaled by ``1 / sqrt(fan_in)``) and a random probe batch of ``x``'s shape. The
+    model runs on the probe and on two copies, one with example 0 and one with example ``B - 1`` redrawn; in every
+    dense input and in the logits, every other row must be bitwise unchanged (the same operations on the same
+    values; a NaN matches a NaN). A layer that mixes examples (time-major ``[T, B, d]`` with ``T == B``, a batch
+    statistic, a permutation or cumulative sum over the batch) changes other rows and fails. Three forward passes,
+    once per trace. Any failure of the tap on concrete values counts as "no" (the ``vmap`` path is always right).
+    """
+    b = x.shape[0]
+    if b < 2:
+        return True  # one example: every row is its own
+    rng = np.random.default_rng(0)
+
+    def stand_in(leaf):
+        shape = tuple(np.shape(leaf))
+        fan_in = int(np.prod(shape[:-1])) if len(shape) >= 2 else 1
+        return (_probe_values(rng, shape, jnp.result_type(leaf)) / np.sqrt(max(fan_in, 1))).astype(
+            jnp.result_type(leaf))
+
+    concrete = jax.tree_util.tree_map(stand_in, params)
+    probe = _probe_values(rng, tuple(x.shape), jnp.result_type(x))
+
+    def rows(xx):
+        logits, recs = tap(concrete, xx, None)
+        return [np.asarray(a) for a in jax.tree_util.tree_leaves(logits)] + [np.asarray(r.inputs) for r in recs]
+
+    try:
+        with jax.ensure_compile_time_eval():
+            base = rows(probe)
+            for k in (0, b - 1):
+                other = probe.copy()
+                redraw = _probe_values(rng, probe.shape[1:], probe.dtype)
+                other[k] = redraw if np.issubdtype(probe.dtype, np.inexact) else (probe[k] == 0).astype(probe.dtype)
+                changed = rows(other)
+                if len(changed) != len(base):
+                    return False
+                for a, c in zip(base, changed):
+                    if a.shape != c.shape or a.ndim == 0 or a.shape[0] != b:
+                        return False
+                    keep = np.arange(b) != k
+                    if not np.array_equal(a[keep], c[keep], equal_nan=True):
+                        return False
+    except TAP_FAILURES:
+        return False
+    return True
 
 
 def _flat3(a):

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from recon_jax.models import ModelFns, balle_cifar_cnn, balle_mnist_mlp, biswas_mlp, from_flax, from_haiku
+from recon_jax.models import MLP, ModelFns, balle_cifar_cnn, balle_mnist_mlp, biswas_mlp, from_flax, from_haiku, lenet
+from recon_jax.models.losses import softmax_cross_entropy
 from recon_jax.shadow import generate_shadow_models
-from recon_jax.training import dp_gd, dp_sgd, per_example_gradients, train
+from recon_jax.training import (clipped_gradient_sum, dp_gd, dp_sgd, per_example_gradients, train,
+                                use_ghost_clipping)
 from recon_jax.training.ghost import ghost_clipped_sum, ghost_supported
 
 
@@ -156,3 +158,91 @@ def test_given_input_norms_and_layout_hint_give_the_same_clipped_sum(x64, per_mo
     # The given norms are really what the first layer uses: larger ones give larger per-example norms.
     _, _, norms_wrong = ghost_clipped_sum(fns.tap, params, x, y, 0.3, w, input_sq_norms=4.0 * sq)
     assert np.all(np.asarray(norms_wrong) > np.asarray(norms) * (1 + 1e-6))
+
+
+class _TimeMajor(nn.Module):
+    """A dense layer on a time-major ``[T, B, d]`` view (T = 4): axis 0 of its input is time, not the example."""
+
+    @nn.compact
+    def __call__(self, x):  # [B, 12]
+        b = x.shape[0]
+        h = jnp.tanh(nn.Dense(5)(x.reshape(b, 4, 3).transpose(1, 0, 2)))  # [T, B, 5]
+        return nn.Dense(3)(h.transpose(1, 0, 2).reshape(b, -1))
+
+
+class _BatchCentred(nn.Module):
+    """Subtracts the batch mean before an MLP: every row depends on every example (shape-wise a plain MLP)."""
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(3)(jnp.tanh(nn.Dense(5)(x - jnp.mean(x, axis=0, keepdims=True))))
+
+
+class _ReverseCumsum(nn.Module):
+    """Row i of the first dense input sums examples i..B-1: example 0 only moves row 0, the last example all rows."""
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(3)(jnp.tanh(nn.Dense(5)(jnp.cumsum(x[::-1], axis=0)[::-1])))
+
+
+def _naive_clipped_sum(fns, params, x, y, clip, weights):
+    """Independent reference: a Python loop of per-example jax.grad, each clipped, weighted and summed."""
+    total = 0.0
+    for i in range(x.shape[0]):
+        g = ravel_pytree(jax.grad(lambda p: jnp.sum(softmax_cross_entropy(fns.apply(p, x[i:i + 1]), y[i:i + 1])))(
+            params))[0]
+        total = total + float(weights[i]) * np.asarray(g) * min(1.0, clip / float(jnp.linalg.norm(g)))
+    return total
+
+
+def test_time_major_model_with_as_many_steps_as_examples_is_not_ghost(x64):
+    # Shapes alone passed this model when T == B, and ghost clipping then clipped and weighted time steps: the
+    # clipped sum differed from the per-example one and a weight-0 example still moved it.
+    fns = from_flax(_TimeMajor())
+    x = 2.0 * jax.random.normal(jax.random.key(1), (4, 12), jnp.float64)  # B == T == 4
+    y = jnp.arange(4) % 3
+    params = jax.tree_util.tree_map(lambda a: a.astype(jnp.float64), fns.init(jax.random.key(0), x[:1]))
+    clip = 0.01  # every example's gradient is clipped
+    w = jnp.array([0.0, 1.0, 1.0, 1.0])  # example 0 does not count
+    _, auto = clipped_gradient_sum(fns, params, x, y, clip_norm=clip, weights=w, per_example="auto")
+    ref = _naive_clipped_sum(fns, params, x, y, clip, w)
+    np.testing.assert_allclose(np.asarray(auto), ref, rtol=1e-10, atol=1e-14)  # float64 rounding
+    # a weight-0 example cannot change the release, whatever it is
+    x2, y2 = x.at[0].set(-5.0 * x[0]), y.at[0].set(2)
+    _, auto2 = clipped_gradient_sum(fns, params, x2, y2, clip_norm=clip, weights=w, per_example="auto")
+    np.testing.assert_array_equal(np.asarray(auto2), np.asarray(auto))
+    assert not ghost_supported(fns.tap, params, x)
+    assert not use_ghost_clipping(fns, params, x, "auto")
+    # also inside jit (abstract parameters and inputs) and in DP training
+    assert not jax.jit(lambda p, xx: jnp.asarray(ghost_supported(fns.tap, p, xx)))(params, x)
+    with pytest.raises(ValueError, match="per_example='ghost'"):
+        clipped_gradient_sum(fns, params, x, y, clip_norm=clip, per_example="ghost")
+
+
+@pytest.mark.parametrize("model", [_BatchCentred, _ReverseCumsum])
+def test_models_that_mix_examples_are_not_ghost(model):
+    fns = from_flax(model())
+    x = jax.random.normal(jax.random.key(1), (5, 6))
+    params = fns.init(jax.random.key(0), x[:1])
+    assert not ghost_supported(fns.tap, params, x)
+
+
+def test_per_example_models_stay_on_the_ghost_path():
+    # Every model the shape test accepted and that is per-example keeps ghost clipping, for concrete, abstract and
+    # traced parameters, any batch size (B = 4 included: _SequenceMLP has 4 rows per example).
+    cases = {**{name: make for name, (make, _) in MODELS.items()}, "zoo_mlp": lambda: from_flax(MLP(features=(7, 5, 3)))}
+    dims = {**{name: d for name, (_, d) in MODELS.items()}, "zoo_mlp": 12}
+    for name, make in cases.items():
+        fns = make()
+        for b in (1, 2, 4, 7):
+            x = jax.random.uniform(jax.random.key(b), (b, dims[name]))
+            params = fns.init(jax.random.key(0), x[:1])
+            assert ghost_supported(fns.tap, params, x), (name, b)
+            assert ghost_supported(fns.tap, jax.eval_shape(fns.init, jax.random.key(0), x[:1]), x), (name, b)
+            assert jax.jit(lambda p, xx: jnp.asarray(ghost_supported(fns.tap, p, xx)))(params, x), (name, b)
+            assert use_ghost_clipping(fns, params, x, "auto"), (name, b)
+    for cnn in (balle_cifar_cnn(), lenet()):  # convolutions: vmap, as before
+        fns = from_flax(cnn)
+        xc = jnp.zeros((4, 32, 32, 3))
+        assert not ghost_supported(fns.tap, jax.eval_shape(fns.init, jax.random.key(0), xc[:1]), xc)
