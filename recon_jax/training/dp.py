@@ -325,9 +325,15 @@ def privatized_loss_and_gradient(model_fns: ModelFns, params, batch: Batch, key:
     1. *clip*: ``S = sum_i w_i clip_C(g_i) + t clip_C(g_target)`` over ``batch`` (:func:`clipped_gradient_sum`'s
        paths: ``algorithm.per_example``, ``clipping``, ``microbatch_size``; the target term only with
        ``batch.target_x``, weighted by ``batch.target_weight``, default 1);
-    2. *noise*: ``algorithm.mechanism.privatize(key, S, C, N)`` (no mechanism: ``NoNoise``), with the normaliser
-       ``N = sum_i w_i + t`` (``B + t`` without weights), or ``algorithm.batch_size`` for Poisson-sampled
-       algorithms (the expected batch size, as in the accounted mechanism).
+    2. *noise*: ``algorithm.mechanism.privatize(key, S, C, N)`` (no mechanism: ``NoNoise``), with the public
+       normaliser ``N = sum_i w_i + 1`` with a target term, ``sum_i w_i`` without (``B`` without weights; rows
+       marked ``batch.target_rows`` count 1 whatever their weight), or ``algorithm.batch_size`` for
+       Poisson-sampled algorithms (the expected batch size, as in the accounted mechanism). The target slot
+       counts 1 whatever its weight ``t``: with ``t = 0`` (the MIA "out" model) the release is ``(S_- + Z) / N``
+       and with ``t = 1`` ``(S_- + clip(g_target) + Z) / N``, which differ by one clipped gradient (norm <= C),
+       the add/remove sensitivity the accountants assume. (A realised ``N = n + t`` would make them differ by
+       ``clip(g_target) - S_- / n`` in sum units, up to 2C.) Non-private training keeps the realised count
+       (:func:`~recon_jax.training.make_train_step`).
 
     The loss is ``(sum_i w_i loss_i + t loss_target) / N`` with ``algorithm.loss_fn``.
 
@@ -374,14 +380,24 @@ def privatized_loss_and_gradient(model_fns: ModelFns, params, batch: Batch, key:
     loss_sum, total = _clipped_sum(model_fns, params, x, y, weights, microbatch_size=alg.microbatch_size,
                                    per_model_batches=alg.batch_size is not None, input_sq_norms=batch.x_sq_norms,
                                    **kw)
-    count = x.shape[0] if weights is None else jnp.sum(jnp.asarray(weights, total.dtype))
+    # The normaliser is public: the target slot counts 1 whatever its weight (a gathered target row as the separate
+    # term), so the "in" and "out" releases differ by t * clip(g_target) / N alone (Batch.target_weight).
+    if weights is None:
+        count = x.shape[0]
+    else:
+        w_count = jnp.asarray(weights, total.dtype)
+        if batch.target_rows is not None:
+            w_count = jnp.where(batch.target_rows, jnp.ones((), total.dtype), w_count)
+        count = jnp.sum(w_count)
     if batch.target_x is not None:
         t_w = jnp.asarray(1.0 if batch.target_weight is None else batch.target_weight, total.dtype)
         tx, ty = jnp.asarray(batch.target_x)[None], jnp.asarray(batch.target_y).reshape((1,))
         t_loss, t_grad = _clipped_sum(model_fns, params, tx, ty, None, microbatch_size=None, **kw)
         total = total + t_w * t_grad
         loss_sum = loss_sum + t_w * t_loss
-        count = count + t_w
+        # Public, so it no longer involves t_w. The barrier keeps it a runtime divisor, as it was with t_w in it:
+        # a compile-time 13.0 lets XLA multiply by a rounded reciprocal instead, one ulp off weight-1 results.
+        count = jax.lax.optimization_barrier(count + jnp.ones((), total.dtype))
     if alg.poisson:
         count = jnp.asarray(alg.batch_size, total.dtype)  # the expected batch size, never the realised one
     # stage 2: noise (stage 3, the optimizer, is the training step's)

@@ -12,10 +12,12 @@ batch, shuffled minibatches or Poisson slots); call the step yourself to train b
 pipeline, or to inspect each update.
 
 Loss and normaliser of a step with weights ``w`` and target weight ``t`` (0 without a target):
-``L = (sum_i w_i loss_i + t loss_target) / N`` with ``N = sum_i w_i + t``, or, for Poisson-sampled algorithms,
-``N = algorithm.batch_size`` (the expected batch size, as in the accounted mechanism). Without clipping the
-update follows ``grad L``; with clipping it follows the released ``mechanism.privatize(key, S, C, N)`` of the
-clipped sum ``S``.
+``L = (sum_i w_i loss_i + t loss_target) / N``. Without clipping ``N = sum_i w_i + t`` (the realised count) and the
+update follows ``grad L``; with clipping ``N = sum_i w_i + 1`` with a target slot (it counts 1 whatever ``t``, a
+public normaliser, so ``t = 0`` and ``t = 1`` differ by the target's clipped gradient alone; ``sum_i w_i``
+without, rows marked ``Batch.target_rows`` counting 1) and the update follows the released
+``mechanism.privatize(key, S, C, N)`` of the clipped sum ``S``. Poisson-sampled algorithms use
+``N = algorithm.batch_size`` either way (the expected batch size, as in the accounted mechanism).
 """
 
 from __future__ import annotations

@@ -19,8 +19,17 @@ Randomness is derived from the model's ``key`` (never carried), through the name
   (Poisson step s of epoch e: ``fold_in(<that>, s)``);
 - mechanism noise, step t: ``noise_key(key, t) = fold_in(fold_in(key, 2), t)``, the key given to the step.
 
-With ``target_weight = 0`` the target slot is kept (same batches as the "in" model) but does not count:
-the informed membership-inference "out" model of Balle et al. Alg. 2.
+With ``target_weight = 0`` the target slot is kept (same batches as the "in" model) but its loss and gradient do
+not count: the informed membership-inference "out" model of Balle et al. Alg. 2. The normaliser then depends on the
+kind of training:
+
+- *private* (DP-GD / DP-SGD, ``clip_norm`` set): the slot counts 1 whatever its weight, a public normaliser
+  (``n + 1`` full batch, the batch size for shuffled minibatches, the expected batch size for Poisson sampling).
+  The "in" and "out" releases of a step then differ by the target's clipped gradient over that normaliser alone
+  (norm <= C in sum units), the add/remove sensitivity the accountants assume; a realised ``n + target_weight``
+  would let them differ by up to 2C (the "out" model would release ``S / n``, the "in" model ``(S + g) / (n + 1)``).
+- *non-private*: the realised count ``n + target_weight`` (the "out" model trains on D- alone with its own mean, as
+  in Balle et al.'s non-private membership inference, Fig. 11; :func:`~recon_jax.training.train_gram` likewise).
 """
 
 from __future__ import annotations
@@ -178,7 +187,9 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
       key: this model's key (initialisation if random, fresh shuffling, mechanism noise).
       init_params: initial parameters; required iff ``algorithm.init == "fixed"``.
       shuffle_key: shared shuffling key; required iff minibatches with ``shuffle == "known"``.
-      target_weight: 1 (target trained on) or 0 (target slot kept but ignored: the MIA "out" model).
+      target_weight: 1 (target trained on) or 0 (target slot kept but ignored: the MIA "out" model). Private
+        training counts the slot 1 in its normaliser either way; non-private training counts ``target_weight``
+        (module docstring).
       return_trace: also return the per-step flat parameters, released gradients and batch indices (Poisson: one
         row per slot, -1 where the slot is empty).
 
@@ -259,7 +270,8 @@ def train(model_fns: ModelFns, algorithm: Algorithm, fixed_set, target=None, *, 
         w = jnp.where(taken, jnp.where(is_t, tw, 1.0), 0.0).astype(dtype)
         if sq is not None:
             sq = jnp.where(is_t, tx_sq, sq)
-        return Batch(xb, yb, w, x_sq_norms=sq)
+        # private training counts a drawn target slot 1 in its normaliser whatever tw (Batch.target_rows)
+        return Batch(xb, yb, w, x_sq_norms=sq, target_rows=is_t & taken)
 
     def epoch_fn(state, epoch):
         epoch_key = perm = None

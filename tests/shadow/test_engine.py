@@ -5,6 +5,7 @@ import os
 
 import haiku as hk
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -263,3 +264,32 @@ def test_invalid_arguments():
                                       progress=False)
     with pytest.raises(ValueError, match="num_devices"):
         shadow.cpu_xla_flags(0)
+
+
+@pytest.mark.parametrize("per_example", ["auto", "vmap"])
+def test_dp_mia_in_and_out_models_differ_by_the_targets_clipped_gradient(x64, per_example):
+    # One DP-GD step without noise from a known init: an "out" model (target weight 0) releases S_- / (n + 1) and
+    # an "in" model (S_- + clip(g_target)) / (n + 1), the public normaliser, so the models differ by
+    # lr clip(g_target) / (n + 1). (The realised normaliser n + t gave the out model S_- / n.)
+    fixed, targets, _ = _data(n=10, k=3)
+    fixed = (fixed[0].astype(np.float64), fixed[1])
+    targets = (targets[0].astype(np.float64), targets[1])
+    p0 = jax.tree_util.tree_map(lambda a: a.astype(jnp.float64),
+                                training.initial_params(FNS, jax.random.key(0), fixed[0]))
+    clip, lr = 0.05, 0.3
+    alg = training.dp_gd(clip, noise_multiplier=0.0, epochs=1, learning_rate=lr, per_example=per_example)
+    s = shadow.generate_shadow_models(FNS, alg, fixed, targets, jax.random.key(1), init_params=p0,
+                                      target_weights=np.array([1.0, 0.0, 1.0]), outputs=("params",),
+                                      chunk_size=3, progress=False)
+    flat0, unravel = models.ravel(p0)[0], jax.flatten_util.ravel_pytree(p0)[1]
+
+    def clipped(x, y):  # by hand: one example's gradient at p0, clipped
+        g = np.asarray(jax.flatten_util.ravel_pytree(jax.grad(lambda p: training.softmax_cross_entropy(
+            FNS.apply(p, x[None]), y[None])[0])(p0))[0])
+        return g * min(1.0, clip / np.linalg.norm(g))
+
+    s_minus = sum(clipped(fixed[0][i], fixed[1][i]) for i in range(10))
+    np.testing.assert_allclose(s["params"][1], np.asarray(flat0) - lr * s_minus / 11, rtol=1e-10, atol=1e-13)
+    for i in (0, 2):
+        want = np.asarray(flat0) - lr * (s_minus + clipped(targets[0][i], targets[1][i])) / 11
+        np.testing.assert_allclose(s["params"][i], want, rtol=1e-10, atol=1e-13)

@@ -53,7 +53,7 @@ def test_loss_and_gradient_with_target_match_naive_loop(x64, per_example, clippi
     batch = training.Batch(x[:6], y[:6], weights=w, target_x=x[6], target_y=y[6], target_weight=t_w)
     loss, g = training.privatized_loss_and_gradient(FNS, params, batch, jax.random.key(1), alg)
     ref_loss, ref_sum = _naive(params, x, y, jnp.concatenate([w, jnp.array([t_w])]), 0.3, clipping)
-    count = float(jnp.sum(w)) + t_w
+    count = float(jnp.sum(w)) + 1.0  # the target slot counts 1 in the private normaliser, whatever its weight
     # float64: the only differences are summation orders
     np.testing.assert_allclose(g, ref_sum / count, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(loss, ref_loss / count, rtol=1e-10)
@@ -98,3 +98,28 @@ def test_arguments_checked(x64):
         training.use_ghost_clipping(FNS, params, x, "ghost", "per_layer")
     assert training.use_ghost_clipping(FNS, params, x, "auto") and not training.use_ghost_clipping(FNS, params, x,
                                                                                                     "auto", "per_layer")
+
+
+@pytest.mark.parametrize("per_example", ["vmap", "ghost"])
+@pytest.mark.parametrize("sigma", [0.0, 2.0])
+def test_out_and_in_releases_differ_by_the_targets_clipped_gradient(x64, per_example, sigma):
+    # Add/remove adjacency: the MIA "out" model (target weight 0) and the "in" model (weight 1) must release
+    # (S_- + Z) / (n + 1) and (S_- + clip(g_target) + Z) / (n + 1), one clipped gradient (norm <= C) apart in sum
+    # units. With the realised normaliser n + t they differed by clip(g_target) - S_- / n, up to 2C.
+    params, x, y = _setup()
+    n, clip = 6, 0.3
+    alg = training.dp_gd(clip, noise_multiplier=sigma, per_example=per_example)
+    released = {}
+    for t_w in (0.0, 1.0):
+        batch = training.Batch(x[:n], y[:n], weights=jnp.ones(n), target_x=x[n], target_y=y[n],
+                               target_weight=t_w)
+        released[t_w] = training.privatized_loss_and_gradient(FNS, params, batch, jax.random.key(4), alg)[1]
+    _, g_target = _naive(params, x[n:], y[n:], [1.0], clip)  # the target's clipped gradient, by hand
+    _, s_minus = _naive(params, x[:n], y[:n], np.ones(n), clip)
+    assert np.linalg.norm(g_target) <= clip * (1 + 1e-12)
+    # float64; the noise (same key) cancels to rounding of its sigma C scale
+    tol = dict(rtol=1e-10, atol=1e-12 * max(1.0, sigma))
+    np.testing.assert_allclose(np.asarray(released[1.0] - released[0.0]) * (n + 1), g_target, **tol)
+    if sigma == 0.0:
+        np.testing.assert_allclose(released[0.0], s_minus / (n + 1), rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(released[1.0], (s_minus + g_target) / (n + 1), rtol=1e-10, atol=1e-13)

@@ -82,7 +82,9 @@ def _contributions(fns, alg, params, x, y):
         extra = dict(target_x=x[0], target_y=y[0], target_weight=t_w) if target else {}
         batch = training.Batch(x, y, w, x_sq_norms=sq, **extra)
         released = step(training.TrainState.create(params, alg), batch, jax.random.key(0))[1]["gradient"]
-        return released * (alg.batch_size if alg.poisson else 1.0)  # Poisson divides by the expected size 8: exact
+        # Undo the normaliser, exactly (powers of two): Poisson divides by the expected size 8, the full-batch step by
+        # sum(w) plus 1 for the target slot (public: it counts 1 whatever t_w), minibatches by sum(w) = 1.
+        return released * (alg.batch_size if alg.poisson else (jnp.sum(w) + 1.0 if target else 1.0))
 
     weights = np.eye(b + int(target), b, dtype=np.float32)  # one-hot rows; the last is all zero with a target
     t_ws = (np.arange(b + int(target)) == b).astype(np.float32)

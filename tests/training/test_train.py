@@ -376,7 +376,7 @@ def _naive_shuffled_dp_sgd(p0, fixed, target, key, *, batch, epochs, lr, momentu
     with ``permutation(fold_in(fold_in(key, 1), e))``, steps take consecutive slices of ``batch`` (remainder
     dropped); each example's flat gradient is clipped to ``clip_norm`` (the target's is scaled by
     ``target_weight``), summed, noised with ``N(0, (clip_norm sigma)^2)`` from ``fold_in(fold_in(key, 2), step)``
-    and divided by the batch's total weight.
+    and divided by the batch size (public: a drawn target counts 1 whatever ``target_weight``).
     """
     from jax.flatten_util import ravel_pytree
 
@@ -399,7 +399,7 @@ def _naive_shuffled_dp_sgd(p0, fixed, target, key, *, batch, epochs, lr, momentu
                 g = grad_one(flat, x[i], y[i])
                 total = total + weight[i] * g * jnp.minimum(1.0, clip_norm / jnp.linalg.norm(g))
             noise = jax.random.normal(jax.random.fold_in(jax.random.fold_in(key, 2), step), flat.shape, flat.dtype)
-            g_released = (total + clip_norm * sigma * noise) / np.sum(weight[chosen])
+            g_released = (total + clip_norm * sigma * noise) / len(chosen)
             vel = momentum * vel + g_released
             flat = flat - lr * vel
             step += 1
@@ -437,3 +437,54 @@ def test_minibatch_dp_sgd_on_integer_inputs_equals_float_inputs(key):
     # float32, same math on the same values (the integers are exact in float32)
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), ints.params,
                            floats.params)
+
+
+def _clipped_target_gradient(flat_params, target, clip_norm):
+    """The target's flat gradient at ``flat_params``, clipped to ``clip_norm`` by hand (float64)."""
+    from jax.flatten_util import ravel_pytree
+
+    p0 = training.initial_params(FNS, jax.random.key(0), target[0][None])
+    unravel = ravel_pytree(jax.tree_util.tree_map(lambda a: a.astype(jnp.float64), p0))[1]
+    g = ravel_pytree(jax.grad(lambda p: training.softmax_cross_entropy(FNS.apply(p, target[0][None]),
+                                                                        target[1][None])[0])(
+        unravel(jnp.asarray(flat_params))))[0]
+    g = np.asarray(g)
+    return g * min(1.0, clip_norm / np.linalg.norm(g))
+
+
+@pytest.mark.parametrize("per_example", ["auto", "vmap"])
+@pytest.mark.parametrize("batch_size", [None, 4])
+def test_private_out_model_uses_the_public_normaliser(x64, key, per_example, batch_size):
+    # DP training of the MIA "in" (target weight 1) and "out" (weight 0) models, no noise: at the first step whose
+    # batch holds the target, the released updates differ by the target's clipped gradient over the public
+    # normaliser (n + 1 full batch, the batch size for shuffled minibatches), never by more than C in sum units.
+    fixed, target = _data(n=11)
+    fixed = (fixed[0].astype(jnp.float64), fixed[1])
+    target = (target[0].astype(jnp.float64), target[1])
+    p0 = jax.tree_util.tree_map(lambda a: a.astype(jnp.float64), training.initial_params(FNS, key, fixed[0]))
+    clip = 0.05
+    if batch_size is None:
+        alg = training.dp_gd(clip, noise_multiplier=0.0, epochs=2, learning_rate=0.3, per_example=per_example)
+        normaliser = 12
+    else:
+        alg = training.dp_sgd(batch_size, clip, noise_multiplier=0.0, epochs=2, learning_rate=0.3,
+                              shuffle="known", per_example=per_example)
+        normaliser = batch_size
+    out = {}
+    for t_w in (0.0, 1.0):
+        out[t_w] = training.train(FNS, alg, fixed, target, key=key, init_params=p0, shuffle_key=jax.random.key(9),
+                                  target_weight=t_w, return_trace=True).trace
+    if batch_size is None:
+        t = 0
+    else:
+        drawn = np.any(np.asarray(out[1.0]["batch_indices"]) == 11, axis=1)
+        np.testing.assert_array_equal(drawn, np.any(np.asarray(out[0.0]["batch_indices"]) == 11, axis=1))
+        t = int(np.argmax(drawn))
+        assert drawn[t]
+        # before it, the two models take identical steps
+        np.testing.assert_array_equal(out[1.0]["gradients"][:t], out[0.0]["gradients"][:t])
+    np.testing.assert_array_equal(out[1.0]["params"][t], out[0.0]["params"][t])
+    g_target = _clipped_target_gradient(out[1.0]["params"][t], target, clip)
+    diff = np.asarray(out[1.0]["gradients"][t] - out[0.0]["gradients"][t]) * normaliser
+    np.testing.assert_allclose(diff, g_target, rtol=1e-9, atol=1e-13)  # float64 rounding
+    assert np.linalg.norm(diff) <= clip * (1 + 1e-9)
