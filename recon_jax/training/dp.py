@@ -243,12 +243,14 @@ def _clipped_sum(model_fns, params, x, y, weights, *, clip_norm, clipping, ghost
         w = jnp.asarray(weights, g.dtype)
         return weighted_row_sum(w, v), weighted_row_sum(w, g)
     # Microbatches of m examples in a scan (the last one padded with weight-0 rows): memory O(m P), not O(B P).
+    # The padding rows are copies of real rows (pad < m <= b), never zeros: a model need not be finite at x = 0
+    # (one that normalises each input gives NaN there, and 0 * NaN = NaN would poison the whole sum).
     flat = jax.eval_shape(lambda p: ravel_pytree(p)[0], params)
     w = jnp.ones((b,), flat.dtype) if weights is None else jnp.asarray(weights, flat.dtype)
     n_mb = -(-b // m)
     pad = n_mb * m - b
-    xp = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)]) if pad else x
-    yp = jnp.concatenate([y, jnp.zeros((pad,), y.dtype)]) if pad else y
+    xp = jnp.concatenate([x, x[:pad]]) if pad else x
+    yp = jnp.concatenate([y, y[:pad]]) if pad else y
     wp = jnp.concatenate([w, jnp.zeros((pad,), w.dtype)]) if pad else w
 
     def body(carry, mb):

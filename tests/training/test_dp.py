@@ -123,3 +123,39 @@ def test_out_and_in_releases_differ_by_the_targets_clipped_gradient(x64, per_exa
     if sigma == 0.0:
         np.testing.assert_allclose(released[0.0], s_minus / (n + 1), rtol=1e-10, atol=1e-13)
         np.testing.assert_allclose(released[1.0], (s_minus + g_target) / (n + 1), rtol=1e-10, atol=1e-13)
+
+
+class _NormalisedInputs(models.MLP):
+    """An MLP on each input divided by its norm: not finite at x = 0 (the old microbatch padding)."""
+
+    def __call__(self, x):
+        x = x.reshape((x.shape[0], -1))
+        return super().__call__(x / jnp.linalg.norm(x, axis=-1, keepdims=True))
+
+
+@pytest.mark.parametrize("microbatch", [2, 3, 4])
+def test_microbatch_padding_is_finite_for_models_undefined_at_zero(x64, microbatch):
+    # B = 5 is not a multiple of the microbatch size, so the last microbatch is padded. Zero padding gave NaN for
+    # this model (0 * NaN = NaN in the weighted sum); padding with copies of real rows at weight 0 does not.
+    fns = models.from_flax(_NormalisedInputs(features=(8, 4)))
+    params, x, y = _setup(n=5)
+    params = jax.tree_util.tree_map(lambda a: a.astype(jnp.float64), fns.init(jax.random.key(0), x[:1]))
+    w = jnp.array([1.0, 0.0, 1.0, 1.0, 1.0])
+    loss, total = training.clipped_gradient_sum(fns, params, x, y, clip_norm=0.3, weights=w, per_example="vmap",
+                                                microbatch_size=microbatch)
+    ref_total, ref_loss = 0.0, 0.0
+    for i in range(5):  # naive: one example at a time
+        v, g = jax.value_and_grad(lambda p: training.softmax_cross_entropy(fns.apply(p, x[i:i + 1]), y[i:i + 1])[0])(
+            params)
+        ref_total = ref_total + float(w[i]) * _naive_clip(g, 0.3, "flat")
+        ref_loss = ref_loss + float(w[i]) * float(v)
+    assert np.all(np.isfinite(np.asarray(total)))
+    np.testing.assert_allclose(total, ref_total, rtol=1e-10, atol=1e-13)  # float64: summation order only
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-10)
+    # and through a DP step (the target term, Gaussian noise): finite, equal to the unbatched path
+    alg = training.dp_gd(0.3, noise_multiplier=1.0, per_example="vmap", microbatch_size=microbatch)
+    batch = training.Batch(x[:4], y[:4], weights=w[:4], target_x=x[4], target_y=y[4])
+    _, g_mb = training.privatized_loss_and_gradient(fns, params, batch, jax.random.key(2), alg)
+    _, g_one = training.privatized_loss_and_gradient(fns, params, batch, jax.random.key(2),
+                                                     training.dp_gd(0.3, noise_multiplier=1.0, per_example="vmap"))
+    np.testing.assert_allclose(g_mb, g_one, rtol=1e-10, atol=1e-13)
