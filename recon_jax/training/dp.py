@@ -8,9 +8,10 @@ sum, and release ``mechanism.privatize(key, sum_i clip(g_i), C, B)`` (for the Ga
 Clipping modes:
 
 - ``"flat"``: ``g_i <- g_i / max(1, ||g_i|| / C)`` on the whole flattened gradient (Biswas et al. Alg. 1 line 7).
-- ``"per_layer"``: each layer's block (parameters sharing the top-level path component, e.g. ``Dense_0``) is
-  clipped to ``C / sqrt(L)`` for L layers, so the whole per-example gradient still has norm at most C and the
-  mechanism's sensitivity is unchanged (the Opacus-style per-layer clipping Biswas et al. Sec. VII discuss).
+- ``"per_layer"``: each layer's block (parameters sharing the first key of their pytree path, e.g. ``Dense_0``,
+  or haiku's ``mlp/~/linear_0``: :func:`layer_groups`) is clipped to ``C / sqrt(L)`` for L layers, so the whole
+  per-example gradient still has norm at most C and the mechanism's sensitivity is unchanged (the Opacus-style
+  per-layer clipping Biswas et al. Sec. VII discuss).
 
 Per-example gradients (``per_example``): ``"vmap"`` materialises the ``[B, P]`` matrix (``vmap(grad)``, optionally
 ``microbatch_size`` examples at a time), ``"ghost"`` computes the clipped sum without it
@@ -110,19 +111,57 @@ def per_example_gradients(model_fns: ModelFns, params, x: jax.Array, y: jax.Arra
     return jax.vmap(one)(x, y)
 
 
-def layer_groups(layout: Layout) -> tuple[np.ndarray, int]:
-    """Group id of every flat coordinate (by the first path component) and the number of groups.
+def _key_name(k) -> str:
+    """The name of one pytree path key (a dict key, attribute name or sequence index)."""
+    for attr in ("key", "name", "idx"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def _layout_group(path: str) -> str:
+    """The layer of a ``/``-joined :class:`Layout` path: its first component, with haiku's ``name/~/name`` module
+    nesting kept together (``"mlp/~/linear_0/w" -> "mlp/~/linear_0"``, ``"Dense_0/kernel" -> "Dense_0"``)."""
+    parts = path.split("/")
+    i = 0
+    while i + 2 < len(parts) and parts[i + 1] == "~":
+        i += 2
+    return "/".join(parts[:i + 1])
+
+
+def layer_groups(layout) -> tuple[np.ndarray, int]:
+    """Group id of every flat coordinate (one group per layer) and the number of groups.
+
+    A layer is the first key of a parameter's pytree path: a flax module (``Dense_0``) or a haiku module
+    (``mlp/~/linear_0``; haiku's module names contain ``/``, so the ``/``-joined layout path cannot be split at its
+    first ``/``). Group ids follow the flat (``ravel_pytree``) order of first appearance.
+
+    Args:
+      layout: the parameter pytree (arrays or shapes; exact), or its :class:`~recon_jax.models.Layout`, whose joined
+        paths are split at the first ``/`` except across haiku's ``/~/`` nesting (exact for flax and for haiku's
+        default module names; pass the pytree for names made with ``hk.name_scope``).
+
+    Returns:
+      ``(ids [P] int32, number of groups)``.
 
     >>> ids, n = layer_groups(layout_of({"l1": {"w": jnp.zeros(2), "b": jnp.zeros(1)}, "l2": {"w": jnp.zeros(1)}}))
     >>> ids.tolist(), n
     ([0, 0, 0, 1], 2)
+    >>> haiku_like = {"mlp/~/linear_0": {"w": jnp.zeros(2)}, "mlp/~/linear_1": {"w": jnp.zeros(1)}}
+    >>> layer_groups(haiku_like)[0].tolist(), layer_groups(layout_of(haiku_like))[0].tolist()
+    ([0, 0, 1], [0, 0, 1])
     """
+    if isinstance(layout, Layout):
+        blocks = [(_layout_group(e.path), e.size) for e in layout.entries]
+    else:
+        blocks = [(_key_name(kp[0]) if kp else "", int(np.prod(np.shape(leaf), dtype=np.int64)))
+                  for kp, leaf in jax.tree_util.tree_flatten_with_path(layout)[0]]
     names: dict[str, int] = {}
-    ids = np.zeros(layout.size, dtype=np.int32)
-    for e in layout.entries:
-        top = e.path.split("/")[0]
-        gid = names.setdefault(top, len(names))
-        ids[e.offset:e.offset + e.size] = gid
+    ids = np.zeros(sum(size for _, size in blocks), dtype=np.int32)
+    offset = 0
+    for top, size in blocks:
+        ids[offset:offset + size] = names.setdefault(top, len(names))
+        offset += size
     return ids, len(names)
 
 
@@ -134,7 +173,8 @@ def clip_gradients(grads: jax.Array, clip_norm: float, clipping: str = "flat",
       grads: flattened per-example gradients ``[B, P]``.
       clip_norm: C > 0.
       clipping: ``"flat"`` or ``"per_layer"`` (each of the L layers clipped to ``C / sqrt(L)``).
-      layout: the parameter layout (required for ``"per_layer"``).
+      layout: the parameter pytree or its :class:`~recon_jax.models.Layout` (required for ``"per_layer"``; the
+        layers are those of :func:`layer_groups`).
 
     Returns:
       The clipped gradients, same shape.
@@ -152,9 +192,9 @@ def clip_gradients(grads: jax.Array, clip_norm: float, clipping: str = "flat",
         return grads * jnp.minimum(1.0, clip_norm / jnp.maximum(norms, tiny))
     if layout is None:
         raise ValueError("layout is required for clipping='per_layer'")
-    if layout.size != grads.shape[-1]:
-        raise ValueError(f"layout size {layout.size} does not match grads of shape {grads.shape}")
     ids, n_groups = layer_groups(layout)
+    if ids.size != grads.shape[-1]:
+        raise ValueError(f"layout size {ids.size} does not match grads of shape {grads.shape}")
     ids = jnp.asarray(ids)
     sq = jax.vmap(lambda g: jax.ops.segment_sum(g * g, ids, num_segments=n_groups))(grads.reshape(-1, grads.shape[-1]))
     sq = sq.reshape(grads.shape[:-1] + (n_groups,))
@@ -234,7 +274,7 @@ def _clipped_sum(model_fns, params, x, y, weights, *, clip_norm, clipping, ghost
         v, tree, _ = ghost_clipped_sum(model_fns.tap, params, x, y, clip_norm, weights, loss_fn, per_model_batches,
                                        input_sq_norms)
         return (jnp.sum(v) if weights is None else weighted_row_sum(weights, v)), ravel_pytree(tree)[0]
-    layout = layout_of(params) if clipping == "per_layer" else None
+    layout = params if clipping == "per_layer" else None  # layer_groups reads the pytree's first keys
     b, m = x.shape[0], microbatch_size
     if m is None or m >= b:
         v, g = _losses_and_clipped_gradients(model_fns, params, x, y, clip_norm, clipping, layout, loss_fn)

@@ -1,6 +1,8 @@
 """The one DP gradient (privatized_loss_and_gradient / clipped_gradient_sum) against naive per-example loops, in
 float64: weights, the separate target term, microbatching, ghost vs vmap, the normaliser, argument checks."""
 
+import flax.linen as nn
+import haiku as hk
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -159,3 +161,51 @@ def test_microbatch_padding_is_finite_for_models_undefined_at_zero(x64, microbat
     _, g_one = training.privatized_loss_and_gradient(fns, params, batch, jax.random.key(2),
                                                      training.dp_gd(0.3, noise_multiplier=1.0, per_example="vmap"))
     np.testing.assert_allclose(g_mb, g_one, rtol=1e-10, atol=1e-13)
+
+
+class _Nested(models.MLP):
+    """A flax model with a nested module: its per-layer groups are the top-level modules, as before."""
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(4)(models.MLP(features=(5, 3), name="Body")(x))
+
+
+def test_per_layer_groups_are_the_first_pytree_keys_for_haiku_and_flax(x64):
+    # Haiku module names contain "/" (mlp/~/linear_0): splitting the joined layout path at its first "/" put every
+    # layer of a haiku MLP in one group, so per-layer clipping silently became flat clipping.
+    hk_fns = models.from_haiku(hk.transform(lambda x: hk.nets.MLP([8, 4], activation=jax.nn.elu)(x)))
+    params, x, y = _setup()
+    hk_params = jax.tree_util.tree_map(lambda a: 3.0 * a.astype(jnp.float64), hk_fns.init(jax.random.key(0), x[:1]))
+    assert len(hk_params) == 2
+    w = jnp.array([1.0, 0.0, 1.0, 1.0, 0.5, 1.0, 1.0])
+    for fns, p in ((hk_fns, hk_params), (FNS, params)):
+        ref_loss, ref = 0.0, 0.0
+        for i in range(7):  # naive: each top-level layer of each example's gradient clipped to C / sqrt(2)
+            v, g = jax.value_and_grad(lambda q: training.softmax_cross_entropy(fns.apply(q, x[i:i + 1]),
+                                                                               y[i:i + 1])[0])(p)
+            ref = ref + float(w[i]) * _naive_clip(g, 0.3, "per_layer")
+            ref_loss = ref_loss + float(w[i]) * float(v)
+        for mb in (None, 3):
+            loss, total = training.clipped_gradient_sum(fns, p, x, y, clip_norm=0.3, clipping="per_layer", weights=w,
+                                                        microbatch_size=mb)
+            np.testing.assert_allclose(total, ref, rtol=1e-10, atol=1e-13)  # float64: summation order only
+            np.testing.assert_allclose(loss, ref_loss, rtol=1e-10)
+        layout = models.layout_of(p)
+        g = training.per_example_gradients(fns, p, x, y)
+        np.testing.assert_array_equal(training.clip_gradients(g, 0.3, "per_layer", layout),
+                                      training.clip_gradients(g, 0.3, "per_layer", p))
+    for layout in (hk_params, models.layout_of(hk_params)):
+        ids, n = training.layer_groups(layout)
+        assert n == 2 and np.bincount(ids).tolist() == [6 * 8 + 8, 8 * 4 + 4]
+    # flax: the groups are the top-level modules, as the first "/"-component always gave
+    nested = models.from_flax(_Nested(features=(1,)))
+    p_nested = nested.init(jax.random.key(0), x[:1])
+    for p in (params, p_nested):
+        layout = models.layout_of(p)
+        names = {}
+        old_rule = [names.setdefault(e.path.split("/")[0], len(names)) for e in layout.entries for _ in range(e.size)]
+        for arg in (p, layout):
+            ids, n = training.layer_groups(arg)
+            assert ids.tolist() == old_rule and n == len(names)
+    assert training.layer_groups(p_nested)[1] == 2  # Body, Dense_0
