@@ -150,7 +150,8 @@ def test_antipodal_canaries_attain_the_gdp_bound():
         exact = prior_aware.crafted_success_probability("simplex", 2, mu)
         # scipy's normal CDF; the quadrature's tolerance (epsabs 1e-12) bounds the difference.
         assert exact == pytest.approx(stats.norm.cdf(mu), abs=1e-9)
-        assert exact == pytest.approx(float(bounds.rero_gdp(0.5, mu)), abs=1e-7)  # float32 bound
+        # The float32 bound, raised by its rounding-error allowance (never below the exact value; ~1e-6 above).
+        assert exact <= float(bounds.rero_gdp(0.5, mu)) <= exact * (1 + 3e-6)
     # At k = 10 the simplex beats orthogonal canaries and stays below the bound (issue 35: 0.944 vs 0.911 of it),
     # each against the Gaussian orthant probability of its geometry (SciPy, not the code's reduction to a 1-D
     # integral): the exact optimum.
