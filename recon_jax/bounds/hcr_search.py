@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax._validation import FINITE_POSITIVE, check, check_integer, is_concrete
+from recon_jax._validation import FINITE_POSITIVE, check, check_integer, invalid, is_concrete
 from recon_jax.bounds.dct import default_dct_axes, full_precision, to_coordinates
 from recon_jax.bounds.hcr import log_hcr_variance_bound
 from recon_jax.bounds.lsqr import lsqr, promote_to_common_dtype
@@ -60,11 +60,15 @@ def _check_scalar(name, value):
         raise ValueError(f"{name} must be a scalar; got shape {np.shape(value)}")
 
 
-def _check_hcr_search_args(noise_sigma, num_restarts, num_rounds, perturbation_size):
+def _check_hcr_search_args(noise_sigma, num_restarts, num_rounds, perturbation_size) -> jax.Array:
+    """Raises ``ValueError`` for invalid concrete arguments; returns the scalar mask that is True where a traced
+    ``noise_sigma`` or ``perturbation_size`` is not finite and positive (the result is then NaN, not the 0 that the
+    scoring gives a round it cannot score)."""
     _check_scalar("noise_sigma", noise_sigma)
     check_integer("num_restarts", num_restarts, 1)
     check_integer("num_rounds", num_rounds, 1)
     _check_scalar("perturbation_size", perturbation_size)
+    return jnp.any(invalid(noise_sigma, FINITE_POSITIVE) | invalid(perturbation_size, FINITE_POSITIVE))
 
 
 def _erased_shift_error(no_bound, a0, perturbation_size, noise_sigma) -> None:
@@ -178,7 +182,8 @@ def hcr_bounds(
 
     Returns:
       ``std_bound`` shaped like ``x`` (coefficients in the chosen coordinates, in the common dtype; NaN when every
-      scored shift was rounded away, see above), and an :class:`HCRInfo` if ``return_info``.
+      scored shift was rounded away, see above, and where a traced ``noise_sigma`` or ``perturbation_size`` is not
+      finite and positive), and an :class:`HCRInfo` if ``return_info``.
 
     Raises:
       ValueError: for a non-positive or non-finite ``noise_sigma`` or ``perturbation_size`` (when
@@ -194,7 +199,7 @@ def hcr_bounds(
     >>> [round(float(t), 2) for t in b]  # Cramer-Rao sigma / w_00 in the least-informative coordinate
     [1.0, 0.0, 0.0]
     """
-    _check_hcr_search_args(noise_sigma, num_restarts, num_rounds, perturbation_size)
+    bad_args = _check_hcr_search_args(noise_sigma, num_restarts, num_rounds, perturbation_size)
     if refine not in ("paper", "inverse"):
         raise ValueError(f"refine must be 'paper' or 'inverse'; got {refine!r}")
     if isinstance(coordinates, str) and coordinates not in ("dct", "pixel"):
@@ -261,7 +266,7 @@ def hcr_bounds(
     scored = fnorm > 0 if keep_best_round else fnorm[:, -1:] > 0
     no_bound = ~jnp.any(scored) & jnp.any((fnorm == 0) & (enorm > 0))
     _erased_shift_error(no_bound, a0, perturbation_size, noise_sigma)
-    std_bound = jnp.where(no_bound, jnp.nan, jnp.max(best, axis=0))
+    std_bound = jnp.where(no_bound | bad_args, jnp.nan, jnp.max(best, axis=0))
     if not return_info:
         return std_bound
     winner = jnp.argmax(jnp.sum(best.reshape(num_restarts, -1), axis=1))
@@ -399,7 +404,8 @@ def hcr_bounds_reference(
     gets NaN (``ValueError`` when concrete: raise ``perturbation_size`` or use float64).
 
     Returns:
-      ``[B, ...]`` standard-deviation bounds in the chosen coordinates (and the info if ``return_info``).
+      ``[B, ...]`` standard-deviation bounds in the chosen coordinates (and the info if ``return_info``); NaN
+      where a traced ``noise_sigma`` or ``perturbation_size`` is not finite and positive.
 
     Raises:
       ValueError: as :func:`hcr_bounds`, or if ``xs`` has no batch axis or ``atol_factor`` is negative.
@@ -411,7 +417,7 @@ def hcr_bounds_reference(
     >>> bool(jnp.all(b <= jnp.array([1.0, 0.5, 0.25]) + 1e-6))  # never above Cramer-Rao for a linear map
     True
     """
-    _check_hcr_search_args(noise_sigma, num_restarts, num_rounds, perturbation_size)
+    bad_args = _check_hcr_search_args(noise_sigma, num_restarts, num_rounds, perturbation_size)
     if isinstance(coordinates, str) and coordinates not in ("dct", "pixel"):
         raise ValueError(f"coordinates must be 'dct', 'pixel' or an orthogonal matrix; got {coordinates!r}")
     if not (np.isfinite(atol_factor) and atol_factor >= 0):
@@ -475,7 +481,7 @@ def hcr_bounds_reference(
     no_bound = ~jnp.any(fnorm > 0, axis=0) & jnp.any(erased, axis=0)
     _erased_shift_error(no_bound, a0, perturbation_size, noise_sigma)
     out = jnp.max(std, axis=0)
-    out = jnp.where(no_bound.reshape(no_bound.shape + (1,) * (xs.ndim - 1)), jnp.nan, out)
+    out = jnp.where(no_bound.reshape(no_bound.shape + (1,) * (xs.ndim - 1)) | bad_args, jnp.nan, out)
     if not return_info:
         return out
     return out, HCRReferenceInfo(fnorm, enorm, itn, istop, rel)

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from recon_jax import threefry
-from recon_jax._validation import NONNEGATIVE, check
+from recon_jax._validation import NONNEGATIVE, check, invalid, nan_if
 
 __all__ = ["Mechanism", "GaussianMechanism", "NoNoise"]
 
@@ -49,7 +49,8 @@ class GaussianMechanism:
 
     Args:
       noise_multiplier: sigma >= 0 (noise standard deviation in units of the clip norm C); may be traced (the
-        games of :mod:`recon_jax.attacks.prior_aware` vmap over noise levels), then it is not checked.
+        games of :mod:`recon_jax.attacks.prior_aware` vmap over noise levels): a traced negative or NaN sigma
+        releases NaN.
 
     >>> import jax, jax.numpy as jnp
     >>> m = GaussianMechanism(noise_multiplier=0.0)
@@ -60,9 +61,10 @@ class GaussianMechanism:
     noise_multiplier: float
 
     def __post_init__(self):
-        # a traced noise multiplier (a game vmapped over noise levels) passes unchecked, as everywhere
+        # a traced noise multiplier (a game vmapped over noise levels) is masked in privatize instead
         check("noise_multiplier", self.noise_multiplier, NONNEGATIVE)
 
     def privatize(self, key, clipped_sum, clip_norm, batch_size):  # noqa: D102
         noise = threefry.normal(key, clipped_sum.shape, clipped_sum.dtype)  # = jax.random.normal, bitwise
-        return (clipped_sum + (clip_norm * self.noise_multiplier) * noise) / batch_size
+        released = (clipped_sum + (clip_norm * self.noise_multiplier) * noise) / batch_size
+        return nan_if(invalid(self.noise_multiplier, NONNEGATIVE), released)

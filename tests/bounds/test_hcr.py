@@ -341,6 +341,31 @@ def test_hcr_bounds_invalid_arguments():
         hcr_bounds(f, jnp.zeros(2), 1.0, key, coordinates="wavelet")
 
 
+def test_hcr_searches_give_nan_for_traced_invalid_arguments():
+    """Under jit an invalid sigma or perturbation size is NaN everywhere, not the bound 0 that the scoring gives a
+    round it cannot score (a traced negative sigma used to come back as a zero bound); valid traced values still give
+    the eager bound."""
+    f = lambda v: 2.0 * v  # noqa: E731
+    key = jax.random.key(0)
+    kw = dict(num_restarts=2, num_rounds=2, coordinates="pixel")
+
+    def single(sigma, size):
+        return hcr_bounds(f, jnp.zeros(3), sigma, key, perturbation_size=size, **kw)
+
+    def reference(sigma, size):
+        return hcr_bounds_reference(f, jnp.zeros((2, 3)), sigma, key, perturbation_size=size, **kw)
+
+    bad_pairs = [(-1.0, 1e-2), (0.0, 1e-2), (np.inf, 1e-2), (np.nan, 1e-2), (1.0, -1e-2), (1.0, 0.0), (1.0, np.inf)]
+    for fn in (single, reference):
+        jitted = jax.jit(fn)
+        eager = np.asarray(fn(1.0, 1e-2))
+        assert np.all(np.isfinite(eager)) and np.all(eager > 0)
+        np.testing.assert_allclose(np.asarray(jitted(1.0, 1e-2)), eager, rtol=1e-5)
+        for sigma, size in bad_pairs:
+            out = np.asarray(jitted(sigma, size))
+            assert np.all(np.isnan(out)), (fn.__name__, sigma, size, out)
+
+
 def _relu_net32(seed=1, n_in=16, width=64, cond=1e3):
     """A float32 ReLU net R^16 -> R^64, input [4, 4], whose first layer's columns are scaled from 1 down to 1/cond:
     at x0 the Jacobian has full column rank and condition number ~2e3 (seed 1), so the Cramer-Rao bounds are

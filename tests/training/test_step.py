@@ -155,3 +155,8 @@ def test_gaussian_mechanism_takes_a_traced_noise_multiplier():
         np.testing.assert_array_equal(row, GaussianMechanism(noise_multiplier=sigma).privatize(k, s, 1.5, 2))
     with pytest.raises(ValueError, match="noise_multiplier must be >= 0"):
         GaussianMechanism(noise_multiplier=-1.0)
+    # a traced negative (or NaN) sigma releases NaN, not the release of |sigma| that the symmetric noise would give
+    bad = jax.vmap(lambda sigma: GaussianMechanism(noise_multiplier=sigma).privatize(k, s, 1.5, 2))(
+        jnp.array([-0.5, jnp.nan, 0.0]))
+    assert np.all(np.isnan(bad[:2]))
+    np.testing.assert_array_equal(bad[2], s / 2)
