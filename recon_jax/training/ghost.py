@@ -33,6 +33,7 @@ clipping paths: :mod:`recon_jax.training.dp`.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable
 
 import jax
@@ -66,9 +67,37 @@ def ghost_supported(tap: Callable | None, params, x) -> bool:
     ``T == B``, and its ghost "examples" are then time steps), so this is checked on concrete values
     (:func:`_rows_are_examples`): the model is run on a random probe batch and on copies with example 0, and then
     example ``B - 1``, replaced, and only that row of every dense input and of the logits may change.
+
+    The verdict reads only the tap, the shapes and dtypes of ``params`` and ``x`` and the matmul precision, and is
+    cached on them (per tap, for as long as the tap lives): the games call this on every call.
     """
     if tap is None:
         return False
+    key = _verdict_key(params, x)
+    try:
+        verdicts = _VERDICTS.setdefault(tap, {})
+    except TypeError:  # a tap that cannot be weakly referenced or hashed: judged afresh every time
+        return _ghost_verdict(tap, params, x)
+    if key not in verdicts:
+        verdicts[key] = _ghost_verdict(tap, params, x)
+    return verdicts[key]
+
+
+_VERDICTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Per tap, :func:`ghost_supported`'s verdicts by :func:`_verdict_key`: the games call it on every call, and its
+probe runs three eager forward passes. An entry lives as long as its tap (the model's ``ModelFns``)."""
+
+
+def _verdict_key(params, x) -> tuple:
+    """What the verdict depends on besides the tap: the parameters' tree and leaf shapes and dtypes, ``x``'s shape
+    and dtype (the probe replaces every value by a seeded stand-in), and the matmul precision the probe runs at."""
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    shapes = tuple((tuple(np.shape(a)), str(jnp.result_type(a))) for a in leaves)
+    return (treedef, shapes, tuple(np.shape(x)), str(jnp.result_type(x)), str(jax.config.jax_default_matmul_precision))
+
+
+def _ghost_verdict(tap: Callable, params, x) -> bool:
+    """:func:`ghost_supported` without the cache."""
     leaves = leaf_paths(params)
     if not leaves:
         return False

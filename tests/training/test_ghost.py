@@ -214,8 +214,9 @@ def test_time_major_model_with_as_many_steps_as_examples_is_not_ghost(x64):
     np.testing.assert_array_equal(np.asarray(auto2), np.asarray(auto))
     assert not ghost_supported(fns.tap, params, x)
     assert not use_ghost_clipping(fns, params, x, "auto")
-    # also inside jit (abstract parameters and inputs) and in DP training
-    assert not jax.jit(lambda p, xx: jnp.asarray(ghost_supported(fns.tap, p, xx)))(params, x)
+    # also inside jit (abstract parameters and inputs; a fresh tap, so that the cached verdict is not what answers)
+    fresh = from_flax(_TimeMajor())
+    assert not jax.jit(lambda p, xx: jnp.asarray(ghost_supported(fresh.tap, p, xx)))(params, x)
     with pytest.raises(ValueError, match="per_example='ghost'"):
         clipped_gradient_sum(fns, params, x, y, clip_norm=clip, per_example="ghost")
 
@@ -234,15 +235,68 @@ def test_per_example_models_stay_on_the_ghost_path():
     cases = {**{name: make for name, (make, _) in MODELS.items()}, "zoo_mlp": lambda: from_flax(MLP(features=(7, 5, 3)))}
     dims = {**{name: d for name, (_, d) in MODELS.items()}, "zoo_mlp": 12}
     for name, make in cases.items():
-        fns = make()
         for b in (1, 2, 4, 7):
             x = jax.random.uniform(jax.random.key(b), (b, dims[name]))
-            params = fns.init(jax.random.key(0), x[:1])
-            assert ghost_supported(fns.tap, params, x), (name, b)
+            params = make().init(jax.random.key(0), x[:1])
+            # a fresh model (tap) for each, so that each is judged afresh, not answered from the verdict cache
+            assert ghost_supported(make().tap, params, x), (name, b)
+            fns = make()
             assert ghost_supported(fns.tap, jax.eval_shape(fns.init, jax.random.key(0), x[:1]), x), (name, b)
+            fns = make()
             assert jax.jit(lambda p, xx: jnp.asarray(ghost_supported(fns.tap, p, xx)))(params, x), (name, b)
-            assert use_ghost_clipping(fns, params, x, "auto"), (name, b)
+            assert use_ghost_clipping(make(), params, x, "auto"), (name, b)
     for cnn in (balle_cifar_cnn(), lenet()):  # convolutions: vmap, as before
         fns = from_flax(cnn)
         xc = jnp.zeros((4, 32, 32, 3))
         assert not ghost_supported(fns.tap, jax.eval_shape(fns.init, jax.random.key(0), xc[:1]), xc)
+
+
+def test_ghost_verdict_is_cached_per_tap_and_shapes():
+    """The games ask on every call; the probe's forward passes run once per tap, tree, shapes and dtypes."""
+    fns = from_flax(MLP(features=(7, 3)))
+    runs = []
+
+    def tap(*args):
+        runs.append(1)
+        return fns.tap(*args)
+
+    x = jax.random.uniform(jax.random.key(1), (4, 12))
+    params = fns.init(jax.random.key(0), x[:1])
+    assert ghost_supported(tap, params, x)
+    first = len(runs)
+    assert first >= 3  # the shape trace and the probe's forward passes
+    assert ghost_supported(tap, params, 2.0 * x)  # other values, same shapes: answered from the cache
+    assert ghost_supported(tap, jax.eval_shape(fns.init, jax.random.key(0), x[:1]), x)
+    assert len(runs) == first
+    assert ghost_supported(tap, params, x[:3])  # another batch size is judged afresh
+    assert len(runs) > first
+    # another input width (the tap cannot run these parameters on it) gets its own verdict, not the cached True
+    assert not ghost_supported(tap, params, jnp.zeros((4, 13)))
+    assert ghost_supported(tap, params, x)
+
+
+class _UnhashableTap:
+    """A tap object with value equality and therefore no hash: judged afresh on every call."""
+
+    __hash__ = None
+
+    def __init__(self, tap):
+        self.tap, self.runs = tap, 0
+
+    def __eq__(self, other):
+        return isinstance(other, _UnhashableTap) and other.tap is self.tap
+
+    def __call__(self, *args):
+        self.runs += 1
+        return self.tap(*args)
+
+
+def test_ghost_verdict_of_an_unhashable_tap_is_not_cached():
+    fns = from_flax(MLP(features=(7, 3)))
+    x = jnp.ones((4, 12))
+    params = fns.init(jax.random.key(0), x[:1])
+    tap = _UnhashableTap(fns.tap)
+    assert ghost_supported(tap, params, x)
+    first = tap.runs
+    assert ghost_supported(tap, params, x)
+    assert tap.runs == 2 * first
