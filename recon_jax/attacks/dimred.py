@@ -44,11 +44,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from recon_jax._validation import check_integer
+from recon_jax._validation import FINITE, FINITE_NONNEGATIVE, FINITE_POSITIVE, check, check_integer
 from recon_jax.attacks.dimred_embed import (
     JNP_METHODS,
     METHODS,
     SEED_POLICIES,
+    check_method_options,
     pca_embed,
     run_key,
     sklearn_embed,
@@ -80,19 +81,22 @@ class EmbeddingSpec:
 
     Attributes:
       method: one of ``METHODS``.
-      method_opts: options passed to the method (see :func:`~recon_jax.attacks.dimred_embed.embed`), a mapping
-        or ``(name, value)`` pairs (None: none); stored as ``(name, value)`` pairs sorted by name, so
-        ``dict(spec.method_opts)`` reads them back.
+      method_opts: options passed to the method, a mapping or ``(name, value)`` pairs (None: none); stored as
+        ``(name, value)`` pairs sorted by name, so ``dict(spec.method_opts)`` reads them back. The names allowed are
+        :func:`~recon_jax.attacks.dimred_embed.method_options`: ``density`` for SRP, ``solver`` for PCA (the
+        embedding is always 2-D), the estimator's parameters but ``n_components`` / ``random_state`` for the
+        scikit-learn / umap methods.
       seed_policy: ``"known"`` (every run shares the key) or ``"fresh"`` (every run draws its own randomness, the
         paper's setting; see :func:`~recon_jax.attacks.dimred_embed.run_key`).
-      data_scale: the data are multiplied by this before noise and embedding (> 0; 255 reproduces the reference
-        implementation, which embedded raw 8-bit MNIST pixels).
-      noise_sigma: standard deviation of the additive Gaussian input noise (>= 0; 0: none), in units of the scaled
-        data; the noise key is an argument of :func:`shadow_embeddings`.
+      data_scale: the data are multiplied by this before noise and embedding (finite and > 0; 255 reproduces the
+        reference implementation, which embedded raw 8-bit MNIST pixels).
+      noise_sigma: standard deviation of the additive Gaussian input noise (finite and >= 0; 0: none), in units of
+        the scaled data; the noise key is an argument of :func:`shadow_embeddings`.
 
     Raises:
-      ValueError: ``method`` or ``seed_policy`` is not one of the allowed names, ``method_opts`` is not a mapping,
-        ``data_scale <= 0`` or ``noise_sigma < 0``.
+      ValueError: ``method`` or ``seed_policy`` is not one of the allowed names, ``method_opts`` is not a mapping
+        or names an option the method does not take, ``data_scale`` is not finite and > 0 or ``noise_sigma`` not
+        finite and >= 0.
 
     Example:
       >>> import dataclasses
@@ -119,11 +123,10 @@ class EmbeddingSpec:
                 from e
         if not all(isinstance(name, str) for name in opts):
             raise ValueError(f"method_opts must be a mapping of option names to values, got {self.method_opts!r}")
+        check_method_options(self.method, opts, "method_opts")
         object.__setattr__(self, "method_opts", tuple(sorted(opts.items())))
-        if not self.data_scale > 0:
-            raise ValueError(f"data_scale must be > 0, got {self.data_scale}")
-        if not self.noise_sigma >= 0:
-            raise ValueError(f"noise_sigma must be >= 0, got {self.noise_sigma}")
+        check("data_scale", self.data_scale, FINITE_POSITIVE)
+        check("noise_sigma", self.noise_sigma, FINITE_NONNEGATIVE)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -134,12 +137,12 @@ class AttackTrainingSpec:
 
     Attributes:
       width: decoder channel scale of the split network (integer >= 1; 64 = paper; the MLP ignores it).
-      learning_rate: Adam step size (> 0; paper: 1e-5).
+      learning_rate: Adam step size (finite and > 0; paper: 1e-5).
       batch_size: minibatch size (integer >= 1; paper: 64); capped at the number of shadows.
       max_epochs: maximum epochs (integer >= 1; paper: 500).
       patience: epochs without validation improvement before stopping (integer >= 1; reference code: 5); None
         trains all ``max_epochs`` and returns the last parameters.
-      l1_weight: weight of the L1 term of the loss MSE + ``l1_weight`` * L1 (>= 0; paper: 1).
+      l1_weight: weight of the L1 term of the loss MSE + ``l1_weight`` * L1 (finite and >= 0; paper: 1).
 
     Raises:
       ValueError: a field is out of its range (the message names the field and the range).
@@ -162,14 +165,12 @@ class AttackTrainingSpec:
 
     def __post_init__(self):
         check_integer("width", self.width, 1)
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        check("learning_rate", self.learning_rate, FINITE_POSITIVE)
         check_integer("batch_size", self.batch_size, 1)
         check_integer("max_epochs", self.max_epochs, 1)
         if self.patience is not None:
             check_integer("patience", self.patience, 1)
-        if not self.l1_weight >= 0:
-            raise ValueError(f"l1_weight must be >= 0, got {self.l1_weight}")
+        check("l1_weight", self.l1_weight, FINITE_NONNEGATIVE)
 
 
 
@@ -253,8 +254,8 @@ def shadow_embeddings(
     Args:
       spec: the embedding mechanism (:class:`EmbeddingSpec`: method and options, seed policy, data scale, input
         noise).
-      known: the known members D- ``[n-1, d]`` (images are flattened).
-      candidates: ``[m, d]`` public points x'_j (or the victim's targets).
+      known: the known members D- ``[n-1 >= 2, d >= 3]`` (images are flattened; finite, as float32).
+      candidates: ``[m, d]`` public points x'_j (or the victim's targets; finite, as float32).
       key: typed key of the method's randomness (shadows: the adversary's; victim: the curator's).
       noise_key: typed key of the input noise (required when ``spec.noise_sigma > 0``, unused otherwise).
       index_offset: global index of the first run.
@@ -287,8 +288,12 @@ def shadow_embeddings(
     candidates = np.asarray(candidates, dtype=np.float32)
     known = known.reshape(known.shape[0], -1)
     candidates = candidates.reshape(candidates.shape[0], -1)
-    if known.shape[0] < 2 or known.shape[1] != candidates.shape[1]:
-        raise ValueError(f"known must be [n-1 >= 2, d] matching candidates [m, d]; got {known.shape}, {candidates.shape}")
+    # Every embedded dataset is [n >= 3, d >= 3], the rule of dimred_embed.embed (paper: d > 2).
+    if known.shape[0] < 2 or known.shape[1] < 3 or known.shape[1] != candidates.shape[1]:
+        raise ValueError(f"known must be [n-1 >= 2, d >= 3] matching candidates [m, d]; got {known.shape}, "
+                         f"{candidates.shape}")
+    check("known", known, FINITE)  # a NaN or inf (also from the cast to float32) gives all-NaN PCA / SRP rows
+    check("candidates", candidates, FINITE)
     n = known.shape[0] + 1
     if not 0 <= target_row < n:
         raise ValueError(f"target_row must be in [0, {n - 1}], got {target_row}")

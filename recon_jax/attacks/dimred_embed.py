@@ -11,6 +11,7 @@ ignores the key), ``JNP_METHODS`` / ``SKLEARN_METHODS`` (where each runs) and ``
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Any
@@ -19,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recon_jax._validation import FINITE, check
 from recon_jax.io import seed_from_key
 
 __all__ = [
@@ -33,6 +35,8 @@ __all__ = [
     "embed",
     "sklearn_embed",
     "run_key",
+    "method_options",
+    "check_method_options",
 ]
 
 METHODS = ("pca", "srp", "mds", "isomap", "tsne", "umap")
@@ -43,9 +47,12 @@ SEED_POLICIES = ("known", "fresh")
 
 
 def _check_data(data: Any, name: str = "data") -> None:
+    """``data`` is ``[n >= 3, d >= 3]``, and finite when concrete (a NaN or inf gives an all-NaN PCA / SRP embedding;
+    traced data, inside the vmapped shadow embeddings, are checked by their caller)."""
     shape = np.shape(data)
     if len(shape) != 2 or shape[0] < 3 or shape[1] < 3:
         raise ValueError(f"{name} must be a [n, d] array with n >= 3 and d >= 3 (paper: d > 2), got {shape}")
+    check(name, data, FINITE)
 
 
 def pca_embed(data: jax.Array, n_components: int = 2, solver: str = "auto") -> jax.Array:
@@ -67,7 +74,8 @@ def pca_embed(data: jax.Array, n_components: int = 2, solver: str = "auto") -> j
       ``[n, n_components]`` scores ``(X - mean) V``.
 
     Raises:
-      ValueError: if ``data`` is not 2-D with n, d >= 3 or ``n_components`` is out of range.
+      ValueError: if ``data`` is not 2-D with n, d >= 3, holds a NaN or inf (when concrete) or ``n_components`` is
+        out of range.
 
     Example:
       >>> import jax.numpy as jnp
@@ -210,14 +218,88 @@ def _as_seed(key_or_seed: Any) -> int:
     return seed_from_key(_as_key(key_or_seed))
 
 
+# Keyword arguments the wrappers set themselves (the 2-D output and the run's seed): not options.
+_WRAPPER_ARGS = frozenset({"n_components", "random_state"})
+
+
+@functools.lru_cache(maxsize=None)
+def method_options(method: str) -> frozenset[str] | None:
+    """The option names a method takes (the ``method_opts`` of :class:`recon_jax.attacks.dimred.EmbeddingSpec`).
+
+    PCA: ``solver`` (:func:`pca_embed`); SRP: ``density`` (:func:`srp_matrix`); the scikit-learn / umap methods:
+    their estimator's constructor parameters (``get_params()``, which :func:`sklearn_embed` forwards them to) but
+    ``n_components`` and ``random_state``, which :func:`sklearn_embed` sets. ``None`` for UMAP when umap-learn
+    (an optional extra) is not installed: its options cannot be listed, and embedding with it fails anyway.
+
+    Raises:
+      ValueError: for an unknown method.
+
+    Example:
+      >>> sorted(method_options("srp")), "perplexity" in method_options("tsne")
+      (['density'], True)
+    """
+    if method == "pca":
+        return frozenset({"solver"})
+    if method == "srp":
+        return frozenset({"density"})
+    if method == "mds":
+        from sklearn.manifold import MDS as estimator
+    elif method == "isomap":
+        from sklearn.manifold import Isomap as estimator
+    elif method == "tsne":
+        from sklearn.manifold import TSNE as estimator
+    elif method == "umap":
+        try:
+            from umap import UMAP as estimator
+        except ImportError:  # optional extra not installed
+            return None
+    else:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    return frozenset(estimator().get_params()) - _WRAPPER_ARGS
+
+
+def check_method_options(method: str, names, argument: str = "method_opts") -> None:
+    """Raises ``ValueError`` naming ``argument``, the unknown option names and the allowed ones when ``names``
+    holds an option ``method`` does not take (:func:`method_options`). A misspelt option would otherwise be
+    ignored (PCA / SRP run at their defaults) or fail only inside a worker with the estimator's ``TypeError``.
+
+    Example:
+      >>> check_method_options("srp", ["densty"])
+      Traceback (most recent call last):
+      ...
+      ValueError: method_opts has unknown option(s) ['densty'] for method 'srp'; allowed: ['density']
+    """
+    allowed = method_options(method)
+    unknown = sorted(set(names) - allowed) if allowed is not None else []
+    if unknown:
+        raise ValueError(f"{argument} has unknown option(s) {unknown} for method {method!r}; "
+                         f"allowed: {sorted(allowed)}")
+
+
+def _user_count(name: str, value: Any, lower: int, upper: int, n: int) -> int:
+    """A user-given neighbour count in ``[lower, upper]`` (``upper`` follows from the ``n`` points), as ``int``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not lower <= value <= upper:
+        raise ValueError(f"{name} must be an integer in [{lower}, {upper}] for n = {n} points; got {value!r}")
+    return int(value)
+
+
 def sklearn_embed(method: str, data: np.ndarray, seed: int, **opts: Any) -> np.ndarray:
     """Host-side MDS / Isomap / t-SNE / UMAP embedding of ``data`` [n, d] into 2-D with integer ``seed``.
 
     Defaults (overridable through ``opts``): MDS -- metric SMACOF, ``init="random"``, ``n_init=4``,
     ``max_iter=300`` (scikit-learn 1.4 defaults, the paper's era); Isomap -- ``n_neighbors=min(5, n-1)``,
     dense eigen-solver (deterministic); t-SNE -- scikit-learn defaults (``init="pca"``, perplexity
-    ``min(30, (n-1)/3)`` because it must be below n); UMAP -- ``n_neighbors=min(15, n-1)``.
+    ``min(30, (n-1)/3)`` because it must be below n); UMAP -- ``n_neighbors=min(15, n-1)``. Only these defaults
+    are lowered to fit small ``n``; a value given in ``opts`` is used as given.
+
+    Raises:
+      ValueError: for an unknown method or option (:func:`method_options`), or a given Isomap ``n_neighbors``
+        outside ``[1, n-1]``, UMAP ``n_neighbors`` outside ``[2, n-1]`` or t-SNE ``perplexity`` outside
+        ``(0, (n-1)/3]``.
     """
+    if method not in SKLEARN_METHODS:
+        raise ValueError(f"method must be one of {SKLEARN_METHODS} here, got {method!r}")
+    check_method_options(method, opts, "opts")
     data = np.asarray(data, dtype=np.float64)
     n = data.shape[0]
     opts = dict(opts)
@@ -233,24 +315,30 @@ def sklearn_embed(method: str, data: np.ndarray, seed: int, **opts: Any) -> np.n
             from sklearn.manifold import Isomap
 
             kw = dict(n_neighbors=min(5, n - 1), eigen_solver="dense")
+            if "n_neighbors" in opts:
+                opts["n_neighbors"] = _user_count("n_neighbors", opts["n_neighbors"], 1, n - 1, n)
             kw.update(opts)
-            kw["n_neighbors"] = min(int(kw["n_neighbors"]), n - 1)
             return Isomap(n_components=2, **kw).fit_transform(data)
         if method == "tsne":
             from sklearn.manifold import TSNE
 
             kw = dict(perplexity=min(30.0, (n - 1) / 3.0))
+            if "perplexity" in opts:
+                p = opts["perplexity"]
+                if isinstance(p, (bool, np.bool_)) or not isinstance(p, (int, float, np.integer, np.floating)) \
+                        or not 0 < p <= (n - 1) / 3.0:
+                    raise ValueError(f"perplexity must be a number in (0, (n-1)/3] = (0, {(n - 1) / 3.0:g}] for "
+                                     f"n = {n} points; got {p!r}")
+                opts["perplexity"] = float(p)
             kw.update(opts)
-            kw["perplexity"] = min(float(kw["perplexity"]), (n - 1) / 3.0)
             return TSNE(n_components=2, random_state=seed, **kw).fit_transform(data)
-        if method == "umap":
-            import umap  # umap-learn (optional extra [dimred])
+        import umap  # umap-learn (optional extra [dimred])
 
-            kw = dict(n_neighbors=min(15, n - 1))
-            kw.update(opts)
-            kw["n_neighbors"] = min(int(kw["n_neighbors"]), n - 1)
-            return umap.UMAP(n_components=2, random_state=seed, **kw).fit_transform(data)
-    raise ValueError(f"method must be one of {SKLEARN_METHODS} here, got {method!r}")
+        kw = dict(n_neighbors=min(15, n - 1))
+        if "n_neighbors" in opts:
+            opts["n_neighbors"] = _user_count("n_neighbors", opts["n_neighbors"], 2, n - 1, n)
+        kw.update(opts)
+        return umap.UMAP(n_components=2, random_state=seed, **kw).fit_transform(data)
 
 
 def embed(method: str, data: Any, key_or_seed: Any, **opts: Any) -> jax.Array:
@@ -258,7 +346,7 @@ def embed(method: str, data: Any, key_or_seed: Any, **opts: Any) -> jax.Array:
 
     Args:
       method: ``"pca"``, ``"srp"``, ``"mds"``, ``"isomap"``, ``"tsne"`` or ``"umap"``.
-      data: ``[n, d]`` array (n >= 3, d >= 3).
+      data: ``[n, d]`` finite array (n >= 3, d >= 3).
       key_or_seed: typed ``jax.random.key`` or a non-negative int; the method's randomness (SRP matrix,
         MDS / t-SNE / UMAP initialisation). Ignored by the deterministic PCA and Isomap.
       **opts: method options: ``density`` for SRP (see :func:`srp_matrix`); scikit-learn / umap keyword
@@ -268,7 +356,8 @@ def embed(method: str, data: Any, key_or_seed: Any, **opts: Any) -> jax.Array:
       ``[n, 2]`` embedding (``jax.Array``).
 
     Raises:
-      ValueError: for an unknown method, a malformed ``data`` or an invalid key/seed.
+      ValueError: for an unknown method, a malformed or non-finite ``data``, an invalid key/seed, or (the
+        scikit-learn / umap methods) an option :func:`sklearn_embed` refuses.
 
     Example:
       >>> import numpy as np

@@ -260,9 +260,9 @@ def test_store_resume_corruption_and_config_guard(tmp_path, monkeypatch):
 
 
 def test_specs_validate_their_fields_and_are_hashable():
-    spec = D.EmbeddingSpec(method="srp", method_opts={"density": 0.5, "a": 1})
-    assert spec.method_opts == (("a", 1), ("density", 0.5))  # sorted pairs: hashable, order-free
-    same = D.EmbeddingSpec(method="srp", method_opts=[("density", 0.5), ("a", 1)])
+    spec = D.EmbeddingSpec(method="mds", method_opts={"n_init": 1, "max_iter": 50})
+    assert spec.method_opts == (("max_iter", 50), ("n_init", 1))  # sorted pairs: hashable, order-free
+    same = D.EmbeddingSpec(method="mds", method_opts=[("n_init", 1), ("max_iter", 50)])
     assert spec == same and hash(spec) == hash(same)
     assert D.EmbeddingSpec(method="pca", method_opts=None).method_opts == ()
     assert hash(D.AttackTrainingSpec()) == hash(D.AttackTrainingSpec(width=64))
@@ -271,17 +271,17 @@ def test_specs_validate_their_fields_and_are_hashable():
                         ({"seed_policy": "sometimes"}, "seed_policy must be one of"),
                         ({"method_opts": 3}, "method_opts must be a mapping"),
                         ({"method_opts": {1: 2}}, "method_opts must be a mapping"),
-                        ({"data_scale": 0.0}, "data_scale must be > 0"),
-                        ({"noise_sigma": -1.0}, "noise_sigma must be >= 0"),
-                        ({"noise_sigma": float("nan")}, "noise_sigma must be >= 0")]:
+                        ({"data_scale": 0.0}, "data_scale must be finite and > 0"),
+                        ({"noise_sigma": -1.0}, "noise_sigma must be finite and >= 0"),
+                        ({"noise_sigma": float("nan")}, "noise_sigma must be finite and >= 0")]:
         with pytest.raises(ValueError, match=message):
             D.EmbeddingSpec(**{"method": "pca", **kw})
     for kw, message in [({"width": 0}, "width must be an integer >= 1"),
-                        ({"learning_rate": 0.0}, "learning_rate must be > 0"),
+                        ({"learning_rate": 0.0}, "learning_rate must be finite and > 0"),
                         ({"batch_size": 0}, "batch_size must be an integer >= 1"),
                         ({"max_epochs": 2.0}, "max_epochs must be an integer >= 1"),
                         ({"patience": 0}, "patience must be an integer >= 1"),
-                        ({"l1_weight": -1.0}, "l1_weight must be >= 0")]:
+                        ({"l1_weight": -1.0}, "l1_weight must be finite and >= 0")]:
         with pytest.raises(ValueError, match=message):
             D.AttackTrainingSpec(**kw)
     known, cands = _data(6, 10), _data(2, 10, seed=1)
@@ -290,6 +290,128 @@ def test_specs_validate_their_fields_and_are_hashable():
     images = np.zeros((2, 28, 28, 1), np.float32)
     with pytest.raises(TypeError, match="AttackTrainingSpec"):
         D.fit_attack("mlp", cands, images, cands, images, jax.random.key(0), spec={"width": 2})
+
+
+# Regression tests of an input-validation audit: each fails on the code before it (silently accepted input).
+
+
+@pytest.mark.parametrize("method,opts,unknown", [
+    ("srp", {"densty": 0.5}, "densty"),  # ran at the default density 1/d
+    ("pca", {"n_components": 5}, "n_components"),  # the shadows are always 2-D
+    ("pca", {"whiten": True}, "whiten"),
+    ("tsne", {"perplexty": 3.0}, "perplexty"),  # scikit-learn: TypeError inside the worker, at embedding time
+    ("isomap", {"random_state": 0}, "random_state"),  # Isomap has none
+    ("mds", {"n_components": 3}, "n_components"),  # set by the wrapper
+])
+def test_embedding_spec_refuses_unknown_method_options(method, opts, unknown):
+    with pytest.raises(ValueError, match=rf"method_opts has unknown option\(s\) \['{unknown}'\] for method '{method}'"):
+        D.EmbeddingSpec(method=method, method_opts=opts)
+
+
+def test_embedding_spec_lists_the_allowed_options_and_accepts_them():
+    with pytest.raises(ValueError, match=r"allowed: \['density'\]"):
+        D.EmbeddingSpec(method="srp", method_opts={"densty": 0.5})
+    with pytest.raises(ValueError, match=r"allowed: \['solver'\]"):
+        D.EmbeddingSpec(method="pca", method_opts={"whiten": True})
+    # What the experiment and the tests pass is accepted (scikit-learn / umap: the estimators' own parameters).
+    for method, opts in [("srp", {"density": "auto"}), ("pca", {"solver": "gram"}), ("mds", {"n_init": 1}),
+                         ("tsne", {"init": "random", "perplexity": 3.0}), ("isomap", {"n_neighbors": 3}),
+                         ("umap", {"n_neighbors": 5, "min_dist": 0.1})]:
+        assert dict(D.EmbeddingSpec(method=method, method_opts=opts).method_opts) == opts
+    # sklearn_embed (and embed) refuse a misspelt option with the same message, not the estimator's TypeError.
+    with pytest.raises(ValueError, match=r"opts has unknown option\(s\) \['perplexty'\] for method 'tsne'"):
+        E.sklearn_embed("tsne", _data(), 0, perplexty=3.0)
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['n_components'\]"):
+        E.embed("isomap", _data(), 0, n_components=3)
+
+
+@pytest.mark.parametrize("field,value", [("data_scale", float("inf")), ("noise_sigma", float("inf"))])
+def test_embedding_spec_refuses_infinite_scale_and_noise(field, value):
+    # Before: accepted, and every shadow embedding came out NaN.
+    with pytest.raises(ValueError, match=f"{field} must be finite"):
+        D.EmbeddingSpec(method="pca", **{field: value})
+
+
+@pytest.mark.parametrize("field,value", [("learning_rate", float("inf")), ("l1_weight", float("inf"))])
+def test_attack_training_spec_refuses_infinite_rates(field, value):
+    with pytest.raises(ValueError, match=f"{field} must be finite"):
+        D.AttackTrainingSpec(**{field: value})
+
+
+@pytest.mark.parametrize("method", ["pca", "srp", "isomap"])
+def test_shadow_embeddings_refuse_non_finite_data(method):
+    known, cands = _data(6, 10), _data(2, 10, seed=1)
+    spec = D.EmbeddingSpec(method=method)
+    bad = known.copy()
+    bad[2, 3] = np.nan
+    with pytest.raises(ValueError, match="known must be finite"):
+        D.shadow_embeddings(spec, bad, cands, jax.random.key(0), progress=False)
+    bad = cands.copy()
+    bad[1, 0] = -np.inf
+    with pytest.raises(ValueError, match="candidates must be finite"):
+        D.shadow_embeddings(spec, known, bad, jax.random.key(0), progress=False)
+    bad[1, 0] = 1e39  # finite in float64, inf in the float32 the shadows are computed in
+    with pytest.raises(ValueError, match="candidates must be finite"), np.errstate(over="ignore"):
+        D.shadow_embeddings(spec, known, bad, jax.random.key(0), progress=False)
+
+
+def test_embed_refuses_non_finite_data_on_the_jnp_path():
+    x = _data()
+    x[4, 1] = np.nan
+    for method, opts in [("pca", {}), ("srp", {"density": 0.5})]:
+        with pytest.raises(ValueError, match="data must be finite"):
+            E.embed(method, x, 0, **opts)
+    with pytest.raises(ValueError, match="data must be finite"):
+        E.pca_embed(jnp.asarray(x))
+    # Traced data cannot be checked and pass (the vmapped shadows trace pca_embed): finite data give the eager result.
+    y = jnp.asarray(_data(), jnp.float32)
+    np.testing.assert_allclose(np.asarray(jax.jit(E.pca_embed)(y)), np.asarray(E.pca_embed(y)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("method,opts", [("srp", {"density": 1.0}), ("isomap", {})])  # PCA's traced check refused it
+def test_shadow_embeddings_refuse_d_below_3_like_embed(method, opts):
+    known, cands = _data(9, 2), _data(3, 2, seed=1)
+    with pytest.raises(ValueError, match=r"d >= 3"):
+        D.shadow_embeddings(D.EmbeddingSpec(method=method, method_opts=opts), known, cands, jax.random.key(0),
+                            progress=False)
+    with pytest.raises(ValueError, match=r"d >= 3"):  # the rule of embed, which the shadows now share
+        E.embed(method, np.vstack([known, cands]), 0, **opts)
+
+
+@pytest.mark.parametrize("method,opts,message", [
+    ("isomap", {"n_neighbors": 50}, r"n_neighbors must be an integer in \[1, 11\] for n = 12 points; got 50"),
+    ("isomap", {"n_neighbors": 0}, r"n_neighbors must be an integer in \[1, 11\]"),
+    ("isomap", {"n_neighbors": 5.0}, r"n_neighbors must be an integer in \[1, 11\]"),
+    ("umap", {"n_neighbors": 12}, r"n_neighbors must be an integer in \[2, 11\] for n = 12 points; got 12"),
+    ("tsne", {"perplexity": 5.0}, r"perplexity must be a number in \(0, \(n-1\)/3\] = \(0, 3.66667\] for n = 12"),
+    ("tsne", {"perplexity": 0.0}, r"perplexity must be a number in \(0, \(n-1\)/3\]"),
+])
+def test_sklearn_embed_refuses_out_of_range_user_counts(method, opts, message):
+    # Before: a user value above the range was silently lowered to n-1 or (n-1)/3.
+    with pytest.raises(ValueError, match=message):
+        E.sklearn_embed(method, _data(12, 6), 0, **opts)
+
+
+def test_sklearn_embed_lowers_only_its_defaults_and_uses_or_refuses_user_values():
+    import warnings
+
+    from sklearn.manifold import TSNE, Isomap
+
+    x = _data(4, 6)  # n = 4: the default n_neighbors min(5, n-1) is lowered to 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref_default = Isomap(n_components=2, n_neighbors=3, eigen_solver="dense").fit_transform(x)
+        ref_user = Isomap(n_components=2, n_neighbors=2, eigen_solver="dense").fit_transform(x)
+        z = _data(10, 6)  # perplexity default min(30, (n-1)/3) = 3 and the largest user value
+        ref_tsne = TSNE(n_components=2, random_state=1, perplexity=3.0, init="random").fit_transform(z)
+    # Same float64 scikit-learn computation on both sides: equal to rounding.
+    np.testing.assert_allclose(E.sklearn_embed("isomap", x, 0), ref_default, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(E.sklearn_embed("isomap", x, 0, n_neighbors=2), ref_user, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(E.sklearn_embed("tsne", z, 1, init="random"), ref_tsne, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(E.sklearn_embed("tsne", z, 1, init="random", perplexity=3), ref_tsne, rtol=1e-12,
+                               atol=1e-12)
+    with pytest.raises(ValueError, match="n_neighbors"):  # not lowered to n - 1 = 3 as the default is
+        E.sklearn_embed("isomap", x, 0, n_neighbors=5)
 
 
 # --------------------------------------------------------------------------------------------------- training
