@@ -5,7 +5,9 @@ Variants:
              conv-transpose compilation); the default-suite quality test (attack beats the mean image).
   smoke   -- a few CPU-minutes: synthetic images, tiny splits, |D-| = 9, PCA / SRP (both densities) / t-SNE,
              width-2 decoder, 2 epochs; exercises every part of the pipeline.
-  default -- sized for < 45 min on the 2-core CPU: PCA / SRP / Isomap at |D-| in {9, 99, 199} x 2 repeats;
+  default -- about 70 min on the 2-core CPU (the committed run results/lumbut_dimred/default: wall_time_s 4201.8 in
+             its config.json, which includes about 16 min paused while `make demo` was timed; see
+             experiments/README.md): PCA / SRP / Isomap at |D-| in {9, 99, 199} x 2 repeats;
              MDS / t-SNE / UMAP at |D-| = 99, 1 repeat; all on the same 2000 / 250 / 250 shadow splits (half the
              paper's); SRP at densities 1/d and 1/sqrt(d); split vs MLP (Table 4) at 199 for PCA, SRP and Isomap
              and at 99 for MDS, t-SNE and UMAP; known vs fresh seeds for
