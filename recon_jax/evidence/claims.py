@@ -124,7 +124,9 @@ def paired_comparison(what: str, a, b, relation: str, *, alpha: float, tolerance
     Its verdict is that of a one-sided paired t-test at level ``alpha``: "holds" exactly when the test rejects
     "no difference" in the claimed direction (for ``"<="``: A below B), "fails" when the test in the opposite
     direction rejects, "undecided" otherwise (e.g. when A and B do not differ). Fewer than two pairs decide nothing
-    (interval ``(None, None)``). A claim resting on several such comparisons divides ``alpha`` among them
+    (interval ``(None, None)``), and neither do pairs that all agree exactly (every difference 0: the t statistic
+    is 0 / 0 and the test undefined, ``scipy.stats.ttest_rel`` gives p = NaN); differences that are all equal and
+    nonzero give an infinite t statistic and a zero-width interval, which the test rejects. A claim resting on several such comparisons divides ``alpha`` among them
     (Bonferroni) if a false "fails" is to stay below ``alpha``.
 
     Args:
@@ -141,6 +143,9 @@ def paired_comparison(what: str, a, b, relation: str, *, alpha: float, tolerance
     'holds'
     >>> paired_comparison("a - b", [1.0, 2.0, 3.0, 4.0], [1.1, 1.9, 3.1, 3.9], "<=", alpha=0.05)["verdict"]
     'undecided'
+    >>> c = paired_comparison("a - b", [0.1, 0.2, 0.3], [0.1, 0.2, 0.3], ">=", alpha=0.05)  # identical: no test
+    >>> c["verdict"], c["interval"]
+    ('undecided', [None, None])
     """
     import math
 
@@ -157,9 +162,10 @@ def paired_comparison(what: str, a, b, relation: str, *, alpha: float, tolerance
     if d.size == 0:
         raise ValueError(f"{what}: no pairs")
     mean = float(d.mean())
-    if d.size < 2:
+    std = float(d.std(ddof=1)) if d.size >= 2 else 0.0
+    if d.size < 2 or (std == 0.0 and mean == 0.0):  # no spread known, or t = 0 / 0: the test decides nothing
         return comparison(what, mean, relation, 0.0, interval=(None, None), tolerance=tolerance)
-    half = student_t_half_width(float(d.std(ddof=1)) / math.sqrt(d.size), d.size, alpha)
+    half = student_t_half_width(std / math.sqrt(d.size), d.size, alpha)
     return comparison(what, mean, relation, 0.0, interval=(mean - half, mean + half), tolerance=tolerance)
 
 

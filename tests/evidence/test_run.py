@@ -132,6 +132,26 @@ def test_paired_comparison_is_the_one_sided_paired_t_test(shift, want):
         evidence.paired_comparison("x", [1.0, np.nan], [1.0, 2.0], "<=", alpha=0.05)
 
 
+@pytest.mark.parametrize("relation", ["<=", ">="])
+def test_paired_comparison_of_identical_samples_decides_nothing(relation):
+    """Every difference 0: the paired t statistic is 0 / 0, scipy's test gives p = NaN and rejects nothing in
+    either direction, so the verdict is undecided (the zero-width interval (0, 0) had made both "<=" and ">="
+    hold). Differences that are all equal and nonzero are an infinite t statistic, which the test does reject."""
+    from scipy import stats
+
+    a = np.array([0.1, 0.2, 0.3, 0.4])
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(stats.ttest_rel(a, a, alternative="less" if relation == "<=" else "greater").pvalue)
+    c = evidence.paired_comparison("a - b", a, a.copy(), relation, alpha=0.05)
+    assert c["verdict"] == "undecided" and c["interval"] == [None, None] and c["value"] == 0.0
+    assert evidence.claim("no change", detail="", comparisons=[c])["verdict"] == "undecided"
+    # All differences equal to 1 (exactly representable): the test rejects, A above B.
+    ones = evidence.paired_comparison("a - b", a + 1.0, a + 0.0, ">=", alpha=0.05)
+    assert stats.ttest_rel(a + 1.0, a, alternative="greater").pvalue < 0.05
+    assert ones["verdict"] == "holds"
+    assert evidence.paired_comparison("a - b", a + 1.0, a + 0.0, "<=", alpha=0.05)["verdict"] == "fails"
+
+
 def test_structured_claims_aggregate_and_refuse_vacuous_or_inconsistent(tmp_path):
     hold = evidence.comparison("a", 0.05, "<=", 0.2, interval=(0.0, 0.1), possible=(0, 1))
     straddle = evidence.comparison("b", 0.19, "<=", 0.2, interval=(0.15, 0.23), possible=(0, 1))
