@@ -32,7 +32,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from recon_jax._validation import is_concrete
+from recon_jax._validation import (FINITE, FINITE_NONNEGATIVE, FINITE_POSITIVE, Range, check_integer, guard,
+                                   is_concrete, nan_if)
 
 __all__ = [
     "GLM_FAMILIES",
@@ -45,6 +46,10 @@ __all__ = [
 ]
 
 GLM_FAMILIES = ("linear", "logistic", "poisson")
+
+# The labels each family's likelihood is defined for (NaN fails every range).
+_LABELS = {"linear": FINITE, "logistic": Range(lambda v: (v == 0) | (v == 1), "in {0, 1} (logistic labels)"),
+           "poisson": Range(lambda v: (v >= 0) & (v < float("inf")), "finite and >= 0 (Poisson counts)")}
 
 
 def _family_fns(family: str):
@@ -178,15 +183,20 @@ def fit_glm(
 
     Args:
       x: features ``[n, d]`` (without the intercept column).
-      y: labels ``[n]`` (reals for linear, {0, 1} for logistic, counts for Poisson).
+      y: labels ``[n]``: finite reals for linear, {0, 1} for logistic, finite counts >= 0 for Poisson.
       family: ``"linear"`` (ridge when ``l2 > 0``), ``"logistic"`` or ``"poisson"``.
-      l2: regularisation strength >= 0.
+      l2: regularisation strength, finite and >= 0.
       fit_intercept: prepend a column of ones (Theorem 1 needs it).
-      tol: stop when the gradient norm is below this (use float64 for tolerances below ~1e-5).
-      max_iter: Newton iterations at most.
+      tol: stop when the gradient norm is below this, finite and > 0 (use float64 for tolerances below ~1e-5).
+      max_iter: Newton iterations at most, an integer >= 1 (static).
 
     Returns:
-      ``GLMFit(theta [d (+1)], num_iters, grad_norm)``.
+      ``GLMFit(theta [d (+1)], num_iters, grad_norm)``. Under ``jit`` with traced ``y``, ``l2`` or ``tol`` outside
+      their ranges, ``theta`` and ``grad_norm`` are NaN.
+
+    Raises:
+      ValueError: for an unknown family, ``max_iter`` not an integer >= 1, shapes other than ``[n, d]`` and
+        ``[n]``, or concrete ``y``, ``l2`` or ``tol`` outside the ranges above.
 
     >>> import jax.numpy as jnp
     >>> fit = fit_glm(jnp.array([[0.], [1.], [2.]]), jnp.array([1., 3., 5.]), "linear", tol=1e-5)
@@ -194,10 +204,8 @@ def fit_glm(
     [1.0, 2.0]
     """
     _family_fns(family)
-    if not l2 >= 0:
-        raise ValueError(f"l2 must be >= 0, got {l2}")
-    if not tol > 0:
-        raise ValueError(f"tol must be > 0, got {tol}")
+    max_iter = check_integer("max_iter", max_iter, 1)
+    bad = guard(("l2", l2, FINITE_NONNEGATIVE), ("tol", tol, FINITE_POSITIVE)) | guard(("y", y, _LABELS[family])).any()
     x, y = jnp.asarray(x), jnp.asarray(y)
     if x.ndim != 2 or y.shape != x.shape[:1]:
         raise ValueError(f"x must be [n, d] and y [n], got {x.shape} and {y.shape}")
@@ -206,7 +214,7 @@ def fit_glm(
     if fit_intercept:
         x = add_intercept(x)
     theta, iters, gnorm = _newton(x, y.astype(dtype), jnp.asarray(l2, dtype), jnp.asarray(tol, dtype), family, max_iter)
-    return GLMFit(theta, iters, gnorm)
+    return GLMFit(nan_if(bad, theta), iters, nan_if(bad, gnorm))
 
 
 def reconstruct_glm(
@@ -218,14 +226,19 @@ def reconstruct_glm(
     Args:
       theta: released parameters ``[d + 1]``, intercept first (as returned by :func:`fit_glm`).
       fixed_x: the fixed set's features ``[n - 1, d]`` (without the intercept column).
-      fixed_y: its labels ``[n - 1]``.
+      fixed_y: its labels ``[n - 1]``, as :func:`fit_glm` takes them ({0, 1} for logistic, counts for Poisson).
       family: the GLM family the victim used.
-      l2: the victim's regularisation strength (objective ``... + l2 ||theta||^2``, summed loss).
+      l2: the victim's regularisation strength (objective ``... + l2 ||theta||^2``, summed loss), finite and >= 0.
       validate: raise ``ValueError`` (with concrete inputs) when the system is singular, i.e.
         ``X-_1^T B + 2 l2 theta_1 == 0``; under ``jit`` the result is then inf/NaN.
 
     Returns:
-      ``(x, y)``: the reconstructed features ``[d]`` (without the intercept) and label (scalar).
+      ``(x, y)``: the reconstructed features ``[d]`` (without the intercept) and label (scalar); NaN under ``jit``
+      when a traced ``l2`` or ``fixed_y`` is outside its range.
+
+    Raises:
+      ValueError: for an unknown family, ``theta`` and ``fixed_x`` of mismatched sizes, a concrete ``l2`` or
+        ``fixed_y`` outside its range, or (``validate``) a singular system.
 
     >>> import jax.numpy as jnp
     >>> xs, ys = jnp.array([[0.], [1.], [2.], [3.]]), jnp.array([0., 0., 1., 1.])
@@ -235,6 +248,7 @@ def reconstruct_glm(
     (3.0, 1.0)
     """
     _, mean_fn, _ = _family_fns(family)
+    bad = guard(("l2", l2, FINITE_NONNEGATIVE)) | guard(("fixed_y", fixed_y, _LABELS[family])).any()
     theta = jnp.asarray(theta)
     xbar = add_intercept(jnp.asarray(fixed_x, theta.dtype))
     ybar = jnp.asarray(fixed_y, theta.dtype)
@@ -250,7 +264,7 @@ def reconstruct_glm(
         )
     x_full = numerator / denominator
     y = mean_fn(x_full @ theta) + denominator
-    return x_full[1:], y
+    return nan_if(bad, x_full[1:]), nan_if(bad, y)
 
 
 def reconstruct_least_squares_no_intercept(

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import metrics as _metrics
+from recon_jax._validation import Range, check
 
 __all__ = [
     "OracleResult",
@@ -33,6 +34,8 @@ __all__ = [
     "empirical_kappa",
     "estimate_kappa",
 ]
+
+_PERCENT = Range(lambda v: (v >= 0) & (v <= 100), "in [0, 100]")  # NaN fails it
 
 
 class OracleResult(NamedTuple):
@@ -142,7 +145,7 @@ def nn_oracle(targets: jax.Array, pool: jax.Array, percentiles: Sequence[float] 
       An :class:`OracleResult`.
 
     Raises:
-      ValueError: on mismatched shapes, percentiles outside [0, 100], or negative ``bins``.
+      ValueError: on mismatched shapes, percentiles outside [0, 100] (or NaN), or negative ``bins``.
 
     >>> import jax.numpy as jnp
     >>> r = nn_oracle(jnp.array([[0.0, 0.0]]), jnp.array([[0.0, 1.0], [1.0, 1.0], [0.5, 0.5]]), (50.0,))
@@ -150,9 +153,10 @@ def nn_oracle(targets: jax.Array, pool: jax.Array, percentiles: Sequence[float] 
     (0.25, 2, 0.5)
     """
     _check_chunk(chunk_size)
-    q = jnp.asarray(percentiles, jnp.float32).reshape(-1)
-    if q.size == 0 or bool(jnp.any((q < 0) | (q > 100))):
+    q = np.asarray(check("percentiles", percentiles, _PERCENT), np.float64).reshape(-1)
+    if q.size == 0:
         raise ValueError(f"percentiles must be a non-empty sequence in [0, 100], got {percentiles}")
+    q = jnp.asarray(q, jnp.float32)
     if not (isinstance(bins, int) and bins >= 0):
         raise ValueError(f"bins must be an integer >= 0, got {bins!r}")
     t, p = _flat(targets, "targets"), _flat(pool, "pool")

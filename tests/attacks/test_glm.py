@@ -82,3 +82,70 @@ def test_validation():
         glm.fit_glm(np.zeros((3, 1)), np.zeros(3), "linear", l2=-1.0)
     with pytest.raises(ValueError, match="features"):
         glm.reconstruct_glm(jnp.zeros(3), jnp.zeros((4, 5)), jnp.zeros(4), "linear")
+
+
+_X, _Y = np.array([[0.0], [1.0], [2.0], [3.0]]), np.array([0.0, 0.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(max_iter=0), "max_iter must be an integer >= 1; got 0"),  # returned theta = 0 without a step
+    (dict(max_iter=-3), "max_iter must be an integer >= 1; got -3"),
+    (dict(max_iter=2.5), "max_iter must be an integer >= 1"),
+    (dict(l2=-1.0), "l2 must be finite and >= 0"),
+    (dict(l2=float("inf")), "l2 must be finite and >= 0"),
+    (dict(l2=float("nan")), "l2 must be finite and >= 0"),
+    (dict(tol=0.0), "tol must be finite and > 0"),
+    (dict(tol=float("inf")), "tol must be finite and > 0"),  # stopped at once with theta = 0
+    (dict(y=np.array([0.0, 2.0, 7.0, 1.0])), r"y must be in \{0, 1\}.*\[2.0, 7.0\]"),
+    (dict(y=np.array([0.0, 0.5, 1.0, 1.0])), r"y must be in \{0, 1\}"),
+    (dict(y=np.array([0.0, np.nan, 1.0, 1.0])), r"y must be in \{0, 1\}"),
+])
+def test_fit_glm_refuses_invalid_arguments(kwargs, match):
+    y = kwargs.pop("y", _Y)
+    with pytest.raises(ValueError, match=match):
+        glm.fit_glm(_X, y, "logistic", **kwargs)
+
+
+def test_glm_labels_each_family_allows():
+    """Poisson counts are finite and >= 0 (not necessarily integers), linear labels finite reals."""
+    with pytest.raises(ValueError, match=r"y must be finite and >= 0 \(Poisson counts\)"):
+        glm.fit_glm(_X, np.array([1.0, -1.0, 2.0, 0.0]), "poisson")
+    with pytest.raises(ValueError, match="y must be finite"):
+        glm.fit_glm(_X, np.array([1.0, np.inf, 2.0, 0.0]), "poisson")
+    with pytest.raises(ValueError, match="y must be finite"):
+        glm.fit_glm(_X, np.array([1.0, np.nan, 2.0, 0.0]), "linear")
+    assert np.isfinite(np.asarray(glm.fit_glm(_X, np.array([0.0, 1.5, 2.0, 4.0]), "poisson", tol=1e-4).theta)).all()
+    assert np.isfinite(np.asarray(glm.fit_glm(_X, np.array([-3.0, 1.5, 2.0, 4.0]), "linear", tol=1e-4).theta)).all()
+
+
+def test_reconstruct_glm_refuses_invalid_l2_and_labels():
+    theta = np.array([0.5, 1.0])
+    for l2 in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="l2 must be finite and >= 0"):
+            glm.reconstruct_glm(theta, _X[:3], _Y[:3], "logistic", l2=l2)
+    with pytest.raises(ValueError, match=r"fixed_y must be in \{0, 1\}"):
+        glm.reconstruct_glm(theta, _X[:3], np.array([0.0, 3.0, 1.0]), "logistic", l2=0.1)
+    with pytest.raises(ValueError, match="fixed_y must be finite and >= 0"):
+        glm.reconstruct_glm(theta, _X[:3], np.array([0.0, -3.0, 1.0]), "poisson", l2=0.1)
+
+
+def test_traced_invalid_arguments_give_nan():
+    """Under jit the values are unknown when traced: an invalid l2, tol or label gives NaN, never a plausible fit
+    or reconstruction; valid traced values give what eager evaluation gives."""
+    fit = jax.jit(lambda y, l2, tol: glm.fit_glm(_X, y, "logistic", l2=l2, tol=tol))
+    good = fit(jnp.asarray(_Y), 0.1, 1e-5)
+    eager = glm.fit_glm(_X, _Y, "logistic", l2=0.1, tol=1e-5)
+    np.testing.assert_allclose(good.theta, eager.theta, rtol=1e-5)  # same computation, jit vs eager rounding
+    assert np.isfinite(np.asarray(good.theta)).all() and np.isfinite(float(good.grad_norm))
+    for y, l2, tol in [(_Y, -1.0, 1e-5), (_Y, np.nan, 1e-5), (_Y, 0.1, np.inf),
+                       (np.array([0.0, 2.0, 1.0, 1.0]), 0.1, 1e-5)]:
+        out = fit(jnp.asarray(y), l2, tol)
+        assert np.isnan(np.asarray(out.theta)).all() and np.isnan(float(out.grad_norm)), (y, l2, tol)
+    rec = jax.jit(lambda l2, fy: glm.reconstruct_glm(jnp.asarray(eager.theta), _X[:3], fy, "logistic", l2=l2))
+    x_ok, y_ok = rec(0.1, jnp.asarray(_Y[:3]))
+    x_eager, y_eager = glm.reconstruct_glm(eager.theta, _X[:3], _Y[:3], "logistic", l2=0.1)
+    np.testing.assert_allclose(x_ok, x_eager, rtol=1e-5)
+    assert np.isfinite(np.asarray(x_ok)).all() and np.isfinite(float(y_ok))
+    for l2, fy in [(-1.0, _Y[:3]), (np.inf, _Y[:3]), (0.1, np.array([0.0, 3.0, 1.0]))]:
+        x_bad, y_bad = rec(l2, jnp.asarray(fy))
+        assert np.isnan(np.asarray(x_bad)).all() and np.isnan(float(y_bad)), (l2, fy)

@@ -63,6 +63,18 @@ def test_oracle_validation():
         oracle.success(jnp.zeros(3), jnp.zeros(2))
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, 100.5])
+def test_oracle_refuses_percentiles_that_are_nan_or_outside_0_100(bad):
+    """A NaN percentile failed neither ``q < 0`` nor ``q > 100`` and came back as NaN order statistics."""
+    with pytest.raises(ValueError, match=r"percentiles must be in \[0, 100\]"):
+        oracle.nn_oracle(np.zeros((2, 3)), np.ones((4, 3)), (50.0, bad))
+    with pytest.raises(ValueError, match="percentiles"):
+        oracle.nn_oracle(np.zeros((2, 3)), np.ones((4, 3)), ())
+    # The ends of the range are allowed: the smallest and largest MSE to the pool (here both 1).
+    r = oracle.nn_oracle(np.zeros((2, 3)), np.ones((4, 3)), (0.0, 100.0))
+    assert np.asarray(r.percentile_mse).tolist() == [[1.0, 1.0], [1.0, 1.0]]
+
+
 def test_success_is_strict():
     assert oracle.success(jnp.array([0.1, 0.2, 0.3]), jnp.array([0.2, 0.2, 0.2])).tolist() == [True, False, False]
 
