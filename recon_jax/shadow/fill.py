@@ -34,7 +34,8 @@ def fill_store(directory: str | os.PathLike | None, config: dict, count: int,
 
     With ``directory`` (see :mod:`recon_jax.shadow.store`): takes the writer lock, opens or creates the manifest of
     ``config`` (:class:`~recon_jax.shadow.store.ShadowStoreMismatchError` if the directory holds another configuration,
-    or rows made by other code than ``code``), computes only
+    the same one with another ``count``, ``output_specs`` or ``layout``, or rows made by other code than ``code``),
+    computes only
     the ranges no valid chunk covers (chunks of at most ``chunk_size`` rows), writes each chunk atomically,
     consolidates and returns the loaded store (memory-mapped if ``mmap``). A complete store is loaded (and its
     checksums verified) without computing anything. Without ``directory`` everything stays in memory.

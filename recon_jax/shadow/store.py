@@ -18,10 +18,11 @@ Every file is written atomically (temporary name, fsync, rename; :mod:`recon_jax
 ``kill -9``) leaves only complete files. On a re-run with the same configuration the engine recomputes only
 the missing models; a chunk that fails to load (truncated, corrupt zip CRC, SHA-256 mismatch, another
 configuration's hash, wrong indices or shapes) is deleted and recomputed. A different configuration on the
-same directory is refused (:class:`ShadowStoreMismatchError`). The configuration is identified by
-:func:`recon_jax.io.stable_hash` of its description (:func:`config_hash`). A store of an older format (an older
-recon_jax) is refused with a message to regenerate it; nothing is converted. Chunk size and device count are not
-part of the configuration: the rows do not depend on them. Typed keys enter a description as
+same directory is refused (:class:`ShadowStoreMismatchError`), and so is the same one asked with another row
+count, outputs (names, per-row shapes, dtypes) or parameter layout than its manifest records. The configuration
+is identified by :func:`recon_jax.io.stable_hash` of its description (:func:`config_hash`). A store of an older
+format (an older recon_jax) is refused with a message to regenerate it; nothing is converted. Chunk size and
+device count are not part of the configuration: the rows do not depend on them. Typed keys enter a description as
 :func:`key_fingerprint` (implementation name and SHA-256 of the key data), arrays as :func:`array_digest`.
 
 The manifest also records the code that computes the rows (``code``: a :func:`recon_jax.io.code_record`, the hash
@@ -266,11 +267,15 @@ class ShadowStore:
             :func:`~recon_jax.io.library_code`).
 
         Raises:
-          ShadowStoreMismatchError: the directory holds a store of an older format, of another configuration, or
-            made by other code (unless :func:`~recon_jax.io.allow_resume_across_code`).
+          ShadowStoreMismatchError: the directory holds a store of an older format, of another configuration, of
+            another count, outputs (names, per-row shapes, dtypes) or layout, or made by other code (unless
+            :func:`~recon_jax.io.allow_resume_across_code`).
         """
         digest = config_hash(config)
         code = library_code() if code is None else code
+        outputs = {k: {"shape": [int(n) for n in s], "dtype": np.dtype(d).str} for k, (s, d) in output_specs.items()}
+        shapes = json.loads(json.dumps({  # the rows' shapes as a manifest reads back, to compare with an existing one
+            "count": int(count), "layout": None if layout is None else layout.to_json(), "outputs": outputs}))
         existing = self.read_manifest()
         if existing is not None:
             if existing.get("format") != FORMAT:
@@ -282,21 +287,18 @@ class ShadowStore:
                     f"{self.directory} holds a shadow set with a different configuration "
                     f"(hash {existing.get('config_hash', '?')[:12]} != {digest[:12]}); "
                     "use a new directory, or delete this one to regenerate")
+            differs = [k if k == "layout" else f"{k} ({existing.get(k)} in the store, {v} asked)"
+                       for k, v in shapes.items() if existing.get(k) != v]
+            if differs:
+                raise ShadowStoreMismatchError(f"{self.directory} holds this configuration's shadow set with another "
+                                               f"{'; '.join(differs)}; use a new directory, or delete this one")
             difference = code_difference(existing.get("code"), code)
             if difference is not None:
                 existing = self._resume_across_code(existing, code, difference)
             self._own(existing["config_hash"])
             return existing
-        manifest = {
-            "format": FORMAT,
-            "config_hash": digest,
-            "config": config,
-            "code": code,
-            "count": int(count),
-            "layout": None if layout is None else layout.to_json(),
-            "outputs": {k: {"shape": list(s), "dtype": d} for k, (s, d) in output_specs.items()},
-            "complete": False,
-        }
+        manifest = {"format": FORMAT, "config_hash": digest, "config": config, "code": code, **shapes,
+                    "complete": False}
         os.makedirs(self.chunk_dir, exist_ok=True)
         atomic_write_json(self.manifest_path, manifest)
         self._own(digest)

@@ -57,6 +57,44 @@ def test_resume_computes_only_missing_chunks_then_loads(tmp_path, monkeypatch):
         shadow.fill_store(d, {"k": 2}, 7, SPECS, _rows(), chunk_size=3)
 
 
+def test_a_store_of_another_count_outputs_or_layout_is_refused(tmp_path, monkeypatch):
+    """The configuration hash does not cover the count, outputs and layout a caller asks for: a store of the same
+    configuration with other ones is refused, complete (it returned its 5 rows for a request of 10) or interrupted
+    (a resume of a 6-row store with count 3 returned 6 rows), naming what differs; the same request resumes."""
+    from recon_jax.models import layout_of
+
+    d = str(tmp_path / "s")
+    shadow.fill_store(d, {"k": 1}, 5, SPECS, _rows(), chunk_size=2)
+    more = dict(SPECS, y=((2,), "float64"))
+    for count, specs, what in [(10, SPECS, r"count \(5 in the store, 10 asked\)"), (5, more, "outputs .*'y'"),
+                               (5, dict(SPECS, x=((3,), "float64")), "outputs .*'<f8'"),
+                               (5, dict(SPECS, x=((4,), "float32")), r"outputs .*\[4\]")]:
+        with pytest.raises(shadow.ShadowStoreMismatchError, match=what):
+            shadow.fill_store(d, {"k": 1}, count, specs, _rows(), chunk_size=2)
+    with pytest.raises(shadow.ShadowStoreMismatchError, match="outputs .*'x'"):  # an output left out
+        shadow.fill_store(d, {"k": 1}, 5, {"i": SPECS["i"]}, _rows(), chunk_size=2)
+    layout = layout_of({"w": np.zeros((2, 3), np.float32)})
+    with pytest.raises(shadow.ShadowStoreMismatchError, match="another layout"):
+        shadow.fill_store(d, {"k": 1}, 5, SPECS, _rows(), chunk_size=2, layout=layout)
+    log = []  # the same request, its dtypes spelt otherwise, loads the store
+    same = shadow.fill_store(d, {"k": 1}, 5, {"x": ((3,), "<f4"), "i": ((), np.int64)}, _rows(log), chunk_size=3)
+    assert log == [] and same.count == 5 and same["i"].tolist() == list(range(5))
+
+    # Interrupted before consolidation: resumed only with the count and layout it was begun with.
+    d2 = str(tmp_path / "t")
+    monkeypatch.setattr(shadow.ShadowStore, "consolidate", lambda self, m: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        shadow.fill_store(d2, {"k": 1}, 6, SPECS, _rows(), chunk_size=2, layout=layout)
+    monkeypatch.undo()
+    with pytest.raises(shadow.ShadowStoreMismatchError, match=r"count \(6 in the store, 3 asked\)"):
+        shadow.fill_store(d2, {"k": 1}, 3, SPECS, _rows(), chunk_size=2, layout=layout)
+    with pytest.raises(shadow.ShadowStoreMismatchError, match="another layout"):
+        shadow.fill_store(d2, {"k": 1}, 6, SPECS, _rows(), chunk_size=2, layout=layout_of({"w": np.zeros(6)}))
+    log = []
+    out = shadow.fill_store(d2, {"k": 1}, 6, SPECS, _rows(log), chunk_size=2, layout=layout)
+    assert log == [] and out["i"].tolist() == list(range(6)) and out.layout == layout
+
+
 def test_chunks_of_the_wrong_shape_or_count_are_refused(tmp_path):
     def bad(pieces):
         for s, e in pieces:
