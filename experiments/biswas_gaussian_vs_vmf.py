@@ -343,7 +343,7 @@ def run(config, workdir: str) -> dict:
 
     findings, claims = _findings(config, results)
     results["findings"] = findings
-    _figures(config, results, workdir, plt)
+    results["figures"] = _figures(config, results, workdir, plt)  # what publish() copies
     return finish_run(run_info, results, _report(config, results), claims)
 
 
@@ -462,7 +462,9 @@ def _findings(config, results) -> tuple[dict, list[dict]]:
     return out, claims
 
 
-def _figures(config, results, workdir, plt):
+def _figures(config, results, workdir, plt) -> list[str]:
+    """Draws one figure per dataset; returns their file names."""
+    names = []
     for ds, d in results["datasets"].items():
         att = d["attacks"]
         b = max(config.attack_batch_sizes)
@@ -485,6 +487,8 @@ def _figures(config, results, workdir, plt):
         fig.tight_layout()
         fig.savefig(os.path.join(workdir, f"fig_{ds}.png"), dpi=80)
         plt.close(fig)
+        names.append(f"fig_{ds}.png")
+    return names
 
 
 def _report(config, results) -> str:

@@ -180,7 +180,7 @@ Details: experiments/biswas_tables.md. Runtime {elapsed:.1f} s.
     result = {"table_i": rows_i, "table_iv": rows_iv, "gaussian_max_abs_diff_pct": gauss_dev,
               "table_i_approach2_max_abs_diff_pct": max(abs(r["diff % (paper's approach)"]) for r in t1_main),
               "table_i_approach1_diff_pct": [r["diff % (paper's approach)"] for r in t1_low],
-              "steps": steps, "figure": os.path.basename(fig), "runtime_seconds": elapsed}
+              "steps": steps, "figures": [os.path.basename(fig)], "runtime_seconds": elapsed}
     tol = float(config.reproduce_within_pct)
     approach1 = result["table_i_approach1_diff_pct"]
     vmf_off = [r for r in rows_iv if abs(r["diff %"]) > tol]

@@ -88,8 +88,8 @@ def run(config, workdir: str) -> dict:
     for tol, rec in recons.items():
         grid_rows[f"Thm 1, tol {tol:g}"] = rec
     grid_rows["NN oracle"] = oracle.reshape(-1, *shape)
-    image_grid(grid_rows, os.path.join(workdir, "reconstructions.png"),
-               title="Closed-form reconstruction from a released logistic regression")
+    figure = image_grid(grid_rows, os.path.join(workdir, "reconstructions.png"),
+                        title="Closed-form reconstruction from a released logistic regression")
     columns = ["setting", "mean_grad_norm", "mean_mse", "median_mse", "max_mse", "min_abs_target_residual",
                "mean_oracle_mse", "success_rate", "mean_psnr", "mean_ssim", "label_accuracy"]
     table = markdown_table(rows, columns)
@@ -112,7 +112,8 @@ gradient norm / |residual|: such targets dominate `max_mse` and the mean, while 
 Stopping the victim's training early leaves a residual gradient that the attack absorbs as error, so its MSE
 grows with the tolerance. Runtime {elapsed:.1f} s.
 """
-    result = finish_run(run_info, {"rows": rows, "runtime_seconds": elapsed}, report, _claims(config, rows))
+    result = finish_run(run_info, {"rows": rows, "runtime_seconds": elapsed, "figures": [os.path.basename(figure)]},
+                        report, _claims(config, rows))
     print(table)
     print(f"report: {os.path.join(workdir, 'report.md')}")
     return result

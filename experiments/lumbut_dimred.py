@@ -263,7 +263,7 @@ def run(config, workdir: str) -> dict:
     metrics["grid_points_total"] = len(grid)
     metrics["grid_points_skipped"] = skipped
     metrics["cache_dir"] = os.path.basename(cache)
-    _figures(results, metrics, config, workdir, points_dir)
+    metrics["figures"] = _figures(results, metrics, config, workdir, points_dir)  # what publish() copies
     return finish_run(run_info, metrics, _report(metrics, config), _claims(metrics, config, results))
 
 
@@ -496,11 +496,19 @@ def _claims(metrics, config, results) -> list[dict]:
     return claims
 
 
-def _figures(results, metrics, config, workdir, points_dir):
+def _figures(results, metrics, config, workdir, points_dir) -> list[str]:
+    """Draws the figures; returns their file names."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    names = []
+
+    def save(fig, name):
+        fig.savefig(os.path.join(workdir, name), dpi=120)
+        plt.close(fig)
+        names.append(name)
 
     methods = _expand(config, config.fast_methods) + _expand(config, config.slow_methods)
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -517,8 +525,7 @@ def _figures(results, metrics, config, workdir, points_dir):
     ax.set_title("Reconstruction MSE vs known-member set size")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(workdir, "fig2_mse_vs_size.png"), dpi=120)
-    plt.close(fig)
+    save(fig, "fig2_mse_vs_size.png")
 
     # Reconstruction grid: rows = methods, columns = original + sizes (rep 0, fresh, first test image).
     sizes = sorted(set(list(config.sizes) + list(config.slow_sizes)))
@@ -538,8 +545,7 @@ def _figures(results, metrics, config, workdir, points_dir):
                 axes[i, j + 1].set_title(f"|D-|={s}", fontsize=7)
         axes[i, 0].set_title(m, fontsize=7, loc="left")
     fig.tight_layout()
-    fig.savefig(os.path.join(workdir, "fig3_reconstructions.png"), dpi=120)
-    plt.close(fig)
+    save(fig, "fig3_reconstructions.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for m, nz in metrics["noise"].items():
@@ -551,8 +557,7 @@ def _figures(results, metrics, config, workdir, points_dir):
     ax.set_title(f"Additive-noise defence, |D-| = {config.noise_size}")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(workdir, "fig6_noise_defence.png"), dpi=120)
-    plt.close(fig)
+    save(fig, "fig6_noise_defence.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     labels, known, fresh = [], [], []
@@ -572,8 +577,8 @@ def _figures(results, metrics, config, workdir, points_dir):
     ax.set_title("Known vs fresh randomness")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(workdir, "seed_policy.png"), dpi=120)
-    plt.close(fig)
+    save(fig, "seed_policy.png")
+    return names
 
 
 if __name__ == "__main__":

@@ -193,6 +193,7 @@ def run(config, workdir: str) -> dict:
     # 4. HCR bounds per mode and size, chunk by chunk (resumable in keyed directories).
     results: dict = {}
     first_bounds = None
+    figures = []  # the PNGs this run draws (publish() copies these only)
     for mode in config.hcr_modes:
         results[mode] = {}
         for size in config.perturbation_sizes:
@@ -216,8 +217,9 @@ def run(config, workdir: str) -> dict:
             if first_bounds is None:
                 first_bounds = bounds
             low = bounds[:, : config.low_freq, : config.low_freq]
+            figures.append(f"histograms_{mode}_{tag}.png")
             hcr_figures.plot_bound_histograms(bounds, low_freq=config.low_freq, title=f"{config.model} {mode} {tag}",
-                                              path=os.path.join(workdir, f"histograms_{mode}_{tag}.png"))
+                                              path=os.path.join(workdir, figures[-1]))
             ratio = bounds[cr_finite] / cr[cr_finite]
             results[mode][tag] = {
                 "perturbation_size": size,
@@ -248,6 +250,7 @@ def run(config, workdir: str) -> dict:
     hcr_figures.plot_rademacher_grid(np.asarray(denormalize(x_test[:k])), np.asarray(denormalize(perturbed)),
                                      titles=[f"test #{i}, label {int(y_test[i])}" for i in range(k)],
                                      path=os.path.join(workdir, "rademacher.png"))
+    figures.append("rademacher.png")
 
     paper = PAPER.get(config.model, {})
     metrics = {
@@ -269,6 +272,7 @@ def run(config, workdir: str) -> dict:
             "examples_all_finite": int(np.sum(cr_finite.all(axis=tuple(range(1, cr.ndim))))),
         },
         "hcr": results,
+        "figures": figures,
     }
     claims = _claims(config, paper, clean, noisy, int(x_test.shape[0])) if paper else []
     return finish_run(run_info, metrics, _report(config, metrics), claims)

@@ -225,7 +225,8 @@ def run(config, workdir: str) -> dict:
 
     # ---------------- Fig. 2: CDFs over eta for one N = 50 sample ----------------
     fig2 = _fig2(config, np.asarray(images[idx[0]], np.float32), jax.random.fold_in(key, 2 * 10**6))
-    _plot_fig2(fig2, os.path.join(workdir, "fig2_cdfs.png"), plt)
+    figures = ["fig2_cdfs.png"]  # the PNGs this run draws (publish() copies these only)
+    _plot_fig2(fig2, os.path.join(workdir, figures[0]), plt)
     fig2.pop("_curves")
 
     # ---------------- Fig. 3: one image at several resolutions ----------------
@@ -242,7 +243,7 @@ def run(config, workdir: str) -> dict:
                      "psnr_bound": float(bounds.psnr_upper_bound(s, c, data_range=1.0)),
                      "ncc_bound": float(bounds.ncc_upper_bound(s, r * r * xr.shape[-1]))})
 
-    _plot(rows, fig3, config, workdir, len(x), dim, plt)
+    figures += _plot(rows, fig3, config, workdir, len(x), dim, plt)
 
     # ---------------- Summary, claims and report ----------------
     unclipped = [r for r in rows if r["unclipped"]]
@@ -269,6 +270,7 @@ def run(config, workdir: str) -> dict:
         "fig2": fig2,
         "grid": rows,
         "fig3": fig3,
+        "figures": figures,
     }
     text = _report(config, result)
     return finish_run(run_info, result, text, _claims(config, result))
@@ -344,7 +346,9 @@ def _claims(config, res) -> list[dict]:
     return claims
 
 
-def _plot(rows, fig3, config, workdir, num, dim, plt):
+def _plot(rows, fig3, config, workdir, num, dim, plt) -> list[str]:
+    """Draws the Fig. 1 and Fig. 3 analogues; returns their file names."""
+
     def plot(rows_, group_key, groups, fname, title, line_key=None, lines=(None,)):
         fig, axes = plt.subplots(len(groups), 4, figsize=(16, 3.2 * len(groups)), squeeze=False)
         for gi, g in enumerate(groups):
@@ -374,11 +378,14 @@ def _plot(rows, fig3, config, workdir, num, dim, plt):
         fig.tight_layout()
         fig.savefig(os.path.join(workdir, fname), dpi=80)
         plt.close(fig)
+        return fname
 
-    plot([r for r in rows if r["steps"] == config.steps[0]], "clip_norm", list(config.clip_norms), "fig1_metrics.png",
-         f"Linear-layer attack on {num} MNIST images ({dim} dims), T={config.steps[0]}; dashed = bound")
-    plot(fig3, "clip_norm", list(config.fig3_clip_norms), "fig3_resolutions.png",
-         "One image at several resolutions; dashed = bound", line_key="resolution", lines=list(config.fig3_resolutions))
+    return [plot([r for r in rows if r["steps"] == config.steps[0]], "clip_norm", list(config.clip_norms),
+                 "fig1_metrics.png",
+                 f"Linear-layer attack on {num} MNIST images ({dim} dims), T={config.steps[0]}; dashed = bound"),
+            plot(fig3, "clip_norm", list(config.fig3_clip_norms), "fig3_resolutions.png",
+                 "One image at several resolutions; dashed = bound", line_key="resolution",
+                 lines=list(config.fig3_resolutions))]
 
 
 def _report(config, res) -> str:

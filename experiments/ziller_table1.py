@@ -188,7 +188,7 @@ def run(config, workdir: str) -> dict:
         table1_all_match=matches == 4 * len(rows),
         table1=rows,
         routes=routes,
-        figure=os.path.basename(fig),
+        figures=[os.path.basename(fig)],
     )
     metrics = finish_run(run_info, metrics, text, claims)
     print(text)

@@ -20,8 +20,8 @@ written by other code is refused (:class:`ResumeAcrossCodeError`) unless asked f
 :func:`allow_resume_across_code`). Every process that works in a workdir is a *segment* (``segments.json``: commit,
 code hash, start, wall time: :mod:`recon_jax.evidence.segments`); metrics.json lists them, and report.md does when
 there was more than one, with their total (:func:`wall_time`; config.json's ``wall_time_s`` is that total).
-``publish(workdir, results_dir)`` copies a finished run's report, metrics, config and figures to
-``results/<experiment>/<variant>/`` (``make results EXP=name``).
+``publish(workdir, results_dir)`` copies a finished run's report, metrics, config and the figures its metrics list
+(``figures``) to ``results/<experiment>/<variant>/`` (``make results EXP=name``).
 """
 
 from __future__ import annotations
@@ -334,8 +334,9 @@ def finish_run(run: RunInfo, metrics: dict, report: str, claims: list[dict], *, 
     Returns the metrics as written.
 
     Raises:
-      ValueError: a claim without a verdict.
+      ValueError: a claim without a verdict, or a figure listed (``figures``, for :func:`publish`) but not written.
     """
+    _run_figures(run.workdir, metrics)
     if claims and not check_claims(claims):
         raise ValueError("every claim of a run needs a verdict: claim(name, detail=..., comparisons=[...]) or "
                          f"claim(name, holds, detail, verdict=...); got {claims[0]['name']!r} without one")
@@ -477,24 +478,43 @@ def stored_result(workdir: str, name: str, key: Any, compute: Callable[[], Any])
 _PUBLISHED = ("report.md", "metrics.json", "config.json")
 
 
-def publish(workdir: str, results_dir: str) -> list[str]:
-    """Copies a finished run (report.md, metrics.json, config.json and top-level figures) to ``results_dir``.
+def _run_figures(workdir: str, metrics: dict) -> list[str]:
+    """The figures a run lists in its metrics (``figures``: file names, or a dict name -> file name), each checked
+    to be a file at the top of ``workdir`` (ValueError otherwise): what :func:`publish` copies."""
+    figures = metrics.get("figures") or []
+    names = list(figures.values()) if isinstance(figures, dict) else list(figures)
+    bad = [n for n in names if not isinstance(n, str) or os.path.basename(n) != n or n in _PUBLISHED
+           or not os.path.isfile(os.path.join(workdir, n))]
+    if bad:
+        raise ValueError(f"the run in {workdir} lists figures that are not files of its folder: {bad}")
+    return names
 
-    Refuses a run whose config.json has no wall time (it did not finish) or whose metrics have no claims.
-    Returns the copied file names.
+
+def publish(workdir: str, results_dir: str) -> list[str]:
+    """Copies a finished run (report.md, metrics.json, config.json and the figures its metrics list under
+    ``figures``, not other PNGs an earlier run left in the workdir) to ``results_dir``, whose files it replaces.
+
+    Refuses a run whose config.json has no wall time (it did not finish), whose metrics have no claims, list a
+    figure the workdir lacks, or list none while the workdir holds PNGs (made before runs listed their figures, so
+    its PNGs cannot be told from an earlier run's: rerun it). Returns the copied file names.
     """
     with open(os.path.join(workdir, "config.json")) as f:
         info = json.load(f)
     if "wall_time_s" not in info:
         raise ValueError(f"{workdir} holds no finished run (config.json has no wall_time_s)")
     with open(os.path.join(workdir, "metrics.json")) as f:
-        if "claims" not in json.load(f):
-            raise ValueError(f"{workdir}/metrics.json has no claims")
+        metrics = json.load(f)
+    if "claims" not in metrics:
+        raise ValueError(f"{workdir}/metrics.json has no claims")
+    pngs = sorted(os.path.basename(p) for p in glob.glob(os.path.join(workdir, "*.png")))
+    if "figures" not in metrics and pngs:
+        raise ValueError(f"{workdir}/metrics.json lists no figures and the PNGs there ({', '.join(pngs)}) may be an "
+                         "earlier run's; rerun it with the current code, which lists its figures")
+    names = list(_PUBLISHED) + sorted(_run_figures(workdir, metrics))
     os.makedirs(results_dir, exist_ok=True)
     for old in glob.glob(os.path.join(results_dir, "*")):
         if os.path.isfile(old):
             os.unlink(old)
-    names = list(_PUBLISHED) + sorted(os.path.basename(p) for p in glob.glob(os.path.join(workdir, "*.png")))
     for name in names:
         shutil.copy2(os.path.join(workdir, name), os.path.join(results_dir, name))
     return names

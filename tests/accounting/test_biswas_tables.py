@@ -16,6 +16,7 @@ def test_smoke_run_reproduces_tables(tmp_path):
     for name in ("report.md", "metrics.json", "config.json", "eps_vs_kappa.png"):
         assert os.path.exists(tmp_path / name), name
     metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert sorted(metrics["figures"]) == sorted(p.name for p in tmp_path.glob("*.png"))  # what publish() copies
     assert metrics["table_i_approach2_max_abs_diff_pct"] <= 2.0  # Table I, kappa in {100, 125, 200}
     assert all(-3.5 <= d <= 0.0 for d in metrics["table_i_approach1_diff_pct"])  # exact optimiser: up to ~3% below
     assert metrics["gaussian_max_abs_diff_pct"] <= 2.0  # Table IV sigma -> eps row

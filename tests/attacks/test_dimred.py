@@ -516,6 +516,7 @@ def test_ci_experiment_runs_and_pca_attack_beats_mean_image(tmp_path):
     metrics = run(config, str(tmp_path))
     for name in ("report.md", "metrics.json", "config.json", "fig2_mse_vs_size.png"):
         assert os.path.exists(tmp_path / name), name
+    assert sorted(metrics["figures"]) == sorted(p.name for p in tmp_path.glob("*.png"))  # what publish() copies
     # Mean-image baseline recomputed here from the data and the documented split (permutation of the train split).
     images = np.asarray(load_dataset("mnist", "train")[0], np.float64)
     perm = np.random.default_rng(config.seed).permutation(images.shape[0])

@@ -271,6 +271,7 @@ def test_ziller_table1_experiment_smoke(tmp_path, claim_problems):
     assert not claim_problems(metrics["claims"]) and [c["verdict"] for c in metrics["claims"]] == ["holds"] * 2
     for name in ("report.md", "metrics.json", "config.json", "bounds_vs_sigma.png"):
         assert (tmp_path / name).exists()
+    assert sorted(metrics["figures"]) == sorted(p.name for p in tmp_path.glob("*.png"))  # what publish() copies
     # GDP (an exact trade-off bound) is never looser than the RDP/zCDP routes.
     for r in metrics["routes"]:
         assert r["GDP"] <= min(r["RDP curve"], r["zCDP"]) + 1e-12

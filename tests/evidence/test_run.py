@@ -202,11 +202,44 @@ def test_publish_copies_finished_runs_only(tmp_path):
     run = start_run(work, _config())
     with pytest.raises(ValueError, match="no finished run"):
         publish(work, res)  # started, not finished
-    finish_run(run, {"m": 1.0}, "r", [claim("c", True, "d", verdict="holds")])
     (tmp_path / "run" / "fig.png").write_bytes(b"png")
+    finish_run(run, {"m": 1.0, "figures": ["fig.png"]}, "r", [claim("c", True, "d", verdict="holds")])
     os.makedirs(tmp_path / "run" / "cache-123")
     assert publish(work, res) == ["report.md", "metrics.json", "config.json", "fig.png"]
     assert sorted(os.listdir(res)) == ["config.json", "fig.png", "metrics.json", "report.md"]
+
+
+def test_publish_copies_only_the_figures_the_run_lists(tmp_path):
+    """A rerun in the same workdir with another config leaves the earlier run's figures there: publish copies the
+    figures this run's metrics.json lists (a list, or a dict name -> file), not every PNG of the workdir (it
+    published a DP figure the new run never drew next to the new metrics)."""
+    work, res = tmp_path / "run", str(tmp_path / "results" / "exp" / "default")
+    holds = [claim("c", True, "d", verdict="holds")]
+    run = start_run(str(work), {"variant": "a", "dp": True})
+    (work / "dp_curve.png").write_bytes(b"png 1")
+    (work / "mse.png").write_bytes(b"png 1")
+    finish_run(run, {"figures": {"dp_curve": "dp_curve.png", "mse": "mse.png"}}, "r1", holds)
+    assert publish(str(work), res)[3:] == ["dp_curve.png", "mse.png"]
+    run = start_run(str(work), {"variant": "a", "dp": False})  # the rerun draws no DP curve
+    (work / "mse.png").write_bytes(b"png 2")
+    finish_run(run, {"figures": ["mse.png"]}, "r2", holds)
+    assert publish(str(work), res) == ["report.md", "metrics.json", "config.json", "mse.png"]
+    assert sorted(os.listdir(res)) == ["config.json", "metrics.json", "mse.png", "report.md"]
+    assert (tmp_path / "results" / "exp" / "default" / "mse.png").read_bytes() == b"png 2"
+    run = start_run(str(work), {"variant": "a", "dp": False, "plots": False})
+    finish_run(run, {"figures": []}, "r3", holds)
+    assert publish(str(work), res) == ["report.md", "metrics.json", "config.json"]
+    # A run that lists a figure it did not write is refused when it finishes, and at publish.
+    with pytest.raises(ValueError, match="lists figures that are not files.*'roc.png'"):
+        finish_run(start_run(str(tmp_path / "other"), {"variant": "b"}), {"figures": ["roc.png"]}, "r", holds)
+    metrics = json.loads((work / "metrics.json").read_text())
+    (work / "metrics.json").write_text(json.dumps(dict(metrics, figures=["../x.png"])))
+    with pytest.raises(ValueError, match="not files of its folder"):
+        publish(str(work), res)
+    # A run that lists no figures (made before runs listed them) beside PNGs cannot tell its own: refused.
+    (work / "metrics.json").write_text(json.dumps({k: v for k, v in metrics.items() if k != "figures"}))
+    with pytest.raises(ValueError, match="lists no figures.*dp_curve.png, mse.png"):
+        publish(str(work), res)
 
 
 def test_unknown_config_field_gives_a_clear_error():

@@ -24,6 +24,7 @@ def _check_outputs(tmp_path, res):
         assert (tmp_path / f).exists(), f
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["claims"] == res["claims"]
+    assert sorted(metrics["figures"]) == sorted(p.name for p in tmp_path.glob("*.png"))  # what publish() copies
     # The cache lives in a directory named by the config's hash: a changed config gets a fresh one.
     caches = [d for d in os.listdir(tmp_path) if d.startswith("cache-")]
     assert len(caches) == 1 and os.path.exists(tmp_path / caches[0] / "cache.json")

@@ -16,6 +16,7 @@ def test_smoke_config_runs_and_recovers_exactly(tmp_path, claim_problems):
     result = glm_attack.run(config, str(tmp_path))
     for name in ("report.md", "metrics.json", "config.json", "reconstructions.png"):
         assert os.path.exists(tmp_path / name), name
+    assert sorted(result["figures"]) == sorted(p.name for p in tmp_path.glob("*.png"))  # what publish() copies
     rows = json.loads((tmp_path / "metrics.json").read_text())["rows"]
     assert rows == result["rows"]
     optimal = rows[0]

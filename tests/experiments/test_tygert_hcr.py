@@ -25,6 +25,7 @@ def test_smoke_run_bounds_and_accuracy_are_sane(tmp_path, claim_problems):
                  "histograms_reference_size_0.005.png", "histograms_alg1_size_0.005.png"):
         assert os.path.exists(tmp_path / name), name
     stored = json.loads((tmp_path / "metrics.json").read_text())
+    assert sorted(stored["figures"]) == sorted(p.name for p in tmp_path.glob("*.png"))  # what publish() copies
     assert stored["accuracy_clean"] == m["accuracy_clean"] and len(stored["claims"]) == 2
     assert not claim_problems(stored["claims"]) and all("verdict" in cl for cl in stored["claims"])
     # The trained net learns (10 classes: chance 0.1; 256 test examples, SE <= 0.03), and dithering does not help.

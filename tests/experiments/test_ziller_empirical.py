@@ -46,6 +46,7 @@ def test_smoke_run_checks_bounds_and_beats_mean_image(tmp_path, claim_problems):
     res = ziller_empirical.run(c, str(tmp_path))
     for f in ("report.md", "metrics.json", "config.json", "fig1_metrics.png", "fig2_cdfs.png", "fig3_resolutions.png"):
         assert (tmp_path / f).exists(), f
+    assert sorted(res["figures"]) == sorted(p.name for p in tmp_path.glob("*.png"))  # what publish() copies
     written = json.loads((tmp_path / "metrics.json").read_text())["claims"]
     assert len(written) == 4 and not claim_problems(written), written
     verdicts = [cl["verdict"] for cl in written]
