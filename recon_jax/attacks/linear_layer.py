@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recon_jax._validation import FINITE_POSITIVE, guard, nan_if
+
 __all__ = ["linear_layer_observations", "linear_layer_attack"]
 
 
@@ -39,10 +41,11 @@ def linear_layer_observations(
       steps: number of observed steps T >= 1.
 
     Returns:
-      The released (noisy mean) gradients, shape ``[T, B * N]``.
+      The released (noisy mean) gradients, shape ``[T, B * N]``; all NaN under ``jit`` when ``clip_norm`` is not
+      finite and > 0.
 
     Raises:
-      ValueError: if ``inputs`` has no batch axis, ``clip_norm <= 0`` or ``steps < 1``.
+      ValueError: if ``inputs`` has no batch axis, a concrete ``clip_norm`` is not finite and > 0, or ``steps < 1``.
 
     >>> import jax, jax.numpy as jnp
     >>> from recon_jax.mechanisms import NoNoise
@@ -53,8 +56,7 @@ def linear_layer_observations(
     inputs = jnp.asarray(inputs)
     if inputs.ndim < 2:
         raise ValueError(f"inputs must have shape [B, ...] with a batch axis, got {inputs.shape}")
-    if not isinstance(clip_norm, jax.core.Tracer) and not (np.isfinite(clip_norm) and clip_norm > 0):
-        raise ValueError(f"clip_norm must be finite and > 0, got {clip_norm}")
+    bad = guard(("clip_norm", clip_norm, FINITE_POSITIVE))  # traced: -1 left X unclipped, 0 zeroed it; now NaN
     if not (isinstance(steps, (int, np.integer)) and steps >= 1):
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
     batch = inputs.shape[0]
@@ -75,7 +77,7 @@ def linear_layer_observations(
     def release(t):
         return mechanism.privatize(jax.random.fold_in(key, t), clipped_sum, clip_norm, batch)
 
-    return jax.lax.map(release, jnp.arange(steps))
+    return nan_if(bad, jax.lax.map(release, jnp.arange(steps)))
 
 
 def linear_layer_attack(observed: jax.Array, batch_size: int, input_shape: tuple[int, ...]) -> jax.Array:

@@ -114,6 +114,24 @@ def test_linear_attack_validation():
         ga.linear_layer_attack(jnp.ones((1, 8)), batch_size=0, input_shape=(4,))
 
 
+def test_linear_attack_traced_invalid_clip_norm_gives_nan():
+    """Under jit a bad clip norm cannot raise: the release is NaN (it was X unclipped at -1 and inf, zeros at 0; the
+    VMF release, a unit direction, looked valid for every one of them)."""
+    x = jnp.ones((2, 4))
+    for mechanism in (NoNoise(), VMFMechanism(kappa=10.0)):
+        observe = jax.jit(lambda c: ga.linear_layer_observations(jax.random.key(0), x, mechanism, c, steps=2))
+        for clip_norm in (-1.0, 0.0, np.nan, np.inf):
+            assert np.all(np.isnan(np.asarray(observe(clip_norm)))), (mechanism, clip_norm)
+            with pytest.raises(ValueError, match="clip_norm must be finite and > 0"):
+                ga.linear_layer_observations(jax.random.key(0), x, mechanism, clip_norm)
+        # A valid traced clip norm still gives the eager release (float32 rounding of the jitted VMF sampler).
+        eager = ga.linear_layer_observations(jax.random.key(0), x, mechanism, 3.0, steps=2)
+        np.testing.assert_allclose(np.asarray(observe(3.0)), np.asarray(eager), rtol=1e-5, atol=1e-6)
+    # Without noise each block is X_b / B (||X_b|| = 2 <= C = 3).
+    plain = ga.linear_layer_observations(jax.random.key(0), x, NoNoise(), 3.0, steps=2)
+    np.testing.assert_array_equal(np.asarray(plain), np.full((2, 8), 0.5, np.float32))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Gradient matching
 # ---------------------------------------------------------------------------------------------------------------
