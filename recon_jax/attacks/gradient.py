@@ -32,6 +32,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from recon_jax._validation import FINITE_NONNEGATIVE, FINITE_POSITIVE, Range, check, check_integer, guard, nan_if
 from recon_jax.attacks.linear_layer import linear_layer_attack, linear_layer_observations
 from recon_jax.models.losses import softmax_cross_entropy
 
@@ -103,10 +104,13 @@ def model_gradient(
       inputs: ``[B, ...]``.
       targets: ``[B, K]`` one-hot or soft labels.
       loss: ``loss(logits, targets) -> [B]`` per-example losses.
-      clip_norm: optional per-example clip norm C > 0.
+      clip_norm: optional per-example clip norm C, finite and > 0.
 
     Returns:
-      The flat gradient in ``ravel_pytree(params)`` order.
+      The flat gradient in ``ravel_pytree(params)`` order; all NaN where a traced ``clip_norm`` is invalid.
+
+    Raises:
+      ValueError: if a concrete ``clip_norm`` is not finite and > 0.
 
     >>> import jax.numpy as jnp
     >>> apply = lambda p, x: x.reshape(x.shape[0], -1) @ p["w"]
@@ -124,10 +128,11 @@ def model_gradient(
         g = jax.grad(lambda p: loss(apply_fn(p, x[None]), t[None])[0])(params)
         return ravel_pytree(g)[0]
 
+    bad = guard(("clip_norm", clip_norm, FINITE_POSITIVE))  # <= 0 clipped nothing or to 0; NaN under jit
     per_example = jax.vmap(example_grad)(inputs, targets)
     norms = jnp.sqrt(jnp.sum(per_example**2, axis=1) + 1e-30)
     factors = 1.0 / jnp.maximum(1.0, norms / clip_norm)
-    return jnp.mean(per_example * factors[:, None], axis=0)
+    return nan_if(bad, jnp.mean(per_example * factors[:, None], axis=0))
 
 
 def infer_labels_idlg(last_layer_weight_grad: jax.Array, batch_size: int = 1) -> jax.Array:
@@ -191,9 +196,9 @@ class InvertingGradientsOptions:
     Attributes:
       num_restarts: random initialisations, run in one ``vmap`` (>= 1).
       num_steps: iterations per restart (>= 1).
-      lr: initial Adam learning rate (> 0).
-      tv_weight: total-variation weight (>= 0; inputs must be images ``[H, W]`` / ``[H, W, C]`` when > 0).
-      data_range: box ``(low, high)`` for the inputs, or ``None`` for no constraint.
+      lr: initial Adam learning rate (finite, > 0).
+      tv_weight: total-variation weight (finite, >= 0; inputs must be images ``[H, W]`` / ``[H, W, C]`` when > 0).
+      data_range: box ``(low, high)``, finite, for the inputs, or ``None`` for no constraint.
       lr_decay: use Geiping's step decay (x0.1 at 3/8, 5/8, 7/8 of ``num_steps``).
       signed: Adam on the signed gradient (Geiping et al.); ``False`` uses the raw gradient.
       init: ``"uniform"`` in the box or ``"normal"``.
@@ -216,8 +221,8 @@ class DLGOptions:
     Attributes:
       num_restarts: random initialisations, run in one ``vmap`` (>= 1).
       num_steps: iterations per restart (>= 1).
-      lr: Adam learning rate (> 0).
-      data_range: box ``(low, high)`` the inputs are projected onto, or ``None`` for no constraint.
+      lr: Adam learning rate (finite, > 0).
+      data_range: finite box ``(low, high)`` the inputs are projected onto, or ``None`` for no constraint.
       init: ``"uniform"`` in the box or ``"normal"``.
       optimize_labels: optimise soft dummy labels ``softmax(z)`` jointly with the inputs (original DLG) instead of
         using the given or iDLG-inferred labels.
@@ -241,23 +246,24 @@ def _prepare(apply_fn, params, observed_grad, input_shape, labels, batch_size, n
         tree = unravel(g_obs)
         last = last_layer_fn(tree) if last_layer_fn is not None else _default_last_layer(tree, num_classes)
         labels = infer_labels_idlg(last, batch_size)
+    # one_hot makes a label outside [0, K) a zero row, a silent wrong target: refused, or NaN targets when traced.
+    bad = guard(("labels", labels, Range(lambda v: (v >= 0) & (v < num_classes) & (v % 1 == 0),
+                                         f"integers in [0, {num_classes})"))).reshape(-1)
     labels = jnp.asarray(labels, jnp.int32).reshape(-1)
     if labels.shape[0] != batch_size:
         raise ValueError(f"labels must have batch_size = {batch_size} entries, got {labels.shape}")
-    return g_obs, labels, num_classes
+    return g_obs, labels, nan_if(bad[:, None], jax.nn.one_hot(labels, num_classes))
 
 
-def _validate_common(input_shape, batch_size, num_restarts, num_steps, lr, data_range):
-    if not (isinstance(batch_size, (int, np.integer)) and batch_size >= 1):
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if not (isinstance(num_restarts, (int, np.integer)) and num_restarts >= 1):
-        raise ValueError(f"num_restarts must be an integer >= 1, got {num_restarts!r}")
-    if not (isinstance(num_steps, (int, np.integer)) and num_steps >= 1):
-        raise ValueError(f"num_steps must be an integer >= 1, got {num_steps!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be > 0, got {lr}")
-    if data_range is not None and not data_range[0] < data_range[1]:
-        raise ValueError(f"data_range must be (low, high) with low < high, got {data_range}")
+def _validate_common(input_shape, batch_size, num_restarts, num_steps, lr, data_range, clip_norm):
+    for name, count in (("batch_size", batch_size), ("num_restarts", num_restarts), ("num_steps", num_steps)):
+        check_integer(name, count, 1)
+    check("lr", lr, FINITE_POSITIVE)
+    if data_range is not None and not (len(data_range) == 2 and np.all(np.isfinite(np.asarray(data_range, float)))
+                                       and data_range[0] < data_range[1]):
+        raise ValueError(f"data_range must be (low, high) with finite low < high, got {data_range}")
+    if clip_norm is not None:
+        check("clip_norm", clip_norm, FINITE_POSITIVE)
     if len(input_shape) < 1:
         raise ValueError(f"input_shape must be the shape of one sample, got {input_shape}")
 
@@ -326,7 +332,8 @@ def inverting_gradients(
       A :class:`GradientAttackResult`.
 
     Raises:
-      ValueError: on invalid sizes or hyper-parameters.
+      ValueError: on invalid sizes or hyper-parameters (``lr``, ``clip_norm`` finite and > 0, ``tv_weight`` finite
+        and >= 0, ``data_range`` finite), or concrete ``labels`` outside ``[0, num_classes)`` (traced: NaN loss).
 
     >>> import jax, jax.numpy as jnp
     >>> apply = lambda p, x: jax.nn.sigmoid(x.reshape(x.shape[0], -1) @ p["w1"]) @ p["w2"]
@@ -342,15 +349,12 @@ def inverting_gradients(
         raise TypeError(f"options must be an InvertingGradientsOptions, got {type(options).__name__}")
     num_restarts, num_steps, lr, tv_weight = options.num_restarts, options.num_steps, options.lr, options.tv_weight
     data_range, lr_decay, signed, init = options.data_range, options.lr_decay, options.signed, options.init
-    _validate_common(input_shape, batch_size, num_restarts, num_steps, lr, data_range)
-    if tv_weight < 0:
-        raise ValueError(f"tv_weight must be >= 0, got {tv_weight}")
+    _validate_common(input_shape, batch_size, num_restarts, num_steps, lr, data_range, clip_norm)
+    check("tv_weight", tv_weight, FINITE_NONNEGATIVE)  # NaN failed both `< 0` and `> 0`: TV silently dropped
     if tv_weight > 0 and len(input_shape) not in (2, 3):
         raise ValueError(f"tv_weight > 0 needs image inputs [H, W] or [H, W, C], got input_shape {input_shape}")
-    g_obs, labels, num_classes = _prepare(
-        apply_fn, params, observed_grad, input_shape, labels, batch_size, num_classes, last_layer_fn
-    )
-    targets = jax.nn.one_hot(labels, num_classes)
+    g_obs, labels, targets = _prepare(apply_fn, params, observed_grad, input_shape, labels, batch_size, num_classes,
+                                      last_layer_fn)
     xs, losses = _ig_run(
         key, params, g_obs, targets, apply_fn=apply_fn, loss=loss, input_shape=tuple(input_shape),
         batch_size=int(batch_size), num_restarts=int(num_restarts), num_steps=int(num_steps), lr=float(lr),
@@ -461,7 +465,7 @@ def dlg(
         raise TypeError(f"options must be a DLGOptions, got {type(options).__name__}")
     num_restarts, num_steps, lr, data_range = options.num_restarts, options.num_steps, options.lr, options.data_range
     init, optimize_labels = options.init, options.optimize_labels
-    _validate_common(input_shape, batch_size, num_restarts, num_steps, lr, data_range)
+    _validate_common(input_shape, batch_size, num_restarts, num_steps, lr, data_range, clip_norm)
     if optimize_labels:
         g_obs = _flat(observed_grad, params)
         if num_classes is None:
@@ -469,10 +473,9 @@ def dlg(
             num_classes = int(out.shape[-1])
         label_init = None
     else:
-        g_obs, labels, num_classes = _prepare(
-            apply_fn, params, observed_grad, input_shape, labels, batch_size, num_classes, last_layer_fn
-        )
-        label_init = jax.nn.one_hot(labels, num_classes)
+        g_obs, labels, label_init = _prepare(apply_fn, params, observed_grad, input_shape, labels, batch_size,
+                                             num_classes, last_layer_fn)
+        num_classes = label_init.shape[-1]
     targets = label_init if label_init is not None else jnp.zeros((batch_size, num_classes))
     xs, zs, losses = _dlg_run(
         key, params, g_obs, targets, apply_fn=apply_fn, loss=loss, input_shape=tuple(input_shape),

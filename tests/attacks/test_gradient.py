@@ -261,6 +261,62 @@ def test_gradient_matching_validation():
         ga.dlg(jax.random.key(0), _mlp_apply, params, g, (4,), ga.InvertingGradientsOptions())
 
 
+@pytest.mark.parametrize("clip_norm", [-1.0, 0.0, np.nan, np.inf])
+def test_model_gradient_invalid_clip_norm_raises_or_gives_nan(clip_norm):
+    """-1 returned the unclipped gradient and 0 an all-zero one (then a NaN cosine): concrete values raise, traced
+    ones give NaN; the attacks that simulate clipping refuse them before running."""
+    params = _mlp_init(jax.random.key(0), (4, 3))
+    x, t = jnp.full((1, 4), 0.5), jnp.eye(3)[1:2]
+    with pytest.raises(ValueError, match="clip_norm must be finite and > 0"):
+        ga.model_gradient(_mlp_apply, params, x, t, clip_norm=clip_norm)
+    traced = jax.jit(lambda c: ga.model_gradient(_mlp_apply, params, x, t, clip_norm=c))
+    assert np.all(np.isnan(np.asarray(traced(clip_norm))))
+    eager = ga.model_gradient(_mlp_apply, params, x, t, clip_norm=0.05)
+    np.testing.assert_allclose(np.asarray(traced(0.05)), np.asarray(eager), rtol=1e-6)  # float32 rounding of jit
+    g = jnp.zeros(12)
+    with pytest.raises(ValueError, match="clip_norm"):
+        ga.inverting_gradients(jax.random.key(0), _mlp_apply, params, g, (4,),
+                               ga.InvertingGradientsOptions(num_restarts=1, num_steps=2, tv_weight=0.0),
+                               labels=jnp.array([0]), clip_norm=clip_norm)
+    with pytest.raises(ValueError, match="clip_norm"):
+        ga.dlg(jax.random.key(0), _mlp_apply, params, g, (4,), ga.DLGOptions(num_restarts=1, num_steps=2),
+               labels=jnp.array([0]), clip_norm=clip_norm)
+
+
+@pytest.mark.parametrize("labels", [[3], [-1], [1.5]])
+def test_gradient_attacks_refuse_labels_outside_the_classes(labels):
+    """one_hot made a label outside [0, K) an all-zero target row: IG gave a NaN loss, DLG a plausible one."""
+    params = _mlp_init(jax.random.key(0), (4, 3))
+    g = ga.model_gradient(_mlp_apply, params, jnp.full((1, 4), 0.5), jnp.eye(3)[1:2])
+    ig_opts = ga.InvertingGradientsOptions(num_restarts=1, num_steps=2, tv_weight=0.0)
+    dlg_opts = ga.DLGOptions(num_restarts=1, num_steps=2)
+    with pytest.raises(ValueError, match=r"labels must be integers in \[0, 3\)"):
+        ga.inverting_gradients(jax.random.key(0), _mlp_apply, params, g, (4,), ig_opts, labels=np.array(labels))
+    with pytest.raises(ValueError, match=r"labels must be integers in \[0, 3\)"):
+        ga.dlg(jax.random.key(0), _mlp_apply, params, g, (4,), dlg_opts, labels=np.array(labels))
+    # Traced labels cannot raise: the loss is NaN for an invalid label, finite for a valid one.
+    traced = jax.jit(lambda lab: ga.dlg(jax.random.key(0), _mlp_apply, params, g, (4,), dlg_opts, labels=lab).loss)
+    assert np.isnan(float(traced(jnp.asarray(labels, jnp.float32))))
+    assert np.isfinite(float(traced(jnp.array([1.0]))))
+
+
+def test_gradient_attack_hyperparameters_must_be_finite():
+    """tv_weight = NaN dropped the TV term (NaN < 0 and NaN > 0 are both False); lr = inf and an infinite box end
+    ran to NaN reconstructions. Each is refused, naming the option."""
+    params = _mlp_init(jax.random.key(0), (4, 3))
+    g = jnp.zeros(12)
+    cases = [("tv_weight", np.nan), ("tv_weight", np.inf), ("lr", np.inf), ("lr", np.nan),
+             ("data_range", (0.0, np.inf)), ("data_range", (-np.inf, 1.0)), ("data_range", (np.nan, 1.0))]
+    for field, value in cases:
+        ig_opts = ga.InvertingGradientsOptions(num_restarts=1, num_steps=2, **{"tv_weight": 0.0, field: value})
+        with pytest.raises(ValueError, match=field + " must be"):
+            ga.inverting_gradients(jax.random.key(0), _mlp_apply, params, g, (2, 2), ig_opts, labels=jnp.array([0]))
+        if field != "tv_weight":
+            with pytest.raises(ValueError, match=field + " must be"):
+                ga.dlg(jax.random.key(0), _mlp_apply, params, g, (4,),
+                       ga.DLGOptions(num_restarts=1, num_steps=2, **{field: value}), labels=jnp.array([0]))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Experiments (smoke configs, further shrunk, run in-process)
 # ---------------------------------------------------------------------------------------------------------------
