@@ -6,10 +6,11 @@
   and are re-exported here.
 - **Inverting Gradients** (Geiping et al. 2020, "Inverting Gradients - How easy is it to break privacy in
   federated learning?"): minimise ``1 - cos(grad(x), g_obs)`` over all layers plus total variation, with Adam on the
-  *signed* gradient, a box constraint to the data range and step learning-rate decay (x0.1 at 3/8, 5/8, 7/8 of the
-  iterations); several restarts run in parallel with ``vmap``, the best kept by loss. Unknown labels are inferred
-  with iDLG (Zhao et al. 2020): for softmax cross-entropy and non-negative last-layer inputs, the true class is the
-  column of the last weight gradient with negative sum. See :func:`inverting_gradients`.
+  *signed* gradient, a box constraint to the data range and step learning-rate decay (x0.1 from the steps
+  ``n // 2.667``, ``n // 1.6``, ``n // 1.142`` of ``n``, their MultiStepLR); several restarts run in parallel with
+  ``vmap``, the best kept by loss. Unknown labels are inferred with iDLG (Zhao et al. 2020): for softmax
+  cross-entropy and non-negative last-layer inputs, the true class is the column of the last weight gradient with
+  negative sum. See :func:`inverting_gradients`.
 - **DLG** (Zhu et al. 2019, "Deep Leakage from Gradients"): minimise ``||grad(x, y) - g_obs||^2`` jointly over
   dummy inputs and (optionally) soft dummy labels. Zhu et al. use L-BFGS; here Adam (same objective), vmapped
   restarts. See :func:`dlg`.
@@ -199,7 +200,8 @@ class InvertingGradientsOptions:
       lr: initial Adam learning rate (finite, > 0).
       tv_weight: total-variation weight (finite, >= 0; inputs must be images ``[H, W]`` / ``[H, W, C]`` when > 0).
       data_range: box ``(low, high)``, finite, for the inputs, or ``None`` for no constraint.
-      lr_decay: use Geiping's step decay (x0.1 at 3/8, 5/8, 7/8 of ``num_steps``).
+      lr_decay: Geiping's step decay (their torch ``MultiStepLR``): step ``t`` (from 0) uses ``lr * 0.1 ** k``, ``k``
+        the number of milestones ``n // 2.667, n // 1.6, n // 1.142`` (``n = num_steps``, repeats counted) ``<= t``.
       signed: Adam on the signed gradient (Geiping et al.); ``False`` uses the raw gradient.
       init: ``"uniform"`` in the box or ``"normal"``.
     """
@@ -280,11 +282,13 @@ def _init_inputs(key, shape, data_range, init):
 
 
 def _step_schedule(lr, num_steps, decay):
+    """Geiping's ``MultiStepLR([n // 2.667, n // 1.6, n // 1.142], gamma=0.1)`` stepped after each step: optax's
+    ``count`` (0 first) uses ``lr * 0.1 ** #{m <= count}``, repeats counted, the products rounded as optax rounds."""
     if not decay:
         return optax.constant_schedule(lr)
-    # Geiping et al.: MultiStepLR at 3/8, 5/8, 7/8 of the iterations, gamma 0.1.
-    bounds = {int(num_steps * f): 0.1 for f in (3 / 8, 5 / 8, 7 / 8) if int(num_steps * f) > 0}
-    return optax.piecewise_constant_schedule(lr, bounds)
+    milestones = jnp.asarray([int(num_steps // f) for f in (2.667, 1.6, 1.142)])
+    values = jnp.stack(functools.reduce(lambda v, _: v + [v[-1] * 0.1], range(3), [jnp.asarray(lr)]))
+    return lambda count: values[jnp.sum(count >= milestones)]
 
 
 def inverting_gradients(
@@ -306,9 +310,10 @@ def inverting_gradients(
 
     Minimises ``1 - <g(x), g_obs> / (||g(x)|| ||g_obs||) + tv_weight * TV(x)`` where ``g(x)`` is the flat gradient of
     the batch loss over *all* layers (:func:`model_gradient`), by Adam on ``sign(grad)`` with learning rate ``lr``
-    decayed x0.1 at 3/8, 5/8, 7/8 of ``num_steps``, projecting onto the box ``data_range`` after every step (the
-    search settings are ``options``, an :class:`InvertingGradientsOptions`). The ``num_restarts`` random
-    initialisations run in one ``vmap``; the restart with the lowest final loss is returned.
+    decayed x0.1 from the steps ``n // 2.667``, ``n // 1.6``, ``n // 1.142`` of ``n = num_steps``, projecting onto
+    the box ``data_range`` after every step (the search settings are ``options``, an
+    :class:`InvertingGradientsOptions`). The ``num_restarts`` random initialisations run in one ``vmap``; the restart
+    with the lowest final loss is returned.
     The cosine objective is scale-invariant, so it applies unchanged to clipped updates and to the unit-norm
     releases of the VMF mechanism.
 

@@ -4,6 +4,8 @@ References: closed-form expressions of Ziller et al. (eq. 3, 4, Prop. 4) evaluat
 loops, and the original image (exact recovery / PSNR).
 """
 
+import collections
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -315,6 +317,51 @@ def test_gradient_attack_hyperparameters_must_be_finite():
             with pytest.raises(ValueError, match=field + " must be"):
                 ga.dlg(jax.random.key(0), _mlp_apply, params, g, (4,),
                        ga.DLGOptions(num_restarts=1, num_steps=2, **{field: value}), labels=jnp.array([0]))
+
+
+def _multistep_lr(lr: float, n: int) -> list[float]:
+    """The learning rate of each of the n steps of Geiping et al.'s loop, a naive transcription of torch's
+    MultiStepLR(milestones=[n // 2.667, n // 1.6, n // 1.142], gamma=0.1) (milestones kept in a Counter, the rate
+    multiplied by gamma ** count when last_epoch reaches one) with scheduler.step() after every optimizer.step()."""
+    milestones = collections.Counter([n // 2.667, n // 1.6, n // 1.142])
+    rate, last_epoch, rates = lr, 0, []
+    rate *= 0.1 ** milestones[last_epoch]  # the constructor's initial step (last_epoch = 0)
+    for _ in range(n):
+        rates.append(rate)  # optimizer.step()
+        last_epoch += 1  # scheduler.step()
+        rate *= 0.1 ** milestones[last_epoch]
+    return rates
+
+
+def test_lr_schedule_matches_geiping_multisteplr():
+    """The old schedule decayed from the steps int(n * 3/8), int(n * 5/8), int(n * 7/8) (750, 1250, 1750 at
+    n = 2000) and merged coinciding boundaries (n = 1, 2, 3), so too few decays happened."""
+    for n in [*range(1, 11), 16, 24, 100, 2000]:
+        schedule = ga._step_schedule(0.1, n, True)
+        got = np.asarray(jax.vmap(schedule)(jnp.arange(n)), np.float64)
+        np.testing.assert_allclose(got, _multistep_lr(0.1, n), rtol=1e-6, err_msg=f"n = {n}")  # float32 rates
+    # The last n, 2000: 2000 / 2.667 = 749.9, 2000 / 1.142 = 1751.3, and 2000 // 1.6 is 1249.0 in Python as in
+    # theirs (1.6 is stored as 1.6000000000000000888, so the quotient is just below 1250).
+    assert n == 2000 and [t for t in range(1, n) if got[t] < got[t - 1]] == [749, 1249, 1751]
+
+
+def test_inverting_gradients_steps_take_the_multisteplr_rates():
+    """End to end: with g(x) = (x, 1) and g_obs = (+-1, 0) the cosine loss falls monotonically in +-x, so every
+    signed Adam step moves x by exactly its learning rate (m_hat = +-1, v_hat = 1); two runs from the same start
+    end 2 * sum_t lr_t apart."""
+    def apply(p, x):
+        return x.reshape(x.shape[0], 1) * p["w"][0] + p["w"][1]
+
+    params = {"w": jnp.array([0.3, -0.2])}
+    for n in (1, 2, 3, 5, 8, 10):
+        opts = ga.InvertingGradientsOptions(num_restarts=1, num_steps=n, lr=1.0, tv_weight=0.0, data_range=None,
+                                            init="normal")
+        ends = [ga.inverting_gradients(jax.random.key(3), apply, params, jnp.array([sign, 0.0]), (1,), opts,
+                                       labels=jnp.array([0]), loss=lambda logits, t: logits[:, 0]).reconstruction
+                for sign in (1.0, -1.0)]
+        # float32 iterates of size ~1-10: rounding ~1e-6 over at most 10 steps; Adam's eps 1e-8 is negligible.
+        np.testing.assert_allclose(float(ends[0][0, 0] - ends[1][0, 0]), 2 * sum(_multistep_lr(1.0, n)), rtol=1e-5,
+                                   atol=2e-6, err_msg=f"n = {n}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
