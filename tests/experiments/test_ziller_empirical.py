@@ -90,3 +90,36 @@ def test_prop1_interval_fails_exactly_where_the_test_rejects():
         c = ziller_empirical.comparison("x", gap, ">=", 0.0, interval=(low, high), tolerance=0.05)
         seen.add(c["verdict"])
     assert seen == {"fails", "holds"}
+
+
+def test_fig2_computes_no_ssim_below_its_window(monkeypatch):
+    """Fig. 2's 5 x 10 images are smaller than SSIM's 11 x 11 Gaussian window, which the public ``metrics.ssim``
+    refuses; the experiment called the unguarded ``metrics._ssim`` on them (values never reported). It computes no
+    SSIM there now; the calls are recorded while ``_attack`` is traced afresh."""
+    import jax
+
+    from recon_jax import metrics
+
+    shapes, traced = [], []
+    real = {name: getattr(metrics, name) for name in ("ssim", "_ssim", "ncc")}
+
+    def recording(name, log):
+        def wrapper(x, y, *args):
+            log.append(x.shape)
+            return real[name](x, y, *args)
+        return wrapper
+
+    for name in ("ssim", "_ssim"):
+        monkeypatch.setattr(metrics, name, recording(name, shapes))
+    monkeypatch.setattr(metrics, "ncc", recording("ncc", traced))
+    c = get_config("smoke")
+    c.fig2.draws, c.fig2.chunk_size, c.fig2.reference_draws = 20, 10, 200
+    image = np.random.default_rng(0).uniform(0.0, 1.0, (28, 28, 1)).astype(np.float32)
+    ziller_empirical._attack.clear_cache()
+    try:
+        fig2 = ziller_empirical._fig2(c, image, jax.random.key(0))
+    finally:
+        ziller_empirical._attack.clear_cache()  # no trace made with the recorders outlives the test
+    assert traced and traced[0][1:3] == tuple(c.fig2.shape)  # the attack was traced here, on 5 x 10 images
+    assert not [s for s in shapes if min(s[1:3]) < 11], shapes
+    assert fig2["draws"] == 20 and np.isfinite(fig2["mse_mean"]) and np.isfinite(fig2["ncc_mean"])
