@@ -72,6 +72,8 @@ BAD = [
      "config.srp_densities: must be a non-empty tuple, each entry one of 'paper', 'auto' or a number in (0, 1]"),
     ("tygert_hcr", "smoke", {"noise_scale": 0.0}, "config.noise_scale: must be a number > 0, got 0.0"),
     ("ziller_empirical", "smoke", {"fig2.sigma": -1.0}, "config.fig2.sigma: must be a number > 0, got -1.0"),
+    # SSIM's 11 x 11 window: a smaller resolution used to pass the checks and stop the run at its first SSIM
+    ("ziller_empirical", "smoke", {"resolution": 10}, "config.resolution: must be an integer >= 11, got 10"),
     ("ziller_table1", "smoke", {"route_kappas": (0.1, 1.0)},
      "config.route_kappas: must be a non-empty tuple, each entry a number in (0, 1), got (0.1, 1.0)"),
     ("risk_report", "smoke", {"num_targets": 0}, "config.num_targets: must be an integer >= 1, got 0"),
