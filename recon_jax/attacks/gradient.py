@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -159,17 +160,20 @@ def infer_labels_idlg(last_layer_weight_grad: jax.Array, batch_size: int = 1) ->
     g = jnp.asarray(last_layer_weight_grad)
     if g.ndim != 2:
         raise ValueError(f"last_layer_weight_grad must have shape [fan_in, K], got {g.shape}")
-    if not (isinstance(batch_size, (int, np.integer)) and 1 <= batch_size <= g.shape[1]):
-        raise ValueError(f"batch_size must be an integer in [1, {g.shape[1]}], got {batch_size!r}")
+    check_integer("batch_size", batch_size, 1, g.shape[1])
     col = jnp.sum(g, axis=0)
     return jnp.sort(jnp.argsort(col)[:batch_size]).astype(jnp.int32)
 
 
 def _default_last_layer(grad_tree, num_classes: int) -> jax.Array:
-    leaves = [l for l in jax.tree_util.tree_leaves(grad_tree) if l.ndim == 2 and l.shape[-1] == num_classes]
-    if not leaves:
+    # the last 2-D leaf with K columns, digit runs of the key path compared as numbers: flax's Dense_10 comes after
+    # Dense_9 (the tree's sorted names put it before Dense_2); the split's odd positions are always the digits
+    found = [(tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", jax.tree_util.keystr(path))), leaf)
+             for path, leaf in jax.tree_util.tree_leaves_with_path(grad_tree)
+             if leaf.ndim == 2 and leaf.shape[-1] == num_classes]
+    if not found:
         raise ValueError("could not find a last-layer weight [fan_in, num_classes]; pass labels or last_layer_fn")
-    return leaves[-1]
+    return max(found, key=lambda f: f[0])[1]
 
 
 class GradientAttackResult(NamedTuple):
@@ -331,7 +335,7 @@ def inverting_gradients(
       num_classes: K (inferred from ``apply_fn`` when ``None``).
       clip_norm: simulate per-example clipping of the attacked step (see :func:`model_gradient`).
       last_layer_fn: maps the observed gradient pytree to the last weight gradient ``[fan_in, K]`` for iDLG
-        (default: the last 2-D leaf with K columns).
+        (default: the last 2-D leaf with K columns, layer numbers in numeric order).
 
     Returns:
       A :class:`GradientAttackResult`.
@@ -360,13 +364,11 @@ def inverting_gradients(
         raise ValueError(f"tv_weight > 0 needs image inputs [H, W] or [H, W, C], got input_shape {input_shape}")
     g_obs, labels, targets = _prepare(apply_fn, params, observed_grad, input_shape, labels, batch_size, num_classes,
                                       last_layer_fn)
-    xs, losses = _ig_run(
-        key, params, g_obs, targets, apply_fn=apply_fn, loss=loss, input_shape=tuple(input_shape),
+    xs, losses = _ig_run(key, params, g_obs, targets, apply_fn=apply_fn, loss=loss, input_shape=tuple(input_shape),
         batch_size=int(batch_size), num_restarts=int(num_restarts), num_steps=int(num_steps), lr=float(lr),
         tv_weight=float(tv_weight), data_range=None if data_range is None else tuple(map(float, data_range)),
         lr_decay=bool(lr_decay), signed=bool(signed), clip_norm=None if clip_norm is None else float(clip_norm),
-        init=init,
-    )
+        init=init)
     best = jnp.argmin(jnp.where(jnp.isfinite(losses), losses, jnp.inf))
     return GradientAttackResult(xs[best], labels, losses[best], xs, losses)
 
@@ -482,12 +484,10 @@ def dlg(
                                              num_classes, last_layer_fn)
         num_classes = label_init.shape[-1]
     targets = label_init if label_init is not None else jnp.zeros((batch_size, num_classes))
-    xs, zs, losses = _dlg_run(
-        key, params, g_obs, targets, apply_fn=apply_fn, loss=loss, input_shape=tuple(input_shape),
+    xs, zs, losses = _dlg_run(key, params, g_obs, targets, apply_fn=apply_fn, loss=loss, input_shape=tuple(input_shape),
         batch_size=int(batch_size), num_classes=int(num_classes), num_restarts=int(num_restarts),
         num_steps=int(num_steps), lr=float(lr), data_range=None if data_range is None else tuple(map(float, data_range)),
-        optimize_labels=bool(optimize_labels), clip_norm=None if clip_norm is None else float(clip_norm), init=init,
-    )
+        optimize_labels=bool(optimize_labels), clip_norm=None if clip_norm is None else float(clip_norm), init=init)
     best = jnp.argmin(jnp.where(jnp.isfinite(losses), losses, jnp.inf))
     out_labels = jnp.argmax(zs[best], axis=-1).astype(jnp.int32) if optimize_labels else labels
     return GradientAttackResult(xs[best], out_labels, losses[best], xs, losses)

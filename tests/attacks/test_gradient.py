@@ -383,3 +383,22 @@ def test_ziller_experiment_smoke(tmp_path):
     # C = 50 >= ||X|| (no clipping): E[MSE] = C^2 sigma^2 = 25 exactly (Ziller eq. 4); 3 images x 784 pixels.
     assert row["unclipped"] and abs(row["mse"]["mean"] / 25.0 - 1.0) < 0.1
     assert res["mse_bound_holds_all"]
+
+
+def test_default_last_layer_orders_layer_numbers_as_numbers():
+    """iDLG reads the last K-column weight gradient. With eleven flax layers of width K the tree's sorted names put
+    Dense_10 (the last) before Dense_2, and the default used to take Dense_9's gradient; haiku's linear, linear_1,
+    ..., linear_10 likewise."""
+    k = 3
+    for fmt in ("Dense_{}", "linear_{}"):
+        names = [fmt.format(i) for i in range(11)]
+        if fmt.startswith("linear"):
+            names[0] = "linear"
+        tree = {name: {"kernel": jnp.full((4, k), float(i))} for i, name in enumerate(names)}
+        tree["Dense_10" if fmt.startswith("Dense") else "linear_10"]["kernel"] = -jnp.ones((4, k))
+        assert sorted(tree)[-1] != names[-1]  # the tree's own order is not the layers' order
+        np.testing.assert_array_equal(ga._default_last_layer(tree, k), -np.ones((4, k)))
+        # iDLG then reads the last layer's columns
+        last = jnp.zeros((4, k)).at[:, 2].set(-1.0)  # class 2's column has the negative sum
+        tree[names[-1]]["kernel"] = last
+        np.testing.assert_array_equal(ga.infer_labels_idlg(ga._default_last_layer(tree, k)), [2])
