@@ -138,7 +138,7 @@ def nn_oracle(targets: jax.Array, pool: jax.Array, percentiles: Sequence[float] 
       percentiles: percentiles in [0, 100] of each target's MSE distribution (linear interpolation, as
         ``np.percentile``).
       bins: if > 0, also an averaged histogram of the MSEs over ``bins`` equal bins on ``[0, max_mse]``.
-      max_mse: upper edge of the histogram (default: the largest possible MSE for data in [0, 1], i.e. 1).
+      max_mse: upper edge of the histogram, finite and > 0 (default: the largest possible MSE for data in [0, 1], i.e. 1).
       chunk_size: targets per block.
 
     Returns:
@@ -162,8 +162,8 @@ def nn_oracle(targets: jax.Array, pool: jax.Array, percentiles: Sequence[float] 
     t, p = _flat(targets, "targets"), _flat(pool, "pool")
     if t.shape[1] != p.shape[1]:
         raise ValueError(f"targets and pool must have the same example size, got {t.shape[1]} and {p.shape[1]}")
-    if max_mse is not None and not max_mse > 0:
-        raise ValueError(f"max_mse must be > 0, got {max_mse}")
+    if max_mse is not None and not 0 < max_mse < np.inf:  # inf made every bin edge inf or NaN
+        raise ValueError(f"max_mse must be finite and > 0, got {max_mse}")
     dtype = jnp.result_type(t, p, jnp.float32)
     t, p = t.astype(dtype), p.astype(dtype)
     pool_sq = jnp.sum(p * p, axis=1)

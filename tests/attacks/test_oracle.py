@@ -75,6 +75,13 @@ def test_oracle_refuses_percentiles_that_are_nan_or_outside_0_100(bad):
     assert np.asarray(r.percentile_mse).tolist() == [[1.0, 1.0], [1.0, 1.0]]
 
 
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), 0.0, -1.0])
+def test_oracle_refuses_a_histogram_edge_that_is_not_finite_and_positive(bad):
+    """max_mse = inf was accepted and made every histogram edge inf or NaN."""
+    with pytest.raises(ValueError, match="max_mse must be finite and > 0"):
+        oracle.nn_oracle(np.zeros((2, 3)), np.ones((4, 3)), (50.0,), bins=4, max_mse=bad)
+
+
 def test_success_is_strict():
     assert oracle.success(jnp.array([0.1, 0.2, 0.3]), jnp.array([0.2, 0.2, 0.2])).tolist() == [True, False, False]
 
