@@ -416,7 +416,8 @@ def run(config, workdir: str) -> dict:
                                             title="Targets, attack reconstructions per setting, NN oracle")
     if dp_rows:
         figures["bounds_vs_attack"] = plot_threat_models(dp_rows, update_rows,
-                                                         os.path.join(workdir, "bounds_vs_attack.png"))
+                                                         os.path.join(workdir, "bounds_vs_attack.png"),
+                                                         confidence=config.confidence)
     elapsed = time.time() - t0
     total = wall_time(run_info)  # with the earlier segments' when this run resumed their stores
     result = {"rows": rows, "prior_aware": update_rows, "candidate_gradient_geometry": geometry,

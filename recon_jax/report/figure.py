@@ -15,7 +15,8 @@ import numpy as np
 __all__ = ["plot_threat_models"]
 
 
-def plot_threat_models(final_rows: Sequence[dict], update_rows: Sequence[dict], path: str) -> str:
+def plot_threat_models(final_rows: Sequence[dict], update_rows: Sequence[dict], path: str,
+                       confidence: float = 0.95) -> str:
     """Bound and attack on the same axes, one panel per threat model (x: noise multiplier, log scale).
 
     Args:
@@ -25,6 +26,7 @@ def plot_threat_models(final_rows: Sequence[dict], update_rows: Sequence[dict], 
         ``prior_size``, ``prior_aware_success``, ``prior_aware_ci``, ``prior_aware_bound`` and ``candidates``
         (``"records"`` as filled circles, crafted canaries as open squares beside them).
       path: PNG path.
+      confidence: the level of the rows' intervals, for the legend.
 
     Returns:
       ``path``.
@@ -34,6 +36,7 @@ def plot_threat_models(final_rows: Sequence[dict], update_rows: Sequence[dict], 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
+    level = f"{100 * confidence:g}%"
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.9), sharey=True)
 
     def errbar(ax, xs, ys, cis, **kw):
@@ -46,7 +49,7 @@ def plot_threat_models(final_rows: Sequence[dict], update_rows: Sequence[dict], 
     if rows:
         xs = [r["noise_multiplier"] for r in rows]
         errbar(ax, xs, [r["success_at_eta"] for r in rows], [r["success_at_eta_ci"] for r in rows], marker="s",
-               color="black", label="RecoNN: P[MSE <= eta] (95% CI)")
+               color="black", label=f"RecoNN: P[MSE <= eta] ({level} CI)")
         ax.plot(xs, [np.nan if r.get("bound_at_eta") is None else r["bound_at_eta"] for r in rows], "-",
                 color="black", marker="_", markersize=16, label="ReRo bound at kappa(eta) (approx.)")
     ax.set_title("final model released (informed adversary)", fontsize=10)
@@ -63,7 +66,7 @@ def plot_threat_models(final_rows: Sequence[dict], update_rows: Sequence[dict], 
             xs = [r["noise_multiplier"] * (1.0 + 0.06 * j) for r in rows]  # side by side
             errbar(ax, xs, [r["prior_aware_success"] for r in rows], [r["prior_aware_ci"] for r in rows],
                    marker="o" if kind == "records" else "s", mfc=c if kind == "records" else "none", color=c,
-                   label=f"prior-aware attack, k={k}, {kind} (95% CI)")
+                   label=f"prior-aware attack, k={k}, {kind} ({level} CI)")
         rows = sorted((r for r in update_rows if r["prior_size"] == k and r.get("candidates", "records") == kinds[0]),
                       key=lambda r: r["noise_multiplier"])
         ax.plot([r["noise_multiplier"] for r in rows], [r["prior_aware_bound"] for r in rows], "-", color=c,

@@ -73,12 +73,13 @@ def claims(config, result) -> list[dict]:
     """
     rows, upd = result["rows"], result["prior_aware"]
     tol = config.bound_tolerance
+    level = f"{100 * config.confidence:g}%"  # each interval's level, as computed (Clopper-Pearson, two-sided)
     out = []
     np_rows = [r for r in rows if r["noise_multiplier"] == 0]
     if np_rows:
         r = np_rows[0]
         out.append(claim("without DP the informed attack beats the NN oracle on most targets (Balle et al.)",
-                         detail=f"success {r['success_rate']:.3f} (95% CI {r['success_rate_ci'][0]:.3f}-"
+                         detail=f"success {r['success_rate']:.3f} ({level} CI {r['success_rate_ci'][0]:.3f}-"
                                 f"{r['success_rate_ci'][1]:.3f}) over {r['num_targets']} targets vs 0.5",
                          comparisons=[comparison("non-private: share of targets where the attack beats the oracle",
                                                  r["success_rate"], ">=", 0.5, interval=r["success_rate_ci"],
@@ -93,8 +94,8 @@ def claims(config, result) -> list[dict]:
                  for u in within]
         above = _above_bound(upd)
         out.append(claim(
-            f"every crafted-canary prior-aware success lies within its ReRo bound (Hayes et al.; holds: 95% interval "
-            f"below {1 + tol:g} x the bound, fails: above the bound)", comparisons=comps,
+            f"every crafted-canary prior-aware success lies within its ReRo bound (Hayes et al.; holds: {level} "
+            f"interval below {1 + tol:g} x the bound, fails: above the bound)", comparisons=comps,
             detail="; ".join(f"{_cell(u)}: {u['prior_aware_success']:.3f} [{u['prior_aware_ci'][0]:.3f}, "
                              f"{u['prior_aware_ci'][1]:.3f}] vs {u['prior_aware_bound']:.3g} ({c['verdict']})"
                              for u, c in zip(within, comps))
@@ -110,7 +111,7 @@ def claims(config, result) -> list[dict]:
                                 interval=u["success_over_bound_ci"], possible=(0, 1 / u["prior_aware_bound"]))
                      for u in reach]
             out.append(claim(
-                f"crafted canaries reach the ReRo bound: the 95% interval of success / bound lies above "
+                f"crafted canaries reach the ReRo bound: the {level} interval of success / bound lies above "
                 f"{config.crafted_reach:g} at k <= 10 (Hayes et al.)", comparisons=comps,
                 detail="; ".join(f"{_cell(u)}: {u['success_over_bound']:.3f} [{u['success_over_bound_ci'][0]:.3f}, "
                                  f"{u['success_over_bound_ci'][1]:.3f}] over {u['trials']} games (exact optimum "
@@ -121,7 +122,7 @@ def claims(config, result) -> list[dict]:
     if fin:
         out.append(claim(
             f"every final-model success P[MSE <= eta] lies within its ReRo bound (bound at the estimated kappa(eta), "
-            f"approximate; holds: 95% interval below {1 + tol:g} x the bound)",
+            f"approximate; holds: {level} interval below {1 + tol:g} x the bound)",
             comparisons=[comparison(f"{r['setting']}: P[MSE <= eta]", r["success_at_eta"], "<=", r["bound_at_eta"],
                                     interval=r["success_at_eta_ci"], tolerance=tol * r["bound_at_eta"],
                                     possible=(0, 1)) for r in fin],
@@ -159,7 +160,8 @@ def claims(config, result) -> list[dict]:
         if low and q == 1.0:
             out.append(claim(
                 f"the Gaussian-DP audit reaches {config.audit_gdp_reach:g} of the accountant's epsilon where eps <= 10 "
-                f"(Nasr et al. 2023; its 95% interval under the Gaussian trade-off shape)",
+                f"(Nasr et al. 2023; between its one-sided {level} lower and upper bounds, a "
+                f"{100 * (2 * config.confidence - 1):.4g}% interval, under the Gaussian trade-off shape)",
                 comparisons=[comparison(f"{r['setting']}: Gaussian-DP eps / eps_pld", r["audit_gdp_eps_hat"] /
                                         r["eps_pld"], ">=", config.audit_gdp_reach,
                                         interval=(r["audit_gdp_eps"] / r["eps_pld"],
@@ -193,10 +195,10 @@ def decidability_banner(claims_list) -> str:
         return ""
     if 2 * len(undecided) >= len(claims_list):
         return (f"**This run is too small to decide its claims**: {len(undecided)} of {len(claims_list)} are "
-                "undecided (their 95% intervals straddle the thresholds, or the run cannot reach them). Read its "
+                "undecided (their intervals straddle the thresholds, or the run cannot reach them). Read its "
                 "numbers as an illustration of the method; the `default` variant is sized to decide them.")
     return (f"**{len(undecided)} of {len(claims_list)} claims are undecided** at this run's sample sizes (their "
-            "95% intervals straddle the thresholds): " + "; ".join(undecided) + ".")
+            "intervals straddle the thresholds): " + "; ".join(undecided) + ".")
 
 
 def _updates_section(config, result, upd, conf, q) -> list[str]:

@@ -383,6 +383,23 @@ def test_claims_drop_vacuous_cells_and_decide_from_intervals(claim_problems):
     c = text.claims(config, {"rows": [], "prior_aware": small, "sample_rate": 1.0})
     assert [x["verdict"] for x in c] == ["undecided", "undecided"]
     assert text.decidability_banner(c).startswith("**This run is too small to decide its claims**")
+    # The claims name the level their intervals were computed at, config.confidence, not a fixed 95%; the
+    # Gaussian-DP claim's interval runs between two one-sided bounds at that level (two-sided 2 conf - 1).
+    for conf, one_sided, two_sided in ((0.95, "95%", "90%"), (0.8, "80%", "60%")):
+        config.confidence = conf
+        names = [c["name"] for c in text.claims(config, {"rows": [sigma1, dp], "prior_aware": upd,
+                                                         "sample_rate": 1.0})]
+        interval_claims = [n for n in names if "interval" in n]
+        assert len(interval_claims) == 4 and all(one_sided in n for n in interval_claims), names
+        (gdp_name,) = [n for n in names if n.startswith("the Gaussian-DP audit")]
+        assert f"one-sided {one_sided} lower and upper bounds, a {two_sided} interval" in gdp_name
+        if conf != 0.95:
+            assert not any("95%" in n for n in names), names
+    config.confidence = 0.95
+    # The interpretation quotes the accountant's epsilon the claims compare with (PLD 2.56 here), not the looser
+    # RDP conversion (2.78).
+    words = reading.interpretation([dict(dp, success_rate=0.3, test_accuracy=0.9)], 0.05, config)
+    assert "eps=2.56" in words and "2.78" not in words
 
 
 def test_crafted_trials_reach_the_precision_asked():
