@@ -67,7 +67,9 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
+    # a short name (".tmp-" + 8 random characters), not the target's name: the target may be as long as the file
+    # system allows (NAME_MAX, usually 255). The ".tmp-" prefix is what ShadowStore.clean_leftovers deletes.
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
     try:
         os.fchmod(fd, _FILE_MODE)  # mkstemp creates 0o600: others could not read reports or stores
         with os.fdopen(fd, "wb") as f:
@@ -109,7 +111,9 @@ def atomic_save_npz(path: str | os.PathLike, **arrays: Any) -> None:
 def stable_hash(obj: Any) -> str:
     """SHA-256 hex digest of ``obj`` as canonical JSON (sorted keys, no whitespace): the key of caches and stores.
 
-    Arrays and NumPy scalars are hashed by value; anything else JSON cannot encode is hashed by ``str``.
+    Arrays and NumPy scalars are hashed by value; typed JAX PRNG key arrays (``jax.random.key``) by their
+    implementation, shape and every element of ``jax.random.key_data`` (``str`` summarises arrays of more than 1000
+    elements with ``...``); anything else JSON cannot encode is hashed by ``str``.
 
     >>> stable_hash({"b": 1, "a": [1.5, "x"]}) == stable_hash({"a": [1.5, "x"], "b": 1})
     True
@@ -117,6 +121,9 @@ def stable_hash(obj: Any) -> str:
     False
     """
     def default(o: Any) -> Any:
+        if isinstance(o, jax.Array) and jax.dtypes.issubdtype(o.dtype, jax.dtypes.prng_key):
+            return {"prng_key_impl": str(jax.random.key_impl(o)), "shape": list(o.shape),
+                    "key_data": np.asarray(jax.random.key_data(o)).tolist()}
         try:
             return _json_default(o)
         except TypeError:

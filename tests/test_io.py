@@ -1,0 +1,26 @@
+"""Tests of recon_jax.io: atomic writes and stable_hash."""
+
+import os
+
+import jax
+
+from recon_jax.io import atomic_write_bytes, stable_hash
+
+
+def test_atomic_write_accepts_a_name_as_long_as_open_does(tmp_path):
+    name = "r" * 250  # legal (NAME_MAX is 255); the temporary name once appended it to ".tmp-XXXXXXXX"
+    with open(tmp_path / ("p" * 250), "wb"):
+        pass
+    atomic_write_bytes(tmp_path / name, b"data")
+    assert (tmp_path / name).read_bytes() == b"data"
+    assert sorted(os.listdir(tmp_path)) == sorted([name, "p" * 250])  # no temporary left behind
+
+
+def test_stable_hash_hashes_every_element_of_a_key_array():
+    a = jax.random.split(jax.random.key(0), 2000)
+    b = a.at[1000].set(jax.random.key(5))  # str() of a 2000-key array shows only its ends
+    assert bool((jax.random.key_data(a) != jax.random.key_data(b)).any())
+    assert stable_hash({"keys": a}) != stable_hash({"keys": b})
+    assert stable_hash({"keys": a}) == stable_hash({"keys": jax.random.split(jax.random.key(0), 2000)})
+    k = jax.random.key(3)
+    assert stable_hash(k) == stable_hash(k) == stable_hash(jax.random.key(3)) != stable_hash(jax.random.key(4))
