@@ -17,6 +17,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from recon_jax._validation import check_integer
 from recon_jax.io import seed_from_key
 
 __all__ = ["InformedSplits", "informed_splits", "pool_splits"]
@@ -83,7 +84,8 @@ def informed_splits(
       key_or_seed: an int seed or a jax key.
 
     Raises:
-      ValueError: negative sizes, mismatched lengths, or sizes adding up to more than N.
+      ValueError: sizes that are not integers (floats and bools included) or negative, mismatched lengths, or
+        sizes adding up to more than N.
 
     >>> import numpy as np
     >>> s = informed_splits(np.zeros((10, 2)), np.arange(10), 4, 3, 2, 1, key_or_seed=0)
@@ -96,10 +98,8 @@ def informed_splits(
     if images.shape[0] != labels.shape[0]:
         raise ValueError(f"images and labels must have the same length, got {images.shape[0]} and {labels.shape[0]}")
     sizes = {"fixed_size": fixed_size, "shadow_size": shadow_size, "target_size": target_size, "eval_size": eval_size}
-    for name, value in sizes.items():
-        if int(value) != value or value < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {value}")
-    total = sum(int(v) for v in sizes.values())
+    fixed_size, shadow_size, target_size, eval_size = (check_integer(name, value, 0) for name, value in sizes.items())
+    total = fixed_size + shadow_size + target_size + eval_size
     n = images.shape[0]
     if total > n:
         raise ValueError(
@@ -144,7 +144,8 @@ def pool_splits(images: np.ndarray, labels: np.ndarray, *, fixed_size: int, num_
       :class:`InformedSplits` with ``pool_*`` set.
 
     Raises:
-      ValueError: negative sizes, mismatched lengths, or sizes that do not fit.
+      ValueError: sizes that are not integers (floats and bools included) or out of range, mismatched lengths,
+        or sizes that do not fit.
 
     >>> import numpy as np
     >>> s = pool_splits(np.zeros((20, 2)), np.arange(20), fixed_size=4, num_shadow=10, num_targets=3,
@@ -158,9 +159,8 @@ def pool_splits(images: np.ndarray, labels: np.ndarray, *, fixed_size: int, num_
     if images.shape[0] != labels.shape[0]:
         raise ValueError(f"images and labels must have the same length, got {images.shape[0]} and {labels.shape[0]}")
     sizes = {"fixed_size": fixed_size, "num_shadow": num_shadow, "num_targets": num_targets, "eval_size": eval_size}
-    for name, value in sizes.items():
-        if int(value) != value or value < (1 if name == "num_targets" else 0):
-            raise ValueError(f"{name} must be an integer >= {1 if name == 'num_targets' else 0}, got {value}")
+    fixed_size, num_shadow, num_targets, eval_size = (
+        check_integer(name, value, 1 if name == "num_targets" else 0) for name, value in sizes.items())
     n = images.shape[0]
     n_pool = n - num_targets
     if n_pool < 0 or fixed_size + num_shadow > n_pool:

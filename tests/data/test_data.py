@@ -183,6 +183,29 @@ def test_pool_splits_paper_layout():
     np.testing.assert_array_equal(d.pool_idx, np.sort(np.concatenate([d.fixed_idx, d.shadow_idx])))
 
 
+@pytest.mark.parametrize("name, value", [("shadow_size", 3.0), ("shadow_size", True), ("eval_size", np.float64(2)),
+                                         ("fixed_size", False)])
+def test_informed_splits_sizes_must_be_integers(name, value):
+    x, y = np.zeros((20, 1)), np.arange(20)
+    sizes = {"fixed_size": 4, "shadow_size": 3, "target_size": 2, "eval_size": 1, name: value}
+    with pytest.raises(ValueError, match=f"{name} must be an integer >= 0"):
+        data.informed_splits(x, y, **sizes)
+    sizes[name] = np.int64(2)  # NumPy integers are integers
+    assert len(getattr(data.informed_splits(x, y, **sizes), name.replace("_size", "_idx"))) == 2
+
+
+@pytest.mark.parametrize("name, value", [("fixed_size", 3.0), ("num_shadow", 2.0), ("num_targets", True),
+                                         ("eval_size", True)])
+def test_pool_splits_sizes_must_be_integers(name, value):
+    x, y = np.zeros((20, 1)), np.arange(20)
+    sizes = {"fixed_size": 4, "num_shadow": 3, "num_targets": 2, "eval_size": 0, name: value}
+    low = 1 if name == "num_targets" else 0
+    with pytest.raises(ValueError, match=f"{name} must be an integer >= {low}"):
+        data.pool_splits(x, y, **sizes)
+    sizes[name] = np.int32(1)
+    data.pool_splits(x, y, **sizes)
+
+
 def test_train_plus_test_is_seventy_thousand_mnist_records():
     x, y = data.load_dataset("mnist", "train+test")
     tx, _ = data.load_dataset("mnist", "test")
