@@ -481,6 +481,22 @@ def test_feature_rms_of_no_entries_raises():
         feature_rms(jnp.zeros((0, 3)))
 
 
+@pytest.mark.parametrize("value", [1e30, 1e-30, 3e38, 1e-37])  # not subnormals: XLA CPU flushes them to 0
+def test_feature_rms_neither_overflows_nor_underflows_in_float32(value):
+    feats = jnp.full((2, 3), value, jnp.float32)
+    ref = np.sqrt(np.mean(np.asarray(feats, np.float64) ** 2))  # float64 NumPy: no overflow or underflow
+    np.testing.assert_allclose(float(feature_rms(feats)), ref, rtol=1e-6)  # a few float32 roundings
+    mixed = jnp.asarray([1e30, -2e30, 0.0, 5e29], jnp.float32)
+    np.testing.assert_allclose(float(jax.jit(feature_rms)(mixed)),
+                               np.sqrt(np.mean(np.asarray(mixed, np.float64) ** 2)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("features", [jnp.array([1, 2, 3]), np.array([1, 2, 3]), jnp.array([True, False])])
+def test_dither_refuses_non_floating_features(features):
+    with pytest.raises(ValueError, match="features must be floating-point"):
+        dither(jax.random.key(0), features, 0.5)
+
+
 def test_rademacher_perturbation_moves_each_mode_by_its_bound(x64):
     x = np.random.default_rng(2).normal(size=(6, 5, 1))
     bound = np.random.default_rng(3).uniform(size=(6, 5, 1))
