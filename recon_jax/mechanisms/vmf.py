@@ -126,8 +126,8 @@ def sample_vmf_cosine(key: jax.Array, kappa, dim: int, shape: tuple[int, ...] = 
       ``(w, sin_w)``, each of shape ``shape``: ``w = mu^T x`` and ``sqrt(1 - w^2)`` (accurate even when w ~ 1).
 
     Raises:
-      ValueError: if ``dim < 2`` or ``kappa < 0`` / not finite (concrete kappa; a traced one out of range gives
-        NaN ``w`` and ``sin_w``).
+      ValueError: if ``dim < 2``, ``kappa`` is not a scalar, or ``kappa < 0`` / not finite (concrete kappa; a
+        traced one out of range gives NaN ``w`` and ``sin_w``).
 
     >>> import jax
     >>> w, s = sample_vmf_cosine(jax.random.key(0), 50.0, 3, shape=(4,))
@@ -135,6 +135,8 @@ def sample_vmf_cosine(key: jax.Array, kappa, dim: int, shape: tuple[int, ...] = 
     ((4,), True)
     """
     check_integer("dim", dim, 2)  # the sphere S^(dim-1)
+    if jnp.ndim(kappa) != 0:  # one rejection loop for all samples: vmap over kappa for several concentrations
+        raise ValueError(f"kappa must be a scalar; got shape {jnp.shape(kappa)} (vmap over kappa for several)")
     bad = guard(("kappa", kappa, FINITE_NONNEGATIVE))
     kappa = jnp.where(bad, 0.0, jnp.asarray(kappa, dtype))  # a safe point for the sampler; NaN afterwards
     w, sin_w = _sample_cosine(key, kappa, dim, tuple(shape), jnp.dtype(dtype))
@@ -168,8 +170,8 @@ def sample_vmf(key: jax.Array, mu: jax.Array, kappa, shape: tuple[int, ...] = ()
       Unit vectors of shape ``shape + (d,)`` in the dtype of ``mu`` (float32 unless x64 is on and mu is float64).
 
     Raises:
-      ValueError: if ``mu`` is not a vector of length >= 2, or (concrete values) ``mu`` is zero or not finite or
-        ``kappa`` is negative / not finite. Traced out-of-range values give NaN samples.
+      ValueError: if ``mu`` is not a vector of length >= 2, ``kappa`` is not a scalar, or (concrete values) ``mu``
+        is zero or not finite or ``kappa`` is negative / not finite. Traced out-of-range values give NaN samples.
 
     >>> import jax, jax.numpy as jnp
     >>> x = sample_vmf(jax.random.key(0), jnp.array([0.0, 0.0, 1.0]), 1e4, shape=(2,))
@@ -183,6 +185,8 @@ def sample_vmf(key: jax.Array, mu: jax.Array, kappa, shape: tuple[int, ...] = ()
         raise ValueError(f"mu must be a vector of length d >= 2, got shape {mu.shape}")
     bad_mu = jnp.any(guard(("mu", mu, FINITE)))
     bad_mu = bad_mu | guard(("mu", jnp.linalg.norm(mu), Range(POSITIVE.predicate, "a non-zero vector (norm > 0)")))
+    if jnp.ndim(kappa) != 0:
+        raise ValueError(f"kappa must be a scalar; got shape {jnp.shape(kappa)} (vmap over kappa for several)")
     bad = guard(("kappa", kappa, FINITE_NONNEGATIVE)) | bad_mu
     kappa = jnp.where(bad, 0.0, jnp.asarray(kappa, mu.dtype))
     return nan_if(bad, _sample_vmf(key, mu, kappa, tuple(shape)))

@@ -185,6 +185,18 @@ def test_sampler_rejects_zero_or_nonfinite_mu():
         sample_vmf(jax.random.key(0), jnp.array([1.0, jnp.inf]), 1.0)
 
 
+@pytest.mark.parametrize("kappa", [jnp.array([1e-3, 1e4]), np.ones((1,)), [2.0, 3.0]])
+def test_samplers_refuse_a_non_scalar_kappa(kappa):
+    # a vector kappa used to fail inside the rejection loop with a while_loop TypeError
+    with pytest.raises(ValueError, match="kappa must be a scalar"):
+        sample_vmf_cosine(jax.random.key(0), kappa, 3, shape=(2,))
+    with pytest.raises(ValueError, match="kappa must be a scalar"):
+        sample_vmf(jax.random.key(0), jnp.ones(3), kappa, shape=(2,))
+    # several concentrations: vmap over kappa (each traced kappa is a scalar)
+    w, _ = jax.vmap(lambda k: sample_vmf_cosine(jax.random.key(0), k, 3, shape=(2,)))(jnp.array([1e-3, 1e4]))
+    assert w.shape == (2, 2) and bool(jnp.isfinite(w).all())
+
+
 @pytest.mark.parametrize("kappa", [-1.0, float("inf"), float("nan")])
 def test_traced_invalid_kappa_gives_nan(kappa):
     key = jax.random.key(0)
