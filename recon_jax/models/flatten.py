@@ -23,13 +23,30 @@ __all__ = ["LayoutEntry", "Layout", "layout_of", "ravel", "unravel", "select_ind
 
 @dataclasses.dataclass(frozen=True)
 class LayoutEntry:
-    """One leaf of a flattened pytree: ``flat[offset : offset + size].reshape(shape)``."""
+    """One leaf of a flattened pytree: ``flat[offset : offset + size].reshape(shape)``.
+
+    ``path`` is the ``/``-joined pytree path, the leaf's name for matching (:func:`select_indices`) and display;
+    ``keys`` is the path itself, one string per level, which :func:`unravel` rebuilds the tree from. The two agree
+    as ``path == "/".join(keys)``; ``keys`` defaults to ``path.split("/")``, which is exact unless a key contains
+    ``/`` (Haiku's module names, ``"mlp/~/linear_0"``). Two leaves can share a ``path`` (``{"a/b": x, "a": {"b":
+    y}}``) but not ``keys``.
+
+    Raises:
+      ValueError: if ``keys`` is not a tuple of strings that ``/``-joins to ``path``.
+    """
 
     path: str
     shape: tuple[int, ...]
     offset: int
     size: int
     dtype: str
+    keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)
+
+    def __post_init__(self):
+        keys = tuple(self.keys) if self.keys else tuple(self.path.split("/"))
+        if not all(isinstance(k, str) for k in keys) or "/".join(keys) != self.path:
+            raise ValueError(f"keys must be strings that '/'-join to the path {self.path!r}, got {self.keys!r}")
+        object.__setattr__(self, "keys", keys)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,14 +70,26 @@ class Layout:
         return tuple(e.path for e in self.entries)
 
     def to_json(self) -> list[dict[str, Any]]:
-        """A JSON-compatible description (used in the shadow store's manifest)."""
-        return [dataclasses.asdict(e) | {"shape": list(e.shape)} for e in self.entries]
+        """A JSON-compatible description (used in the shadow store's manifest).
+
+        An entry's ``keys`` are written only where splitting its path at ``/`` would not give them back (a key
+        contains ``/``, as Haiku's module names do), so the description of a layout without such keys (any flax
+        model's) is the same as before ``keys`` existed.
+        """
+        out = []
+        for e in self.entries:
+            d = {"path": e.path, "shape": list(e.shape), "offset": e.offset, "size": e.size, "dtype": e.dtype}
+            if e.keys != tuple(e.path.split("/")):
+                d["keys"] = list(e.keys)
+            out.append(d)
+        return out
 
     @classmethod
     def from_json(cls, obj: Sequence[dict[str, Any]]) -> "Layout":
-        """Inverse of :meth:`to_json`."""
+        """Inverse of :meth:`to_json` (an entry without ``keys`` gets its path split at ``/``)."""
         return cls(tuple(LayoutEntry(path=d["path"], shape=tuple(d["shape"]), offset=int(d["offset"]),
-                                     size=int(d["size"]), dtype=str(d["dtype"])) for d in obj))
+                                     size=int(d["size"]), dtype=str(d["dtype"]), keys=tuple(d.get("keys", ())))
+                         for d in obj))
 
 
 def _key_str(k) -> str:
@@ -81,8 +110,8 @@ def layout_of(params) -> Layout:
     for path, leaf in leaves:
         shape = tuple(int(d) for d in np.shape(leaf))
         size = int(np.prod(shape, dtype=np.int64))
-        entries.append(LayoutEntry("/".join(_key_str(k) for k in path), shape, offset, size,
-                                   str(jnp.result_type(leaf))))
+        keys = tuple(_key_str(k) for k in path)
+        entries.append(LayoutEntry("/".join(keys), shape, offset, size, str(jnp.result_type(leaf)), keys=keys))
         offset += size
     return Layout(tuple(entries))
 
@@ -108,7 +137,12 @@ def unravel(flat: jax.Array, layout: Layout):
     """Rebuilds the nested-dict parameter pytree of a flat vector (last axis) from its :class:`Layout`.
 
     Leading axes of ``flat`` are kept (``[K, P]`` gives leaves of shape ``[K, *shape]``). Works for the
-    dict-of-dicts parameters of flax and Haiku.
+    dict-of-dicts parameters of flax and Haiku: the tree is rebuilt from each entry's ``keys``, so Haiku's
+    ``"mlp/~/linear_0"`` stays one key.
+
+    Raises:
+      ValueError: if the last axis of ``flat`` is not ``layout.size``, or two entries' keys collide (one leaf's
+        keys equal or extend another's, which no pytree's layout has).
 
     >>> flat, layout = ravel({"a": {"w": jnp.arange(4.0).reshape(2, 2)}, "b": jnp.zeros(1)})
     >>> unravel(flat, layout)["a"]["w"].tolist()
@@ -120,10 +154,13 @@ def unravel(flat: jax.Array, layout: Layout):
     out: dict = {}
     for e in layout.entries:
         node = out
-        parts = e.path.split("/")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = flat[..., e.offset:e.offset + e.size].reshape(lead + e.shape)
+        for k in e.keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"layout entries collide: {e.keys!r} passes through a leaf")
+        if e.keys[-1] in node:
+            raise ValueError(f"layout entries collide: {e.keys!r} is already a leaf or a subtree")
+        node[e.keys[-1]] = flat[..., e.offset:e.offset + e.size].reshape(lead + e.shape)
     return out
 
 
@@ -131,7 +168,9 @@ def select_indices(layout: Layout, include: str | Iterable[str]) -> np.ndarray:
     """Flat indices of the leaves whose path matches any of ``include`` (prefixes or glob patterns).
 
     A pattern matches a leaf if it equals the path, is a ``/``-prefix of it (``"Dense_1"`` selects
-    ``Dense_1/bias`` and ``Dense_1/kernel``) or matches it as an ``fnmatch`` glob.
+    ``Dense_1/bias`` and ``Dense_1/kernel``; Haiku's ``"mlp/~/linear_0"`` selects ``mlp/~/linear_0/b`` and
+    ``mlp/~/linear_0/w``) or matches it as an ``fnmatch`` glob. Matching is on the joined path string, so a
+    pattern matches every leaf of that path (both of ``{"a/b": x, "a": {"b": y}}`` for ``"a/b"``).
 
     Raises:
       ValueError: if a pattern matches no leaf.
@@ -153,8 +192,8 @@ def select_indices(layout: Layout, include: str | Iterable[str]) -> np.ndarray:
         chosen.extend(hits)
     seen, idx = set(), []
     for e in sorted(chosen, key=lambda e: e.offset):
-        if e.path not in seen:
-            seen.add(e.path)
+        if e.offset not in seen:  # a leaf matched by several patterns is taken once (paths need not be unique)
+            seen.add(e.offset)
             idx.append(np.arange(e.offset, e.offset + e.size))
     return np.concatenate(idx)
 

@@ -83,6 +83,23 @@ def test_candidate_losses_match_direct_apply():
     np.testing.assert_allclose(got, ref, rtol=1e-5)
 
 
+def test_candidate_losses_of_a_haiku_model():
+    """Haiku's module names contain "/" ("mlp/~/linear_0"); the losses come from params unravelled with that key."""
+    import haiku as hk
+
+    from recon_jax.models import from_haiku, ravel
+    from recon_jax.training import softmax_cross_entropy
+
+    fns = from_haiku(hk.transform(lambda x: hk.nets.MLP([5, 3])(x)))
+    ps = [fns.init(jax.random.key(i), jnp.zeros((1, 4))) for i in range(3)]
+    flat = jnp.stack([ravel(p)[0] for p in ps])
+    layout = ravel(ps[0])[1]
+    x = jnp.arange(4.0) / 4
+    got = mia.candidate_losses(fns, flat, layout, x, 2)
+    ref = [float(softmax_cross_entropy(fns.apply(p, x[None]), jnp.array([2]))[0]) for p in ps]
+    np.testing.assert_allclose(got, ref, rtol=1e-5)
+
+
 def _tiny_problem():
     rng = np.random.default_rng(0)
     d = 12

@@ -1,5 +1,7 @@
 """Model zoo, flax/Haiku adapters and flattening with a layout."""
 
+import json
+
 import haiku as hk
 import jax
 import jax.numpy as jnp
@@ -88,6 +90,64 @@ def test_ravel_layout_unravel_roundtrip(key):
     batched = models.unravel(jnp.stack([flat, 2 * flat]), layout)
     np.testing.assert_array_equal(batched["Dense_1"]["kernel"][1], 2 * params["Dense_1"]["kernel"])
     assert models.Layout.from_json(layout.to_json()) == layout
+
+
+def test_haiku_layout_unravel_roundtrip_keeps_module_names(key):
+    """Haiku's module names contain "/" ("mlp/~/linear_0"): unravel must rebuild that one key, not mlp -> ~ -> ..."""
+    fns = models.from_haiku(hk.transform(_haiku_mlp))
+    params = fns.init(key, jnp.zeros((1, 6)))
+    flat, layout = models.ravel(params)
+    assert layout.paths == ("mlp/~/linear_0/b", "mlp/~/linear_0/w", "mlp/~/linear_1/b", "mlp/~/linear_1/w")
+    for lay in (layout, models.Layout.from_json(json.loads(json.dumps(layout.to_json())))):
+        back = models.unravel(flat, lay)
+        assert jax.tree_util.tree_structure(back) == jax.tree_util.tree_structure(params)
+        jax.tree_util.tree_map(np.testing.assert_array_equal, back, jax.tree_util.tree_map(np.asarray, params))
+        assert lay == layout
+    batched = models.unravel(jnp.stack([flat, 2 * flat]), layout)
+    np.testing.assert_array_equal(batched["mlp/~/linear_1"]["w"][1], 2 * params["mlp/~/linear_1"]["w"])
+    # a module's path prefix still selects that module's leaves (b then w, in flat order)
+    first = params["mlp/~/linear_0"]
+    expected = np.concatenate([np.asarray(first["b"]), np.asarray(first["w"]).ravel()])
+    np.testing.assert_array_equal(models.select(flat, layout, "mlp/~/linear_0"), expected)
+    assert models.select_indices(layout, "mlp").size == flat.size
+
+
+def test_layout_json_writes_keys_only_for_ambiguous_paths():
+    """The manifest's layout JSON of a flax-like tree (no "/" in any key) is byte-for-byte what it always was, written
+    out by hand here; an entry whose key holds "/" also records its keys."""
+    flax_like = {"Dense_0": {"bias": jnp.zeros(2), "kernel": jnp.zeros((3, 2))}}
+    assert json.dumps(models.layout_of(flax_like).to_json()) == (
+        '[{"path": "Dense_0/bias", "shape": [2], "offset": 0, "size": 2, "dtype": "float32"}, '
+        '{"path": "Dense_0/kernel", "shape": [3, 2], "offset": 2, "size": 6, "dtype": "float32"}]')
+    haiku_like = {"mlp/~/linear_0": {"w": jnp.zeros((3, 2))}}
+    assert json.dumps(models.layout_of(haiku_like).to_json()) == (
+        '[{"path": "mlp/~/linear_0/w", "shape": [3, 2], "offset": 0, "size": 6, "dtype": "float32", '
+        '"keys": ["mlp/~/linear_0", "w"]}]')
+
+
+def test_colliding_paths_keep_every_leaf():
+    """{"a/b": x, "a": {"b": y}} joins both leaves to the path "a/b": unravel keeps both, selecting "a/b" takes both."""
+    params = {"a/b": jnp.zeros(1), "a": {"b": jnp.ones(2)}}
+    flat, layout = models.ravel(params)
+    assert layout.paths == ("a/b", "a/b")
+    for lay in (layout, models.Layout.from_json(json.loads(json.dumps(layout.to_json())))):
+        back = models.unravel(flat, lay)
+        assert jax.tree_util.tree_structure(back) == jax.tree_util.tree_structure(params)
+        jax.tree_util.tree_map(np.testing.assert_array_equal, back, jax.tree_util.tree_map(np.asarray, params))
+    assert models.select_indices(layout, "a/b").tolist() == [0, 1, 2]
+
+
+def test_layout_entry_keys_are_checked():
+    with pytest.raises(ValueError, match="keys must be strings"):
+        models.LayoutEntry("a/b", (1,), 0, 1, "float32", keys=("a", "c"))
+    with pytest.raises(ValueError, match="keys must be strings"):
+        models.LayoutEntry("a/1", (1,), 0, 1, "float32", keys=("a", 1))
+    clash = models.Layout((models.LayoutEntry("a", (1,), 0, 1, "float32"),
+                           models.LayoutEntry("a/b", (1,), 1, 1, "float32", keys=("a", "b"))))
+    with pytest.raises(ValueError, match="collide"):
+        models.unravel(jnp.zeros(2), clash)
+    with pytest.raises(ValueError, match="collide"):
+        models.unravel(jnp.zeros(2), models.Layout(clash.entries[:1] * 2))
 
 
 def test_select_layers(key):
