@@ -29,8 +29,10 @@ one, which float32 cannot do. This module uses an exactly equivalent, cancellati
   series for small ``|y|``.
 
 The envelope parameter uses the cancellation-free form ``b = nu / (2 kappa + sqrt(4 kappa^2 + nu^2))`` and
-``1 - b = (2 kappa + 4 kappa^2 / (S + nu)) / (2 kappa + S)`` with ``S = hypot(2 kappa, nu)``. Tested in float32 for
-``d`` up to 10^6 and ``kappa`` in [1e-3, 1e6].
+``1 - b = (2 kappa + 4 kappa^2 / (S + nu)) / (2 kappa + S)`` with ``S = hypot(2 kappa, nu)``, all finite for
+kappa up to the float32 maximum (see ``_wood_constants``). Tested in float32 for ``d`` up to 10^6 and ``kappa`` in
+[1e-3, 1e6], and at d = 2, 3, 10^5 for kappa up to 3e38. A draw that is not accepted within ``_MAX_REJECTIONS``
+proposals is NaN.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ from recon_jax._validation import (FINITE, FINITE_NONNEGATIVE, FINITE_POSITIVE, 
 __all__ = ["sample_vmf", "sample_vmf_cosine", "VMFMechanism"]
 
 _MAX_REJECTIONS = 1000  # Wood's acceptance rate is > 1/2 for all (d, kappa); 1000 rejections never happen.
+# From here on _wood_constants forms (2 kappa)^2 / (S + nu) and sqrt(b nu) in a form that cannot overflow or
+# underflow (2^60 ~ 1.2e18; (2 kappa)^2 overflows float32 at kappa ~ 9.2e18).
+_LARGE_KAPPA = 2.0**60
 
 
 def _y_plus_log1p_minus_y(y: jax.Array) -> jax.Array:
@@ -64,18 +69,35 @@ def _y_plus_log1p_minus_y(y: jax.Array) -> jax.Array:
     return jnp.where(small, series, direct)
 
 
-def _wood_constants(kappa: jax.Array, nu: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Returns (b, 1 - b) for Wood's envelope, both without cancellation."""
-    two_k = 2.0 * kappa
-    s = jnp.hypot(two_k, nu)
-    b = nu / (two_k + s)
-    one_minus_b = (two_k + two_k * two_k / (s + nu)) / (two_k + s)
-    return b, one_minus_b
+def _wood_constants(kappa: jax.Array, nu: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Returns (b, 1 - b, sqrt(b nu)) for Wood's envelope, without cancellation, overflow or underflow.
+
+    Finite for kappa up to the float32 maximum. Every quantity is carried at a quarter of its size (``kappa / 2``
+    for ``2 kappa``, ``S / 4``, ``nu / 4``): scaling by a power of two is exact, so below ``_LARGE_KAPPA`` the
+    values are bitwise those of the unscaled formulas, while ``2 kappa + S`` no longer overflows. Above it,
+    ``(2 kappa)^2`` (which overflowed past kappa ~ 9e18 and made every proposal fail the test, so the loop
+    returned a rejected proposal) is formed as ``2 kappa * (2 kappa / (S + nu))``, and ``sqrt(b nu)`` as
+    ``nu / sqrt(2 kappa + S)`` because ``b`` itself underflows near the float32 maximum (b ~ nu / (4 kappa)).
+    """
+    half_k = 0.5 * kappa  # (2 kappa) / 4
+    q_nu = 0.25 * nu
+    q_s = jnp.hypot(half_k, q_nu)  # S / 4
+    q_den = half_k + q_s  # (2 kappa + S) / 4, finite up to the float32 maximum
+    b = q_nu / q_den
+    large = kappa >= _LARGE_KAPPA
+    hk_small = jnp.where(large, 1.0, half_k)  # keeps the unused branch finite
+    q_sq = jnp.where(large, half_k * (half_k / (q_s + q_nu)), hk_small * hk_small / (q_s + q_nu))  # (2k)^2/(S+nu)/4
+    one_minus_b = (half_k + q_sq) / q_den
+    sqrt_b_nu = jnp.where(large, (0.5 * nu) / jnp.sqrt(q_den), jnp.sqrt(b * nu))
+    return b, one_minus_b, sqrt_b_nu
 
 
 def _sample_cosine_one(key: jax.Array, kappa: jax.Array, nu: jax.Array, dtype) -> tuple[jax.Array, jax.Array]:
-    """One draw of (W, sqrt(1 - W^2)) by Wood's rejection loop (lax.while_loop; continues until accepted)."""
-    b, one_minus_b = _wood_constants(kappa, nu)
+    """One draw of (W, sqrt(1 - W^2)) by Wood's rejection loop (lax.while_loop; continues until accepted).
+
+    NaN (both) if no proposal is accepted within ``_MAX_REJECTIONS`` tries, never the last rejected proposal.
+    """
+    b, one_minus_b, sqrt_b_nu = _wood_constants(kappa, nu)
 
     def propose(i):
         k = jax.random.fold_in(key, i)
@@ -92,7 +114,7 @@ def _sample_cosine_one(key: jax.Array, kappa: jax.Array, nu: jax.Array, dtype) -
         # against r_plus_t (476 of 4,000 draws at kappa 1e6 on CPU), so w is x / x, which is 1 only where division
         # is correctly rounded (not XLA's GPU division): clip to keep W a cosine on every backend.
         w = jnp.clip((r_plus_t - b * r_minus_t) / den, -1.0, 1.0)
-        sin_w = 2.0 * jnp.sqrt(b * nu) / den
+        sin_w = 2.0 * sqrt_b_nu / den
         y = one_minus_b * t / den
         log_ratio = nu * _y_plus_log1p_minus_y(y)
         accept = log_u <= log_ratio
@@ -108,8 +130,9 @@ def _sample_cosine_one(key: jax.Array, kappa: jax.Array, nu: jax.Array, dtype) -
         return i + 1, w_new, sin_new, accept
 
     zero = jnp.zeros((), dtype)
-    _, w, sin_w, _ = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), zero, zero, jnp.asarray(False)))
-    return w, sin_w
+    _, w, sin_w, accepted = jax.lax.while_loop(cond, body,
+                                               (jnp.asarray(0, jnp.int32), zero, zero, jnp.asarray(False)))
+    return nan_if(~accepted, w), nan_if(~accepted, sin_w)
 
 
 def sample_vmf_cosine(key: jax.Array, kappa, dim: int, shape: tuple[int, ...] = (), dtype=jnp.float32):

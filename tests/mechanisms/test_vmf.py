@@ -245,3 +245,53 @@ def test_mechanism_releases_noisy_unit_direction():
     # A zero gradient has no direction: the release is still a valid unit vector.
     z = m.privatize(jax.random.key(4), jnp.zeros(6), 1.0, 1)
     assert bool(jnp.all(jnp.isfinite(z)))
+
+
+@pytest.mark.parametrize("kappa", [1e19, 1e30, 3e38])
+def test_huge_kappa_float32(kappa):
+    """kappa up to the float32 maximum: (2 kappa)^2 overflowed past ~9e18 and no proposal was ever accepted, so the
+    loop silently returned its last rejected proposal (d = 3, kappa = 1e19: kappa E[1 - W] ~ 9.6 instead of 1);
+    at 3e38, 1 - b was NaN and W exactly 1. Now the cosines and the vectors follow the VMF law."""
+    n = 4000
+    for dim in (2, 3, 10**5):
+        w, sin_w = sample_vmf_cosine(jax.random.key(dim), kappa, dim, shape=(n,))
+        w, sin_w = np.asarray(w, np.float64), np.asarray(sin_w, np.float64)
+        assert np.all(np.isfinite(w)) and np.all(np.isfinite(sin_w)) and np.all(np.abs(w) <= 1.0)
+        # For kappa >> d, kappa (1 - W) ~ Gamma((d - 1) / 2, 1) up to relative O(d / kappa) (d = 3: Exp(1)
+        # truncated at 2 kappa). Reference moments from SciPy; 5 standard errors.
+        ref = scipy.stats.gamma((dim - 1) / 2.0)
+        scaled = kappa * (sin_w**2 / (1.0 + w))  # 1 - W, accurate when W rounds to 1 in float32
+        assert abs(scaled.mean() - ref.mean()) <= 5 * ref.std() / np.sqrt(n), (dim, scaled.mean(), ref.mean())
+    mu = jnp.array([0.6, 0.0, -0.8])
+    x = np.asarray(jax.jit(sample_vmf, static_argnums=3)(jax.random.key(5), mu, kappa, (n,)), np.float64)
+    assert np.all(np.isfinite(x))
+    np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-6)  # float32 unit vectors
+    # At the vector level 1 - W ~ 1 / kappa is far below float32 rounding: the samples are mu to float32 precision
+    # (the law of W is checked on the cosines above).
+    np.testing.assert_allclose(x, np.broadcast_to(np.asarray(mu, np.float64), x.shape), atol=1e-6)
+
+
+def test_loop_without_acceptance_gives_nan(monkeypatch):
+    """A draw with no accepted proposal is NaN, not the last rejected proposal (which was returned silently)."""
+    from recon_jax.mechanisms import vmf
+
+    keys = jax.random.split(jax.random.key(9), 2000)
+    nu = jnp.float32(2.0)  # d = 3
+
+    def draw():  # traced afresh, so it reads the patched limit
+        return jax.jit(jax.vmap(lambda k: vmf._sample_cosine_one(k, jnp.float32(1.0), nu, jnp.float32)))(keys)
+
+    w_full, s_full = (np.asarray(a) for a in draw())
+    assert np.all(np.isfinite(w_full)) and np.all(np.isfinite(s_full))
+    monkeypatch.setattr(vmf, "_MAX_REJECTIONS", 0)  # no proposal at all
+    w0, s0 = (np.asarray(a) for a in draw())
+    assert np.all(np.isnan(w0)) and np.all(np.isnan(s0))
+    monkeypatch.setattr(vmf, "_MAX_REJECTIONS", 1)  # one proposal: NaN exactly where it is rejected
+    w1, s1 = (np.asarray(a) for a in draw())
+    ok = np.isfinite(w1)
+    assert np.array_equal(ok, np.isfinite(s1))
+    # Wood's acceptance rate at d = 3, kappa = 1 is well inside (1/2, 1): some, not all, first proposals fail.
+    assert 0.0 < 1.0 - ok.mean() < 0.5, ok.mean()
+    # An accepted first proposal is what the unlimited loop returns for the same key.
+    np.testing.assert_array_equal(w1[ok], w_full[ok])
+    np.testing.assert_array_equal(s1[ok], s_full[ok])
