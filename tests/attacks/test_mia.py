@@ -69,28 +69,27 @@ def test_non_finite_scores_raise_and_give_nan_under_jit():
         assert all(np.isnan(float(o)) for o in jax.tree_util.tree_leaves(out))
 
 
-def test_candidate_losses_match_direct_apply():
-    from recon_jax.models import MLP, from_flax, ravel
-    from recon_jax.training import softmax_cross_entropy
+def _flax_mlp():
+    from recon_jax.models import MLP, from_flax
 
-    fns = from_flax(MLP(features=(5, 3)))
-    ps = [fns.init(jax.random.key(i), jnp.zeros((1, 4))) for i in range(3)]
-    flat = jnp.stack([ravel(p)[0] for p in ps])
-    layout = ravel(ps[0])[1]
-    x = jnp.arange(4.0) / 4
-    got = mia.candidate_losses(fns, flat, layout, x, 2)
-    ref = [float(softmax_cross_entropy(fns.apply(p, x[None]), jnp.array([2]))[0]) for p in ps]
-    np.testing.assert_allclose(got, ref, rtol=1e-5)
+    return from_flax(MLP(features=(5, 3)))
 
 
-def test_candidate_losses_of_a_haiku_model():
-    """Haiku's module names contain "/" ("mlp/~/linear_0"); the losses come from params unravelled with that key."""
+def _haiku_mlp():
+    """Haiku's module names contain "/" ("mlp/~/linear_0"): the losses need params unravelled with that key."""
     import haiku as hk
 
-    from recon_jax.models import from_haiku, ravel
+    from recon_jax.models import from_haiku
+
+    return from_haiku(hk.transform(lambda x: hk.nets.MLP([5, 3])(x)))
+
+
+@pytest.mark.parametrize("make", [_flax_mlp, _haiku_mlp])
+def test_candidate_losses_match_direct_apply(make):
+    from recon_jax.models import ravel
     from recon_jax.training import softmax_cross_entropy
 
-    fns = from_haiku(hk.transform(lambda x: hk.nets.MLP([5, 3])(x)))
+    fns = make()
     ps = [fns.init(jax.random.key(i), jnp.zeros((1, 4))) for i in range(3)]
     flat = jnp.stack([ravel(p)[0] for p in ps])
     layout = ravel(ps[0])[1]
