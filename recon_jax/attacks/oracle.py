@@ -138,7 +138,8 @@ def nn_oracle(targets: jax.Array, pool: jax.Array, percentiles: Sequence[float] 
       percentiles: percentiles in [0, 100] of each target's MSE distribution (linear interpolation, as
         ``np.percentile``).
       bins: if > 0, also an averaged histogram of the MSEs over ``bins`` equal bins on ``[0, max_mse]``.
-      max_mse: upper edge of the histogram, finite and > 0 (default: the largest possible MSE for data in [0, 1], i.e. 1).
+      max_mse: upper edge of the histogram, finite and > 0 (default: the largest possible MSE for data in
+        [0, 1], i.e. 1).
       chunk_size: targets per block.
 
     Returns:

@@ -126,8 +126,9 @@ def paired_comparison(what: str, a, b, relation: str, *, alpha: float, tolerance
     direction rejects, "undecided" otherwise (e.g. when A and B do not differ). Fewer than two pairs decide nothing
     (interval ``(None, None)``), and neither do pairs that all agree exactly (every difference 0: the t statistic
     is 0 / 0 and the test undefined, ``scipy.stats.ttest_rel`` gives p = NaN); differences that are all equal and
-    nonzero give an infinite t statistic and a zero-width interval, which the test rejects. A claim resting on several such comparisons divides ``alpha`` among them
-    (Bonferroni) if a false "fails" is to stay below ``alpha``.
+    nonzero give an infinite t statistic and a zero-width interval, which the test rejects. A claim resting on
+    several such comparisons divides ``alpha`` among them (Bonferroni) if a false "fails" is to stay below
+    ``alpha``.
 
     Args:
       what: what is compared (e.g. ``"PCA - MLP MSE"``).
