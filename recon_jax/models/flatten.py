@@ -192,8 +192,8 @@ def select_indices(layout: Layout, include: str | Iterable[str]) -> np.ndarray:
         chosen.extend(hits)
     seen, idx = set(), []
     for e in sorted(chosen, key=lambda e: e.offset):
-        if e.offset not in seen:  # a leaf matched by several patterns is taken once (paths need not be unique)
-            seen.add(e.offset)
+        if e.keys not in seen:  # a leaf matched by several patterns is taken once (its keys, unlike paths and the
+            seen.add(e.keys)    # offsets of zero-size leaves, are unique)
             idx.append(np.arange(e.offset, e.offset + e.size))
     return np.concatenate(idx)
 

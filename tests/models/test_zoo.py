@@ -137,6 +137,15 @@ def test_colliding_paths_keep_every_leaf():
     assert models.select_indices(layout, "a/b").tolist() == [0, 1, 2]
 
 
+
+def test_select_indices_keeps_a_leaf_after_a_zero_size_one():
+    """A zero-size leaf shares its offset with the next leaf: taking each matched leaf once must not drop that one."""
+    layout = models.ravel({"a": jnp.zeros((0,)), "b": jnp.ones(3), "c": {"d": jnp.ones(2)}})[1]
+    assert [(e.offset, e.size) for e in layout.entries] == [(0, 0), (0, 3), (3, 2)]
+    assert models.select_indices(layout, ["a", "b", "*"]).tolist() == [0, 1, 2, 3, 4]
+    assert models.select_indices(layout, ["a", "c"]).tolist() == [3, 4]
+
+
 def test_layout_entry_keys_are_checked():
     with pytest.raises(ValueError, match="keys must be strings"):
         models.LayoutEntry("a/b", (1,), 0, 1, "float32", keys=("a", "c"))
