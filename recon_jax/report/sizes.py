@@ -55,8 +55,8 @@ class Split:
         s = self.sizes
         text = (f"{self.num_train} train records: fixed set D- {s['fixed_size']}, shadow targets {s['num_shadow']}, "
                 f"evaluation targets {s['num_targets']}; {self.num_test} test records: {s['eval_size']} for the "
-                f"released models' accuracy, one record set aside, then prior candidates for k in "
-                f"{list(s['prior_sizes'])}")
+                f"released models' accuracy, prior candidates for k in {list(s['prior_sizes'])} and one record set "
+                "aside")
         if self.fitted:
             text += f". Fitted to the data (sizes=auto): {', '.join(self.fitted)}; the variant's {self.reason}"
         return text
