@@ -356,8 +356,10 @@ def embed(method: str, data: Any, key_or_seed: Any, **opts: Any) -> jax.Array:
       ``[n, 2]`` embedding (``jax.Array``).
 
     Raises:
-      ValueError: for an unknown method, a malformed or non-finite ``data``, an invalid key/seed, or (the
-        scikit-learn / umap methods) an option :func:`sklearn_embed` refuses.
+      ValueError: for an unknown method, an option the method does not take (:func:`method_options`; a misspelt
+        name would otherwise surface as a ``TypeError`` or run at the default), a malformed or non-finite
+        ``data``, an invalid key/seed, or (the scikit-learn / umap methods) an option value :func:`sklearn_embed`
+        refuses.
 
     Example:
       >>> import numpy as np
@@ -367,6 +369,7 @@ def embed(method: str, data: Any, key_or_seed: Any, **opts: Any) -> jax.Array:
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    check_method_options(method, opts, "opts")
     _check_data(data)
     if method == "pca":
         return pca_embed(jnp.asarray(data, dtype=jnp.result_type(float)), **opts)

@@ -323,6 +323,11 @@ def test_embedding_spec_lists_the_allowed_options_and_accepts_them():
         E.sklearn_embed("tsne", _data(), 0, perplexty=3.0)
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['n_components'\]"):
         E.embed("isomap", _data(), 0, n_components=3)
+    # ... and PCA / SRP too (before: the TypeError of an unexpected keyword argument).
+    with pytest.raises(ValueError, match=r"opts has unknown option\(s\) \['densty'\] for method 'srp'"):
+        E.embed("srp", _data(), 0, densty=0.5)
+    with pytest.raises(ValueError, match=r"opts has unknown option\(s\) \['whiten'\] for method 'pca'"):
+        E.embed("pca", _data(), 0, whiten=True)
 
 
 @pytest.mark.parametrize("field,value", [("data_scale", float("inf")), ("noise_sigma", float("inf"))])
