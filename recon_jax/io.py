@@ -111,7 +111,8 @@ def atomic_save_npz(path: str | os.PathLike, **arrays: Any) -> None:
 def stable_hash(obj: Any) -> str:
     """SHA-256 hex digest of ``obj`` as canonical JSON (sorted keys, no whitespace): the key of caches and stores.
 
-    Arrays and NumPy scalars are hashed by value; typed JAX PRNG key arrays (``jax.random.key``) by their
+    Arrays are hashed by dtype, shape and value (two arrays of equal values but another dtype or shape, e.g. empty
+    ones, are different inputs) and NumPy scalars by value; typed JAX PRNG key arrays (``jax.random.key``) by their
     implementation, shape and every element of ``jax.random.key_data`` (``str`` summarises arrays of more than 1000
     elements with ``...``); anything else JSON cannot encode is hashed by ``str``.
 
@@ -119,11 +120,17 @@ def stable_hash(obj: Any) -> str:
     True
     >>> stable_hash({"a": 1}) == stable_hash({"a": 2})
     False
+    >>> import numpy as np
+    >>> stable_hash(np.zeros((0, 2))) == stable_hash(np.zeros((0, 3))), stable_hash(np.ones(2)) == stable_hash([1., 1.])
+    (False, False)
     """
     def default(o: Any) -> Any:
         if isinstance(o, jax.Array) and jax.dtypes.issubdtype(o.dtype, jax.dtypes.prng_key):
             return {"prng_key_impl": str(jax.random.key_impl(o)), "shape": list(o.shape),
                     "key_data": np.asarray(jax.random.key_data(o)).tolist()}
+        if not isinstance(o, np.generic) and (isinstance(o, np.ndarray) or hasattr(o, "__array__")):
+            a = np.asarray(o)
+            return {"array_dtype": a.dtype.str, "shape": list(a.shape), "values": a.tolist()}
         try:
             return _json_default(o)
         except TypeError:

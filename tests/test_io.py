@@ -3,6 +3,7 @@
 import os
 
 import jax
+import numpy as np
 
 from recon_jax.io import atomic_write_bytes, stable_hash
 
@@ -24,3 +25,11 @@ def test_stable_hash_hashes_every_element_of_a_key_array():
     assert stable_hash({"keys": a}) == stable_hash({"keys": jax.random.split(jax.random.key(0), 2000)})
     k = jax.random.key(3)
     assert stable_hash(k) == stable_hash(k) == stable_hash(jax.random.key(3)) != stable_hash(jax.random.key(4))
+
+
+def test_stable_hash_tells_arrays_apart_by_dtype_and_shape():
+    """Arrays of equal values but another dtype or shape are other inputs (before: hashed by ``tolist()`` alone, so
+    float32 and float64 halves, or empty arrays of any shape, shared a cache key)."""
+    assert stable_hash({"x": np.float32([0.5, 1.0])}) != stable_hash({"x": np.float64([0.5, 1.0])})
+    assert stable_hash({"x": np.zeros((0, 3))}) != stable_hash({"x": np.zeros((0, 5))})
+    assert stable_hash({"x": np.float32([0.5])}) == stable_hash({"x": jax.numpy.asarray([0.5], jax.numpy.float32)})
