@@ -137,9 +137,10 @@ def layer_groups(layout) -> tuple[np.ndarray, int]:
     first ``/``). Group ids follow the flat (``ravel_pytree``) order of first appearance.
 
     Args:
-      layout: the parameter pytree (arrays or shapes; exact), or its :class:`~recon_jax.models.Layout`, whose joined
-        paths are split at the first ``/`` except across haiku's ``/~/`` nesting (exact for flax and for haiku's
-        default module names; pass the pytree for names made with ``hk.name_scope``).
+      layout: the parameter pytree (arrays or shapes), or its :class:`~recon_jax.models.Layout`, whose entries'
+        ``keys`` (the pytree path, :func:`~recon_jax.models.layout_of`) name the layer: both exact, haiku module
+        names with ``/`` (``hk.name_scope``) included. A Layout built by hand from joined paths alone (``keys``
+        left to default) is split at the first ``/`` except across haiku's ``/~/`` nesting.
 
     Returns:
       ``(ids [P] int32, number of groups)``.
@@ -152,7 +153,8 @@ def layer_groups(layout) -> tuple[np.ndarray, int]:
     ([0, 0, 1], [0, 0, 1])
     """
     if isinstance(layout, Layout):
-        blocks = [(_layout_group(e.path), e.size) for e in layout.entries]
+        blocks = [(e.keys[0] if e.keys != tuple(e.path.split("/")) else _layout_group(e.path), e.size)
+                  for e in layout.entries]
     else:
         blocks = [(_key_name(kp[0]) if kp else "", int(np.prod(np.shape(leaf), dtype=np.int64)))
                   for kp, leaf in jax.tree_util.tree_flatten_with_path(layout)[0]]

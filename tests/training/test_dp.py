@@ -198,6 +198,17 @@ def test_per_layer_groups_are_the_first_pytree_keys_for_haiku_and_flax(x64):
     for layout in (hk_params, models.layout_of(hk_params)):
         ids, n = training.layer_groups(layout)
         assert n == 2 and np.bincount(ids).tolist() == [6 * 8 + 8, 8 * 4 + 4]
+    # Modules under hk.name_scope are named "scope/linear" (no "~"): the joined-path rule put both in one group
+    # ("scope"); a Layout from layout_of carries the pytree keys, which give the modules, as the pytree does.
+    def scoped(x):
+        with hk.name_scope("scope"):
+            return hk.Linear(3)(jax.nn.elu(hk.Linear(4)(x)))
+
+    scoped_params = models.from_haiku(hk.transform(scoped)).init(jax.random.key(0), x[:1])
+    assert sorted(scoped_params) == ["scope/linear", "scope/linear_1"]
+    for layout in (scoped_params, models.layout_of(scoped_params)):
+        ids, n = training.layer_groups(layout)
+        assert n == 2 and np.bincount(ids).tolist() == [4 * 3 + 3, 6 * 4 + 4]  # the outer Linear(3) is made first
     # flax: the groups are the top-level modules, as the first "/"-component always gave
     nested = models.from_flax(_Nested(features=(1,)))
     p_nested = nested.init(jax.random.key(0), x[:1])
