@@ -273,6 +273,8 @@ def shadow_embeddings(
       TypeError: if ``spec`` is not an :class:`EmbeddingSpec`.
       ValueError: for invalid arguments, or (:class:`recon_jax.shadow.ShadowStoreMismatchError`) when
         ``store_dir`` holds a different configuration or rows made by other code.
+      FloatingPointError: when a chunk's embeddings hold NaN or inf (e.g. ``spec.data_scale`` times the data
+        overflows float32), before the chunk is stored.
 
     Example:
       >>> import jax, numpy as np
@@ -348,9 +350,18 @@ def shadow_embeddings(
         for theta in chunks:
             yield {"theta": theta}
 
-    rows = fill_store(store_dir, config, m, {"theta": ((2 * n,), "float32")},
-                      compute_jnp if method in JNP_METHODS else compute_sklearn, chunk_size=int(chunk_size),
-                      mmap=False, progress=progress, desc=f"shadow {method} n={n}")
+    def compute_finite(pieces):
+        compute = compute_jnp if method in JNP_METHODS else compute_sklearn
+        for (s, e), chunk in zip(pieces, compute(pieces)):
+            if not np.all(np.isfinite(chunk["theta"])):
+                raise FloatingPointError(
+                    f"shadow {method} embeddings of runs {index_offset + s}..{index_offset + e - 1} hold NaN or inf "
+                    f"(data_scale={data_scale:g}, noise_sigma={noise_sigma:g}: the scaled data or the embedding may "
+                    "overflow float32)")
+            yield chunk
+
+    rows = fill_store(store_dir, config, m, {"theta": ((2 * n,), "float32")}, compute_finite,
+                      chunk_size=int(chunk_size), mmap=False, progress=progress, desc=f"shadow {method} n={n}")
     return rows["theta"]
 
 

@@ -337,6 +337,20 @@ def test_embedding_spec_refuses_infinite_scale_and_noise(field, value):
         D.EmbeddingSpec(method="pca", **{field: value})
 
 
+@pytest.mark.parametrize("data_scale", [1e39, 1e30])  # inf in float32; finite, but PCA's Gram matrix overflows
+def test_overflowing_shadow_embeddings_stop_before_they_are_stored(tmp_path, data_scale):
+    # Before: a finite data_scale whose product with the data (or its squares) overflows float32 gave NaN rows,
+    # stored and returned as if they were embeddings.
+    known, cands = _data(7, 10), _data(3, 10, seed=1)
+    spec = D.EmbeddingSpec(method="pca", data_scale=data_scale)
+    with pytest.raises(FloatingPointError, match=r"shadow pca embeddings of runs 0\.\.2 hold NaN or inf"):
+        D.shadow_embeddings(spec, known, cands, jax.random.key(0), store_dir=str(tmp_path / "s"), progress=False)
+    assert not list((tmp_path / "s").glob("*.npz"))  # nothing stored
+    ok = D.shadow_embeddings(D.EmbeddingSpec(method="pca", data_scale=255.0), known, cands, jax.random.key(0),
+                             progress=False)
+    assert np.all(np.isfinite(ok))
+
+
 @pytest.mark.parametrize("field,value", [("learning_rate", float("inf")), ("l1_weight", float("inf"))])
 def test_attack_training_spec_refuses_infinite_rates(field, value):
     with pytest.raises(ValueError, match=f"{field} must be finite"):
