@@ -49,7 +49,7 @@ GLM_FAMILIES = ("linear", "logistic", "poisson")
 
 # The labels each family's likelihood is defined for (NaN fails every range).
 _LABELS = {"linear": FINITE, "logistic": Range(lambda v: (v == 0) | (v == 1), "in {0, 1} (logistic labels)"),
-           "poisson": Range(lambda v: (v >= 0) & (v < float("inf")), "finite and >= 0 (Poisson counts)")}
+           "poisson": FINITE_NONNEGATIVE._replace(allowed="finite and >= 0 (Poisson counts)")}
 
 
 def _family_fns(family: str):

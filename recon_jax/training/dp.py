@@ -111,24 +111,6 @@ def per_example_gradients(model_fns: ModelFns, params, x: jax.Array, y: jax.Arra
     return jax.vmap(one)(x, y)
 
 
-def _key_name(k) -> str:
-    """The name of one pytree path key (a dict key, attribute name or sequence index)."""
-    for attr in ("key", "name", "idx"):
-        if hasattr(k, attr):
-            return str(getattr(k, attr))
-    return str(k)
-
-
-def _layout_group(path: str) -> str:
-    """The layer of a ``/``-joined :class:`Layout` path: its first component, with haiku's ``name/~/name`` module
-    nesting kept together (``"mlp/~/linear_0/w" -> "mlp/~/linear_0"``, ``"Dense_0/kernel" -> "Dense_0"``)."""
-    parts = path.split("/")
-    i = 0
-    while i + 2 < len(parts) and parts[i + 1] == "~":
-        i += 2
-    return "/".join(parts[:i + 1])
-
-
 def layer_groups(layout) -> tuple[np.ndarray, int]:
     """Group id of every flat coordinate (one group per layer) and the number of groups.
 
@@ -137,10 +119,10 @@ def layer_groups(layout) -> tuple[np.ndarray, int]:
     first ``/``). Group ids follow the flat (``ravel_pytree``) order of first appearance.
 
     Args:
-      layout: the parameter pytree (arrays or shapes), or its :class:`~recon_jax.models.Layout`, whose entries'
-        ``keys`` (the pytree path, :func:`~recon_jax.models.layout_of`) name the layer: both exact, haiku module
-        names with ``/`` (``hk.name_scope``) included. A Layout built by hand from joined paths alone (``keys``
-        left to default) is split at the first ``/`` except across haiku's ``/~/`` nesting.
+      layout: the parameter pytree (arrays or shapes), or its :class:`~recon_jax.models.Layout`: the layer is the
+        first of an entry's ``keys`` (the pytree path, as :func:`~recon_jax.models.layout_of` records it), exact
+        for haiku module names with ``/`` (``hk.name_scope``) too. A Layout built by hand needs its entries'
+        ``keys`` where a key contains ``/``, as :func:`~recon_jax.models.unravel` does.
 
     Returns:
       ``(ids [P] int32, number of groups)``.
@@ -152,12 +134,9 @@ def layer_groups(layout) -> tuple[np.ndarray, int]:
     >>> layer_groups(haiku_like)[0].tolist(), layer_groups(layout_of(haiku_like))[0].tolist()
     ([0, 0, 1], [0, 0, 1])
     """
-    if isinstance(layout, Layout):
-        blocks = [(e.keys[0] if e.keys != tuple(e.path.split("/")) else _layout_group(e.path), e.size)
-                  for e in layout.entries]
-    else:
-        blocks = [(_key_name(kp[0]) if kp else "", int(np.prod(np.shape(leaf), dtype=np.int64)))
-                  for kp, leaf in jax.tree_util.tree_flatten_with_path(layout)[0]]
+    if not isinstance(layout, Layout):
+        layout = layout_of(layout)
+    blocks = [(e.keys[0], e.size) for e in layout.entries]
     names: dict[str, int] = {}
     ids = np.zeros(sum(size for _, size in blocks), dtype=np.int32)
     offset = 0
