@@ -10,7 +10,8 @@ score has a false-positive rate FPR (says "with" on a run without) and a false-n
     FPR + e^eps FNR >= 1 - delta   and   FNR + e^eps FPR >= 1 - delta,
 
 so ``eps >= max(log((1 - delta - FPR) / FNR), log((1 - delta - FNR) / FPR))``. :func:`empirical_epsilon` chooses
-the threshold on a calibration part of the runs, bounds FPR and FNR on the remaining runs from above with
+the threshold on a calibration part of the runs (:func:`select_threshold`), bounds FPR and FNR on the remaining
+runs from above with
 one-sided Clopper-Pearson bounds at level ``1 - (1 - confidence) / 2`` each (a union bound makes both hold
 together with probability ``confidence``), and plugs the upper bounds into the inequality. The result is a
 lower bound on the mechanism's true epsilon at ``delta`` that holds with probability at least ``confidence``
@@ -38,6 +39,8 @@ __all__ = [
     "EpsilonAudit",
     "empirical_epsilon",
     "empirical_epsilon_ceiling",
+    "SELECTION_CONFIDENCE",
+    "select_threshold",
 ]
 
 
@@ -137,6 +140,45 @@ def error_counts(with_sorted, without_sorted, thresholds):
     return fpr_counts, fnr_counts
 
 
+SELECTION_CONFIDENCE = 0.99
+"""Joint confidence of the Clopper-Pearson bounds with which :func:`select_threshold` scores thresholds on the
+calibration runs, whatever confidence the audit reports. The choice does not affect validity (the evaluation runs
+are untouched by it); it sets power. Fixed, so that an audit's threshold does not depend on the confidence asked
+and its bound falls as the confidence rises. Stricter than 0.95, so that a threshold in a tail, where a few lucky
+calibration runs make the 0.95 bound look large, loses to a central one: in simulations of Gaussian scores
+(mu 0.3 to 4, 100 to 2,000 evaluation runs per world) it never lost more than 2% of the mean bound against 0.95,
+and at mu 0.3 and 0.625 with 1,504 evaluation runs per world it cut the share of audits certifying nothing from
+26% to 13% and from 2.5% to 0."""
+
+
+def select_threshold(cal_with, cal_without, rates_to_bound) -> float:
+    """The score threshold that maximises a Clopper-Pearson bound on the calibration runs.
+
+    Every distinct calibration score (and ``+inf``, the test that never says "with") is a candidate. For each, the
+    false-positive and false-negative counts of the calibration runs get one-sided Clopper-Pearson upper bounds at
+    level ``1 - (1 - SELECTION_CONFIDENCE) / 2`` each, and ``rates_to_bound(fpr_upper, fnr_upper)`` scores them
+    (NaN counts as -inf); the first best wins. Shared by :func:`empirical_epsilon` and the threshold reading of
+    :func:`recon_jax.attacks.audit_gdp.gdp_mu_lower_bound`.
+
+    Args:
+      cal_with, cal_without: 1-D calibration scores of runs with and without the canary (each non-empty).
+      rates_to_bound: vectorised ``(fpr_upper, fnr_upper) -> bound`` (higher is better).
+
+    Returns:
+      The threshold (say "with canary" when ``score >= threshold``).
+
+    >>> import numpy as np
+    >>> select_threshold(np.array([2.0, 3.0]), np.array([0.0, 1.0]), lambda fp, fn: -(fp + fn))
+    2.0
+    """
+    w, wo = np.sort(np.asarray(cal_with, np.float64)), np.sort(np.asarray(cal_without, np.float64))
+    thresholds = np.unique(np.concatenate([w, wo, [np.inf]]))
+    level = 1.0 - (1.0 - SELECTION_CONFIDENCE) / 2.0
+    fp, fn = error_counts(w, wo, thresholds)
+    score = rates_to_bound(clopper_pearson_upper(fp, wo.size, level), clopper_pearson_upper(fn, w.size, level))
+    return float(thresholds[int(np.argmax(np.nan_to_num(score, nan=-np.inf)))])
+
+
 _OPEN_UNIT = Range(OPEN_UNIT.predicate, "in (0, 1)")  # calibration_fraction
 
 
@@ -171,7 +213,9 @@ def empirical_epsilon(scores_with, scores_without, delta: float, *, confidence: 
     """Lower bound on epsilon at ``delta`` from a distinguishing game (see the module docstring for the method).
 
     The first ``calibration_fraction`` of each world's runs (in the given order) choose the threshold: the one
-    that maximises the same Clopper-Pearson bound on those runs. The remaining runs evaluate it.
+    that maximises the same bound on those runs, with Clopper-Pearson bounds at the fixed
+    :data:`SELECTION_CONFIDENCE` (:func:`select_threshold`). The remaining runs evaluate it at ``confidence``, so
+    the bound falls as ``confidence`` rises.
 
     Args:
       scores_with: ``[n_1]`` adversary scores of runs with the canary (higher = "canary present").
@@ -204,18 +248,12 @@ def empirical_epsilon(scores_with, scores_without, delta: float, *, confidence: 
     c1, c0 = calibration_split(s1.size, s0.size, calibration_fraction)
     level = 1.0 - (1.0 - confidence) / 2.0
 
-    def bound_at(w, wo, thresholds):
-        fp, fn = error_counts(np.sort(w), np.sort(wo), thresholds)
-        fpr_hi = clopper_pearson_upper(fp, wo.size, level)
-        fnr_hi = clopper_pearson_upper(fn, w.size, level)
-        return _eps_from_rates(fpr_hi, fnr_hi, delta), fp, fn, fpr_hi, fnr_hi
-
-    cal_w, cal_wo = s1[:c1], s0[:c0]
-    thresholds = np.unique(np.concatenate([cal_w, cal_wo, [np.inf]]))
-    eps_cal = bound_at(cal_w, cal_wo, thresholds)[0]
-    t = float(thresholds[int(np.argmax(eps_cal))])
+    t = select_threshold(s1[:c1], s0[:c0], lambda fpr_hi, fnr_hi: _eps_from_rates(fpr_hi, fnr_hi, delta))
     ev_w, ev_wo = s1[c1:], s0[c0:]
-    eps, fp, fn, fpr_hi, fnr_hi = bound_at(ev_w, ev_wo, np.asarray([t]))
+    fp, fn = error_counts(np.sort(ev_w), np.sort(ev_wo), np.asarray([t]))
+    fpr_hi = clopper_pearson_upper(fp, ev_wo.size, level)
+    fnr_hi = clopper_pearson_upper(fn, ev_w.size, level)
+    eps = _eps_from_rates(fpr_hi, fnr_hi, delta)
     return EpsilonAudit(float(eps[0]), t, float(fp[0] / ev_wo.size), float(fn[0] / ev_w.size), float(fpr_hi[0]),
                         float(fnr_hi[0]), int(ev_w.size), int(ev_wo.size))
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from recon_jax._validation import OPEN_UNIT, check
 from recon_jax.attacks.audit import (calibration_split, clopper_pearson_upper, empirical_epsilon,
-                                      empirical_epsilon_ceiling, error_counts)
+                                      empirical_epsilon_ceiling, error_counts, select_threshold)
 
 __all__ = ["gdp_delta", "gdp_epsilon", "gdp_mu_lower_bound", "GaussianDPAudit", "gaussian_dp_audit"]
 
@@ -183,17 +183,10 @@ def _mu_lower_threshold(s1, s0, confidence, calibration_fraction):
     c1, c0 = calibration_split(s1.size, s0.size, calibration_fraction)
     level = 1.0 - (1.0 - confidence) / 2.0
 
-    def bound_at(w, wo, thresholds):
-        fp, fn = error_counts(np.sort(w), np.sort(wo), thresholds)
-        return _mu_from_rates(clopper_pearson_upper(fp, wo.size, level),
-                              clopper_pearson_upper(fn, w.size, level)), fp, fn
-
-    cal_w, cal_wo = s1[:c1], s0[:c0]
-    thresholds = np.unique(np.concatenate([cal_w, cal_wo]))
-    mu_cal = np.nan_to_num(bound_at(cal_w, cal_wo, thresholds)[0], nan=-np.inf)
-    t = np.asarray([thresholds[int(np.argmax(mu_cal))]])
+    t = np.asarray([select_threshold(s1[:c1], s0[:c0], _mu_from_rates)])
     ev_w, ev_wo = s1[c1:], s0[c0:]
-    mu_lo, fp, fn = bound_at(ev_w, ev_wo, t)
+    fp, fn = error_counts(np.sort(ev_w), np.sort(ev_wo), t)
+    mu_lo = _mu_from_rates(clopper_pearson_upper(fp, ev_wo.size, level), clopper_pearson_upper(fn, ev_w.size, level))
     # Point estimate: the evaluation rates, kept inside [1 / (2 n), 1 - 1 / (2 n)] so that it stays finite.
     fpr = np.clip(fp[0] / ev_wo.size, 0.5 / ev_wo.size, 1 - 0.5 / ev_wo.size)
     fnr = np.clip(fn[0] / ev_w.size, 0.5 / ev_w.size, 1 - 0.5 / ev_w.size)
@@ -216,7 +209,7 @@ def gdp_mu_lower_bound(scores_with, scores_without, *, confidence: float = 0.95,
       The point estimate is Cohen's d, ``(mean_1 - mean_0) / s_pooled``. Compare the two sample standard
       deviations (:class:`GaussianDPAudit` reports them): unequal variances break the equal-variance model.
     - ``"threshold"`` (non-parametric in the scores): one threshold, chosen on the first ``calibration_fraction``
-      of each world's runs, is evaluated on the rest; one-sided Clopper-Pearson upper bounds on its FPR and FNR
+      of each world's runs (:func:`~recon_jax.attacks.audit.select_threshold`), is evaluated on the rest; one-sided Clopper-Pearson upper bounds on its FPR and FNR
       at level ``1 - (1 - confidence) / 2`` each give ``mu_lower = Phi^{-1}(1 - FPR_up) - Phi^{-1}(FNR_up)``. A
       mu-GDP mechanism has ``FNR >= Phi(Phi^{-1}(1 - FPR) - mu)`` for every test, so this bounds the smallest mu
       for which the mechanism is mu-GDP whatever the score distributions, but like :func:`empirical_epsilon` it

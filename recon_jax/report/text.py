@@ -4,6 +4,7 @@ theorems' guarantees, calibration, interpretation) and the claims it checks, fro
 
 from __future__ import annotations
 
+from recon_jax.attacks.audit import SELECTION_CONFIDENCE
 from recon_jax.evidence.claims import claim, comparison, is_vacuous
 from recon_jax.evidence.markdown import markdown_table
 from recon_jax.report.reading import calibration_sentence, interpretation
@@ -293,7 +294,8 @@ def _audits_section(config, dp_rows, conf, q) -> list[str]:
             "auditor subtracts D-'s clipped sum, which it recomputes). Assumptions common to all: independent "
             "noise draws per run, canaries fixed before the runs.", "",
             f"- (eps, delta) bound (rigorous, no shape assumption): a Dirac gradient canary (norm C) in every other "
-            f"crafted run; half of each world's runs choose a threshold, the other half bound FPR and FNR from above "
+            f"crafted run; half of each world's runs choose a threshold (the one whose Clopper-Pearson bound on them, "
+            f"at a fixed {SELECTION_CONFIDENCE:.0%}, is largest), the other half bound FPR and FNR from above "
             f"(Clopper-Pearson, jointly {conf}): eps >= max(log((1 - delta - FPR)/FNR), log((1 - delta - FNR)/FPR)). "
             "With n evaluation runs per world it cannot exceed about log(n/3) whatever the mechanism: `its "
             "ceiling`.",
