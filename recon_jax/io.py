@@ -114,7 +114,9 @@ def stable_hash(obj: Any) -> str:
     Arrays are hashed by dtype, shape and value (two arrays of equal values but another dtype or shape, e.g. empty
     ones, are different inputs) and NumPy scalars by value; typed JAX PRNG key arrays (``jax.random.key``) by their
     implementation, shape and every element of ``jax.random.key_data`` (``str`` summarises arrays of more than 1000
-    elements with ``...``); anything else JSON cannot encode is hashed by ``str``.
+    elements with ``...``); anything else JSON cannot encode is hashed by ``str``. A dict whose keys are not all
+    strings is hashed as its (key, value) pairs, sorted by the keys' encoding, so that ``{1: x}`` and ``{"1": x}``
+    (one JSON object) are different inputs and mixed key types can be sorted.
 
     >>> stable_hash({"b": 1, "a": [1.5, "x"]}) == stable_hash({"a": [1.5, "x"], "b": 1})
     True
@@ -123,6 +125,8 @@ def stable_hash(obj: Any) -> str:
     >>> import numpy as np
     >>> stable_hash(np.zeros((0, 2))) == stable_hash(np.zeros((0, 3))), stable_hash(np.ones(2)) == stable_hash([1., 1.])
     (False, False)
+    >>> stable_hash({1: "x"}) == stable_hash({"1": "x"}), stable_hash({1: "x", None: 0}) == stable_hash({None: 0, 1: "x"})
+    (False, True)
     """
     def default(o: Any) -> Any:
         if isinstance(o, jax.Array) and jax.dtypes.issubdtype(o.dtype, jax.dtypes.prng_key):
@@ -132,12 +136,24 @@ def stable_hash(obj: Any) -> str:
             a = np.asarray(o)
             return {"array_dtype": a.dtype.str, "shape": list(a.shape), "values": a.tolist()}
         try:
-            return _json_default(o)
+            return canonical(_json_default(o))
         except TypeError:
             return str(o)
 
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=default)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    def encode(o: Any) -> str:
+        return json.dumps(canonical(o), sort_keys=True, separators=(",", ":"), default=default)
+
+    def canonical(o: Any) -> Any:
+        if isinstance(o, dict):
+            if all(isinstance(k, str) for k in o):
+                return {k: canonical(v) for k, v in o.items()}
+            pairs = sorted(([encode(k), canonical(v)] for k, v in o.items()), key=lambda kv: kv[0])
+            return {"dict_with_non_str_keys": pairs}
+        if isinstance(o, (list, tuple)):
+            return [canonical(v) for v in o]
+        return o
+
+    return hashlib.sha256(encode(obj).encode("utf-8")).hexdigest()
 
 
 def array_digest(a, block_rows: int = 4096) -> str:

@@ -33,3 +33,12 @@ def test_stable_hash_tells_arrays_apart_by_dtype_and_shape():
     assert stable_hash({"x": np.float32([0.5, 1.0])}) != stable_hash({"x": np.float64([0.5, 1.0])})
     assert stable_hash({"x": np.zeros((0, 3))}) != stable_hash({"x": np.zeros((0, 5))})
     assert stable_hash({"x": np.float32([0.5])}) == stable_hash({"x": jax.numpy.asarray([0.5], jax.numpy.float32)})
+
+
+def test_stable_hash_tells_int_keys_from_str_keys_and_sorts_mixed_keys():
+    # JSON turns every key into a string: {1: x} and {"1": x} were one input, and mixed int/str keys failed to sort.
+    assert stable_hash({"a": {1: 2.0}}) != stable_hash({"a": {"1": 2.0}})
+    assert stable_hash({True: 0}) != stable_hash({"true": 0})
+    assert stable_hash({1: "x", "b": [None]}) == stable_hash({"b": [None], 1: "x"})
+    assert stable_hash([{2: 0, 1: 0}]) == stable_hash(({1: 0, 2: 0},))  # a list and a tuple are one JSON array
+    assert stable_hash({"a": 1, "b": [2, 3]}) == stable_hash({"b": (2, 3), "a": 1})
