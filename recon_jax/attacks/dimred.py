@@ -204,7 +204,7 @@ def _jnp_chunk_fn(method: str, target_row: int, noisy: bool, density: Any, solve
         if method == "pca":
             out = pca_embed(z, 2, solver)
         else:
-            out = z @ srp_matrix(key, z.shape[1], 2, density)
+            out = jnp.matmul(z, srp_matrix(key, z.shape[1], 2, density), precision=jax.lax.Precision.HIGHEST)
         return out.reshape(-1)
 
     return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, None, 0, None, None)))
