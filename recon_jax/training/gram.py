@@ -112,7 +112,7 @@ def gram_saves_work(n: int, d: int, h: int, steps: int, models: int) -> bool:
 
 
 def choose_first_layer(mode: str, model_fns: ModelFns, algorithm: Algorithm, params, fixed_x,
-                       models: int, platform: str = "cpu") -> tuple | None:
+                       models: int, platform: str | None = None) -> tuple | None:
     """How many-model training treats the first layer: the first dense kernel's path when it goes through the fixed
     set's Gram matrix (:func:`train_gram`), ``None`` for direct training (:func:`~recon_jax.training.train`).
 
@@ -123,7 +123,8 @@ def choose_first_layer(mode: str, model_fns: ModelFns, algorithm: Algorithm, par
       model_fns, algorithm, params: the model, the training algorithm, (abstract) initial parameters.
       fixed_x: the fixed set's inputs ``[n, ...]``.
       models: how many models share the fixed set.
-      platform: the devices' platform (``jax.Device.platform``). ``"auto"`` takes the Gram path on ``"cpu"``
+      platform: the devices' platform (``jax.Device.platform``; None: ``jax.default_backend()``, where the
+        training runs unless told otherwise). ``"auto"`` takes the Gram path on ``"cpu"``
         only: there its saved matmul work is saved time, while on an H100 the direct path trained the Balle MLP's
         shadow models 2.3x faster (12,200 against 5,240 models/s, ``benchmarks/shadow.py``); the direct
         path is also the one to trust on an unmeasured backend.
@@ -150,6 +151,7 @@ def choose_first_layer(mode: str, model_fns: ModelFns, algorithm: Algorithm, par
                              "and a model whose first dense layer reads the flattened input; use 'auto' or 'direct'")
         return None
     kernel_path, d, h = found
+    platform = jax.default_backend() if platform is None else platform
     if mode == "gram" or (platform == "cpu" and gram_saves_work(fixed_x.shape[0], d, h, algorithm.epochs, models)):
         return kernel_path
     return None

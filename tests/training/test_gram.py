@@ -89,6 +89,15 @@ def test_auto_takes_the_gram_path_on_cpu_only(platform, expected):
     assert training.choose_first_layer("direct", fns, training.full_batch_gd(), p, fx, 1024, platform="cpu") is None
 
 
+@pytest.mark.parametrize("backend,expected", [("cpu", ("Dense_0", "kernel")), ("gpu", None)])
+def test_auto_without_a_platform_follows_the_default_backend(monkeypatch, backend, expected):
+    # Left out, the platform is where jax runs (it was "cpu" whatever the backend: the Gram path on a GPU).
+    fns = models.from_flax(models.balle_mnist_mlp())
+    p = jax.eval_shape(fns.init, jax.random.key(0), jnp.zeros((1, 784)))
+    monkeypatch.setattr(jax, "default_backend", lambda: backend)
+    assert training.choose_first_layer("auto", fns, training.full_batch_gd(), p, jnp.zeros((1000, 784)), 1024) == expected
+
+
 class _Scaled(nn.Module):
     @nn.compact
     def __call__(self, x):
