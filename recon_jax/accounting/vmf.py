@@ -40,6 +40,7 @@ from jax.typing import ArrayLike
 from recon_jax._validation import (FINITE_POSITIVE, Range, check, concrete_or_none, guard,
                                    guard_orders, nan_if, pad_batch)
 from recon_jax.accounting import _pld_memory
+from recon_jax.accounting._host import host_float64
 from recon_jax.accounting._pld_memory import PLDTooLarge
 from recon_jax.accounting._search import feasible_edge
 from recon_jax.accounting.conversions import delta_from_rdp, eps_from_rdp, kov_composition
@@ -368,9 +369,9 @@ def vmf_epsilon(kappa: ArrayLike, dim: ArrayLike, q: ArrayLike, compositions: Ar
         if any(v is None for v in vals):
             raise ValueError("approach='pld' runs on the host: kappa, dim, q, compositions and delta must be concrete")
         _pld_memory.check_whole_counts("compositions", vals[3], "approach='pld'")
-        with jax.enable_x64(True):
+        with host_float64():
             return jnp.asarray(_pld_grid(vals, value_discretization_interval), jnp.float64)
-    with jax.enable_x64(True):  # tau is a small difference of log-Bessel values ~1e4: float32 is not enough
+    with host_float64():  # tau is a small difference of log-Bessel values ~1e4: float32 is not enough
         args = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.float64) for v in (kappa, dim, q, compositions, delta)))
         shape = args[0].shape
         flat, n = pad_batch(*args)
@@ -458,9 +459,9 @@ def calibrate_vmf_kappa(eps: ArrayLike, dim: ArrayLike, q: ArrayLike, compositio
         for idx in np.ndindex(out.shape):
             e, p, qq, n, d = (float(x[idx]) for x in b)
             out[idx] = _calibrate_kappa_pld(e, p, qq, int(round(n)), d, value_discretization_interval, rtol)
-        with jax.enable_x64(True):
+        with host_float64():
             return jnp.asarray(out, jnp.float64)
-    with jax.enable_x64(True):  # see vmf_epsilon
+    with host_float64():  # see vmf_epsilon
         args = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.float64) for v in (eps, dim, q, compositions, delta)))
         shape = args[0].shape
         flat, n = pad_batch(*args)

@@ -45,6 +45,7 @@ import numpy as np
 
 from recon_jax._validation import FINITE_POSITIVE, HALF_OPEN_UNIT, check
 from recon_jax.accounting import _pld_memory
+from recon_jax.accounting._host import host_float64
 
 __all__ = ["vmf_pld", "vmf_pld_epsilon"]
 
@@ -62,12 +63,10 @@ _CELL_BYTES, _GRID_BYTES, _KEPT_CELL_BYTES = 360, 250, 48
 
 def _log_normaliser(kappa: float, dim: float) -> float:
     """log of int_0^pi exp(kappa cos theta) sin^{p-2}(theta) dtheta, through log I_nu (float64)."""
-    import jax
-
     from recon_jax.special import log_iv
 
     nu = dim / 2.0 - 1.0
-    with jax.enable_x64(True):
+    with host_float64():
         liv = float(log_iv(np.float64(nu), np.float64(kappa)))
     return 0.5 * math.log(math.pi) + math.lgamma(nu + 0.5) + nu * math.log(2.0 / kappa) + liv
 

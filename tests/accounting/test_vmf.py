@@ -229,3 +229,15 @@ def test_rdp_vmf_float32_series_branch_is_finite():
         want = np.asarray(rdp_vmf(0.1, 10.0, orders))
     assert got.dtype == np.float32 and np.all(np.isfinite(got))
     np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+@pytest.mark.skipif(len(jax.local_devices(backend="cpu")) < 2, reason="needs two host devices (the suite sets two)")
+def test_float64_accounting_runs_on_the_host_whatever_the_default_device():
+    # On an accelerator the default device is a GPU or TPU (no native float64 on a TPU); here the second host
+    # device stands in for it: the accountant's float64 programs must not follow the default device.
+    host = jax.local_devices(backend="cpu")[0]
+    with jax.default_device(jax.local_devices(backend="cpu")[1]):
+        outs = [vmf_epsilon(100.0, 50, 0.1, 10, 1e-5), vmf_epsilon(100.0, 50, 0.1, 10, 1e-5, approach="pld"),
+                calibrate_vmf_kappa(2.0, 50, 0.1, 10, 1e-5)]
+    for out in outs:
+        assert out.dtype == np.float64 and out.devices() == {host}, (out.dtype, out.devices())
