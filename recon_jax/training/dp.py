@@ -176,9 +176,19 @@ def clip_gradients(grads: jax.Array, clip_norm: float, clipping: str = "flat",
     ids, n_groups = layer_groups(layout)
     if ids.size != grads.shape[-1]:
         raise ValueError(f"layout size {ids.size} does not match grads of shape {grads.shape}")
+    gg = grads * grads
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    if starts.size == n_groups:
+        # Every layer one block of the flat vector (as pytrees flatten): static slices, summed in a fixed order on
+        # every backend (a segment sum is a scatter-add, which a GPU computes with contended atomics).
+        ends = np.r_[starts[1:], ids.size]
+        blocks = [jnp.sum(gg[..., a:b], axis=-1) for a, b in zip(starts, ends)]
+        sq = jnp.stack([blocks[i] for i in np.argsort(ids[starts])], axis=-1)
+    else:  # a hand-built layout whose layers interleave
+        seg = jnp.asarray(ids)
+        sq = jax.vmap(lambda g: jax.ops.segment_sum(g, seg, num_segments=n_groups))(gg.reshape(-1, gg.shape[-1]))
+        sq = sq.reshape(grads.shape[:-1] + (n_groups,))
     ids = jnp.asarray(ids)
-    sq = jax.vmap(lambda g: jax.ops.segment_sum(g * g, ids, num_segments=n_groups))(grads.reshape(-1, grads.shape[-1]))
-    sq = sq.reshape(grads.shape[:-1] + (n_groups,))
     factor = jnp.minimum(1.0, (clip_norm / np.sqrt(n_groups)) / jnp.maximum(jnp.sqrt(sq), tiny))
     return grads * jnp.take(factor, ids, axis=-1)
 

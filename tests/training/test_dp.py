@@ -220,3 +220,21 @@ def test_per_layer_groups_are_the_first_pytree_keys_for_haiku_and_flax(x64):
             ids, n = training.layer_groups(arg)
             assert ids.tolist() == old_rule and n == len(names)
     assert training.layer_groups(p_nested)[1] == 2  # Body, Dense_0
+
+
+def test_per_layer_clipping_sums_layers_without_a_scatter_and_handles_interleaved_layouts():
+    # Layers that are blocks of the flat vector (every pytree's layout) are summed by static slices: a segment sum
+    # is a scatter-add, which a GPU computes with contended atomics in no fixed order.
+    rng = np.random.default_rng(0)
+    g = jnp.asarray(rng.standard_normal((5, 7)) * np.array([1, 1, 1, 4, 4, 0.1, 0.1]), jnp.float32)
+    e = lambda path, off, size: models.LayoutEntry(path, (size,), off, size, "float32")  # noqa: E731
+    blocked = models.Layout((e("a/w", 0, 3), e("b/w", 3, 2), e("c/w", 5, 2)))
+    interleaved = models.Layout((e("a/w", 0, 3), e("b/w", 3, 2), e("a/b", 5, 2)))  # a hand-built layout
+    for layout, groups in ((blocked, [[0, 1, 2], [3, 4], [5, 6]]), (interleaved, [[0, 1, 2, 5, 6], [3, 4]])):
+        ref = np.array(g, np.float64)
+        for idx in groups:  # naive: each group of each row to C / sqrt(L)
+            norms = np.linalg.norm(ref[:, idx], axis=1, keepdims=True)
+            ref[:, idx] *= np.minimum(1.0, (0.5 / np.sqrt(len(groups))) / norms)
+        np.testing.assert_allclose(training.clip_gradients(g, 0.5, "per_layer", layout), ref, rtol=1e-6)
+    jaxpr = str(jax.make_jaxpr(lambda v: training.clip_gradients(v, 0.5, "per_layer", blocked))(g))
+    assert "scatter" not in jaxpr
