@@ -109,6 +109,9 @@ def permutation(key, n):
     return jax.random.permutation(key, n)
 
 
+BLOCK_BYTES = 256 << 20  # host rows copied to the device at a time by resident_on_accelerator
+
+
 def resident_on_accelerator(a, dtype, max_fraction: float = 0.5):
     """``a`` as a device array of ``dtype`` when the default device is an accelerator with room for it, else ``a``.
 
@@ -129,8 +132,18 @@ def resident_on_accelerator(a, dtype, max_fraction: float = 0.5):
     nbytes = int(np.prod(a.shape)) * np.dtype(dtype).itemsize
     if nbytes > max_fraction * free:
         return a
-    rows = max(1, (256 << 20) // max(1, nbytes // max(1, a.shape[0])))  # ~256 MB of host rows per copy
-    return jnp.concatenate([jnp.asarray(np.asarray(a[s:s + rows], dtype=dtype)) for s in range(0, a.shape[0], rows)])
+    rows = max(1, BLOCK_BYTES // max(1, nbytes // max(1, a.shape[0])))  # host rows per copy
+    # Written block by block into one preallocated (donated) array: the device holds the result and one block at a
+    # time, never the blocks and their concatenation together (twice the features, all of the allowed memory).
+    out = jnp.zeros(a.shape, dtype)
+    for s in range(0, a.shape[0], rows):
+        out = _write_rows(out, jnp.asarray(np.asarray(a[s:s + rows], dtype=dtype)), s)
+    return out
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def _write_rows(out, block, start):
+    return jax.lax.dynamic_update_slice_in_dim(out, block, start, axis=0)
 
 
 def gather(a, idx, dtype):

@@ -248,6 +248,11 @@ def test_features_resident_on_an_accelerator_with_room(monkeypatch):
     got = _reconn_steps.resident_on_accelerator(f, np.float32)
     assert isinstance(got, jax.Array) and got.dtype == np.float32
     np.testing.assert_array_equal(np.asarray(got), f.astype(np.float32))
+    # Copied in blocks of 24 bytes (two rows, the last block one row): the same array.
+    f5 = np.arange(15, dtype=np.float64).reshape(5, 3)
+    monkeypatch.setattr(_reconn_steps, "BLOCK_BYTES", 24)
+    np.testing.assert_array_equal(np.asarray(_reconn_steps.resident_on_accelerator(f5, np.float32)),
+                                  f5.astype(np.float32))
     # 4 x 3 float32 = 48 bytes: more than half of 90 bytes free stays on the host (streamed).
     monkeypatch.setattr(_reconn_steps.jax, "devices", lambda: [_FakeAccelerator(90)])
     assert _reconn_steps.resident_on_accelerator(f, np.float32) is f
