@@ -372,8 +372,10 @@ def test_invalid_input_value_error_eagerly_nan_under_jit(name, index, compiled):
     check()
 
 
-def test_report_counts():
-    """Prints the number of inputs tried (run with ``-s``); runs last in this file."""
+@pytest.fixture(scope="module", autouse=True)
+def _report_counts():
+    """Prints the number of inputs tried when the file's tests are done (run with ``-s``): a report, not a test."""
+    yield
     print("\nfuzz inputs tried:", sum(v for k, v in COUNTS.items() if "/" not in k), "valid,",
           sum(v for k, v in COUNTS.items() if "/" in k), "invalid,", len(SPECS), "functions")
 

@@ -40,7 +40,7 @@ def test_rdp_epsilon_never_above_dp_accounting(x64):
         # Same orders: ours is exact at integer orders and tighter at fractional ones. The 1e-9 slack covers
         # float64 rounding of two independent log-space sums.
         assert e <= ref * (1 + 1e-9), (s, qq, t, d, e, ref)
-        assert e >= 0.9 * ref  # and not absurdly different (a bug check)
+        assert e >= ref * (1 - 1e-6), (s, qq, t, d, e, ref)  # never understated (measured within 2e-9 here)
 
 
 def test_pld_bridge_is_tighter_than_rdp(x64):

@@ -149,7 +149,7 @@ def test_approach1_matches_naive(x64):
         ref = _naive_approach1_branch1(k, p, q, n, delta)
         # Ours also tries KOV's other branches (can only lower it); the dense alpha grid costs < 1e-3.
         assert e <= ref * (1 + 1e-3)
-        assert e >= ref * (1 - 0.05)
+        assert e >= ref * (1 - 1e-3)  # other branches can lower it, but not here (measured within 2e-5)
 
 
 def test_approach2_matches_naive_integer_orders(x64):
@@ -172,7 +172,7 @@ def test_approach2_matches_naive_integer_orders(x64):
             best = min(best, n * sub + math.log1p(-1 / a) - (math.log(delta) + math.log(a)) / (a - 1))
         # Ours adds fractional orders (can only help) and must agree at least to the integer-order optimum.
         assert e <= best * (1 + 1e-9)
-        assert e >= best * (1 - 0.05)
+        assert e >= best * (1 - 1e-6)  # fractional orders gain nothing measurable here (measured within 1e-13)
 
 
 @pytest.mark.slow

@@ -377,10 +377,13 @@ def test_exact_expectations_float32_jit_vmap():
     f = jax.jit(jax.vmap(expected_ncc_at_clip, in_axes=(0, None)))
     out = np.asarray(f(jnp.array([0.1, 0.3, 1.0], jnp.float32), 10.0))
     assert out.dtype == np.float32
-    # float32 quadrature: ~1e-6 relative; references from the float64 tests above.
-    np.testing.assert_allclose(out[1], 0.7489318680614819, rtol=1e-5)
+    # float32 quadrature: ~1e-6 relative; references: mpmath's non-central chi closed form (r = 1 / sigma).
+    np.testing.assert_allclose(out, [_ncc_hyp1f1(1.0 / s, 10.0) for s in (0.1, 0.3, 1.0)], rtol=1e-5)
     psnr = jax.jit(expected_psnr_exact)(jnp.float32(0.1), 1.0, 2.0)
-    assert psnr.dtype == jnp.float32 and abs(float(psnr) - 22.50681578) < 1e-4
+    import mpmath as mp  # the digamma closed form, as in test_expected_psnr_exact_matches_mpmath_digamma
+
+    ref = 10 * mp.log10(1 / mp.mpf(0.1) ** 2) + 10 / mp.log(10) * (mp.log(1) - mp.digamma(1))
+    assert psnr.dtype == jnp.float32 and abs(float(psnr) - float(ref)) < 1e-4
 
 
 _INF = float("inf")

@@ -58,6 +58,8 @@ def test_cifar_net_shapes():
 def test_normalisations_roundtrip():
     x = jnp.linspace(0.0, 1.0, 5)
     np.testing.assert_allclose(np.asarray(tygert.denormalize_mnist(tygert.normalize_mnist(x))), np.asarray(x), atol=1e-6)
+    # MNIST's usual pixel mean and standard deviation (torchvision's Normalize((0.1307,), (0.3081,)))
+    np.testing.assert_allclose(np.asarray(tygert.normalize_mnist(x)), (np.asarray(x) - 0.1307) / 0.3081, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(tygert.normalize_cifar10(x)), np.linspace(-1, 1, 5), atol=1e-6)
 
 
