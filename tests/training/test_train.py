@@ -186,7 +186,7 @@ def test_dp_gd_released_gradients_are_bounded_and_noised(key):
     np.testing.assert_allclose(base, res.trace["gradients"][0], **tol)
 
 
-def test_dp_sgd_with_noise_trains_and_uses_fresh_noise(key):
+def test_dp_sgd_with_noise_draws_fresh_noise_per_key_and_repeats_per_key(key):
     fixed, target = _data()
     p0 = training.initial_params(FNS, key, fixed[0])
     alg = training.dp_sgd(5, clip_norm=1.0, noise_multiplier=1.0, epochs=2)
