@@ -145,10 +145,9 @@ SELECTION_CONFIDENCE = 0.99
 calibration runs, whatever confidence the audit reports. The choice does not affect validity (the evaluation runs
 are untouched by it); it sets power. Fixed, so that an audit's threshold does not depend on the confidence asked
 and its bound falls as the confidence rises. Stricter than 0.95, so that a threshold in a tail, where a few lucky
-calibration runs make the 0.95 bound look large, loses to a central one: in simulations of Gaussian scores
-(mu 0.3 to 4, 100 to 2,000 evaluation runs per world) it never lost more than 2% of the mean bound against 0.95,
-and at mu 0.3 and 0.625 with 1,504 evaluation runs per world it cut the share of audits certifying nothing from
-26% to 13% and from 2.5% to 0."""
+calibration runs make the 0.95 bound look large, loses to a central one. On Gaussian scores with mu = 0.3 and 1,504
+evaluation runs per world (``tests/attacks/test_audit.py``, 40 seeds), choosing at 0.95 certified nothing in 11
+audits, choosing at 0.99 in 6, and the mean bound rose from 0.152 to 0.183."""
 
 
 def select_threshold(cal_with, cal_without, rates_to_bound) -> float:

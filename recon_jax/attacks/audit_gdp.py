@@ -209,8 +209,9 @@ def gdp_mu_lower_bound(scores_with, scores_without, *, confidence: float = 0.95,
       The point estimate is Cohen's d, ``(mean_1 - mean_0) / s_pooled``. Compare the two sample standard
       deviations (:class:`GaussianDPAudit` reports them): unequal variances break the equal-variance model.
     - ``"threshold"`` (non-parametric in the scores): one threshold, chosen on the first ``calibration_fraction``
-      of each world's runs (:func:`~recon_jax.attacks.audit.select_threshold`), is evaluated on the rest; one-sided Clopper-Pearson upper bounds on its FPR and FNR
-      at level ``1 - (1 - confidence) / 2`` each give ``mu_lower = Phi^{-1}(1 - FPR_up) - Phi^{-1}(FNR_up)``. A
+      of each world's runs (:func:`~recon_jax.attacks.audit.select_threshold`), is evaluated on the rest;
+      one-sided Clopper-Pearson upper bounds on its FPR and FNR at level ``1 - (1 - confidence) / 2`` each give
+      ``mu_lower = Phi^{-1}(1 - FPR_up) - Phi^{-1}(FNR_up)``. A
       mu-GDP mechanism has ``FNR >= Phi(Phi^{-1}(1 - FPR) - mu)`` for every test, so this bounds the smallest mu
       for which the mechanism is mu-GDP whatever the score distributions, but like :func:`empirical_epsilon` it
       is capped by the run count. The point estimate reads the evaluation rates (kept inside
