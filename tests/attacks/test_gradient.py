@@ -261,7 +261,9 @@ def test_dlg_recovers_small_mlp_input_and_label():
     soft = ga.dlg(jax.random.key(0), _mlp_apply, params, g, (8,),
                   ga.DLGOptions(optimize_labels=True, num_restarts=2, num_steps=300, lr=0.02))
     assert soft.reconstruction.shape == (1, 8) and bool(jnp.isfinite(soft.loss))
-    assert float(soft.loss) < float(jnp.sum(g**2))  # it made progress from the zero-gradient baseline
+    assert int(soft.labels[0]) == 1  # the jointly optimised soft label's argmax is the true label
+    # the matching loss fell to a small share of the zero-gradient baseline (measured 0.0045 of it at 300 steps)
+    assert float(soft.loss) < 0.05 * float(jnp.sum(g**2))
 
 
 def test_gradient_matching_validation():
