@@ -379,7 +379,6 @@ def _restarts(key, num_restarts, num_steps, opt, init, rec_loss, *, project, sig
     ``init(key)`` starts a run, ``project`` maps every iterate back (clipping to the data range), ``signed`` steps
     along the gradient's sign. The one restart optimiser of Inverting Gradients and DLG; returns the final
     variables and their ``score`` (default ``rec_loss``), stacked over restarts."""
-    score = rec_loss if score is None else score
 
     def single(k):
         v0 = init(k)
@@ -393,7 +392,7 @@ def _restarts(key, num_restarts, num_steps, opt, init, rec_loss, *, project, sig
             return (project(optax.apply_updates(v, updates)), state), None
 
         (v, _), _ = jax.lax.scan(step, (v0, opt.init(v0)), None, length=num_steps)
-        return v, score(v)
+        return v, (rec_loss if score is None else score)(v)
 
     keys = jax.vmap(lambda k: jax.random.fold_in(key, k))(jnp.arange(num_restarts))
     return jax.vmap(single)(keys)
@@ -419,10 +418,7 @@ def _ig_run(key, params, g_obs, targets, *, apply_fn, loss, input_shape, batch_s
         return 1.0 - jnp.vdot(g, g_obs) / (jnp.linalg.norm(g) * jnp.linalg.norm(g_obs) + 1e-30)
 
     def rec_loss(x):
-        out = matching_cost(x)
-        if tv_weight > 0:
-            out = out + tv_weight * total_variation(x)
-        return out
+        return matching_cost(x) + (tv_weight * total_variation(x) if tv_weight > 0 else 0.0)
 
     return _restarts(key, num_restarts, num_steps, optax.adam(_step_schedule(lr, num_steps, lr_decay)),
                      lambda k: _init_inputs(k, shape, data_range, init), rec_loss, project=_clip_to(data_range),
