@@ -555,7 +555,7 @@ def _figures(results, metrics, config, workdir, points_dir) -> list[str]:
     ax.set_xlabel("noise sigma (0-255 pixel scale)")
     ax.set_ylabel("MSE(clean recon, noisy recon)")
     ax.set_title(f"Additive-noise defence, |D-| = {config.noise_size}")
-    ax.legend(fontsize=7)
+    _legend_or_note(ax, bool(metrics["noise"]), "no noise-defence points in this run")
     fig.tight_layout()
     save(fig, "fig6_noise_defence.png")
 
@@ -575,10 +575,18 @@ def _figures(results, metrics, config, workdir, points_dir) -> list[str]:
         ax.set_xticks(x, labels, fontsize=7)
     ax.set_ylabel("test MSE")
     ax.set_title("Known vs fresh randomness")
-    ax.legend(fontsize=7)
+    _legend_or_note(ax, bool(labels), "no point has both seed policies in this run")
     fig.tight_layout()
     save(fig, "seed_policy.png")
     return names
+
+
+def _legend_or_note(ax, plotted: bool, note: str) -> None:
+    """A legend for a plot with data; a note in the middle of an empty one (small configs)."""
+    if plotted:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, note, ha="center", va="center", transform=ax.transAxes, fontsize=8)
 
 
 if __name__ == "__main__":
