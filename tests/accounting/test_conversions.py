@@ -152,6 +152,7 @@ def test_amplification_float32_q_below_float32(q, eps):
     assert float(d) == 0.0
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # n = 1e50 as float32, on purpose
 @pytest.mark.parametrize("eps,delta,n,dtl", [(0.1, 0.0, 100, 1 - 1e-9), (0.1, 1 - 1e-9, 100, 1e-5),
                                              (0.1, 0.0, 100, 1e-50), (0.1, 0.0, 1e50, 1e-5), (0.0, 0.0, 1e50, 1e-5),
                                              (0.1, 1e-50, 100, 1e-300)])

@@ -355,6 +355,7 @@ def test_embedding_spec_refuses_infinite_scale_and_noise(field, value):
         D.EmbeddingSpec(method="pca", **{field: value})
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # 1e39 as float32, on purpose
 @pytest.mark.parametrize("data_scale", [1e39, 1e30])  # inf in float32; finite, but PCA's Gram matrix overflows
 def test_overflowing_shadow_embeddings_stop_before_they_are_stored(tmp_path, data_scale):
     # Before: a finite data_scale whose product with the data (or its squares) overflows float32 gave NaN rows,
