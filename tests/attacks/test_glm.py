@@ -174,4 +174,5 @@ def test_float32_fit_and_recovery_do_not_depend_on_the_matmul_precision(fmt):
     assert float(jnp.max(jnp.abs(grad))) < 1e-4
     np.testing.assert_allclose(x_hat, x[0], atol=1e-4)
     np.testing.assert_allclose(x_hat, exact_x, atol=1e-5)
+    assert abs(float(y_hat) - float(y[0])) < 1e-3  # the label comes back too
     assert float(np.min(np.max(np.abs(np.asarray(cands) - x[0]), axis=1))) < 1e-2
