@@ -166,11 +166,17 @@ def select_threshold(cal_with, cal_without, rates_to_bound) -> float:
     Returns:
       The threshold (say "with canary" when ``score >= threshold``).
 
+    Raises:
+      ValueError: naming the argument, if either set of scores is empty or not finite.
+
     >>> import numpy as np
     >>> select_threshold(np.array([2.0, 3.0]), np.array([0.0, 1.0]), lambda fp, fn: -(fp + fn))
     2.0
     """
-    w, wo = np.sort(np.asarray(cal_with, np.float64)), np.sort(np.asarray(cal_without, np.float64))
+    w, wo = (np.sort(np.asarray(a, np.float64).reshape(-1)) for a in (cal_with, cal_without))
+    for name, a in (("cal_with", w), ("cal_without", wo)):
+        if a.size == 0 or not np.all(np.isfinite(a)):
+            raise ValueError(f"{name} must be a non-empty array of finite scores; got {a.size} scores")
     thresholds = np.unique(np.concatenate([w, wo, [np.inf]]))
     level = 1.0 - (1.0 - SELECTION_CONFIDENCE) / 2.0
     fp, fn = error_counts(w, wo, thresholds)

@@ -64,6 +64,13 @@ def test_bound_falls_as_confidence_rises():
         assert mus[0] >= mus[1] >= mus[2] >= 0.0, (seed, mus)
 
 
+@pytest.mark.parametrize("cal_with,cal_without,name", [([], [0.0], "cal_with"), ([1.0], [np.nan], "cal_without"),
+                                                        ([np.inf], [0.0], "cal_with")])
+def test_select_threshold_names_empty_or_non_finite_scores(cal_with, cal_without, name):
+    with pytest.raises(ValueError, match=name):
+        audit.select_threshold(np.array(cal_with), np.array(cal_without), lambda fp, fn: -(fp + fn))
+
+
 def _naive_eps_selected_at_95(s1, s0, delta):
     """The rule before SELECTION_CONFIDENCE, written out: threshold maximising the 95% bound on the first halves."""
     level = 0.975
