@@ -197,7 +197,9 @@ def test_jit_vmap_grad(x64):
     np.testing.assert_allclose(g, st.chi2.pdf(50.0, 100) * 100, rtol=1e-9)
     g_sigma = jax.grad(psnr_upper_bound)(2.0, 1.0)
     np.testing.assert_allclose(float(g_sigma), -20 / (2.0 * math.log(10)), rtol=1e-12)
-    assert np.isfinite(float(jax.grad(ncc_upper_bound)(1.0, 1000.0)))
+    g_ncc = float(jax.grad(ncc_upper_bound)(1.0, 1000.0))  # against a central difference (float64, h = 1e-5)
+    fd = (float(ncc_upper_bound(1.0 + 1e-5, 1000.0)) - float(ncc_upper_bound(1.0 - 1e-5, 1000.0))) / 2e-5
+    assert np.isfinite(g_ncc) and g_ncc == pytest.approx(fd, rel=1e-6)
 
 
 def test_float32_usable():
