@@ -136,7 +136,7 @@ def stable_hash(obj: Any) -> str:
             a = np.asarray(o)
             return {"array_dtype": a.dtype.str, "shape": list(a.shape), "values": a.tolist()}
         try:
-            return canonical(_json_default(o))
+            return _json_default(o)
         except TypeError:
             return str(o)
 

@@ -56,6 +56,7 @@ from recon_jax.attacks.dimred_embed import (
     srp_matrix,
 )
 from recon_jax.attacks.reconn import ReconstructorFit, ReconstructorSpec, reconstruct, train_reconstructor
+from recon_jax.bounds.dct import full_precision
 from recon_jax.io import seed_from_key
 from recon_jax.models.dimred import make_reconstructor
 from recon_jax.shadow import array_digest, fill_store, key_fingerprint
@@ -197,6 +198,7 @@ def _noise_keys(noise_key: jax.Array, indices: np.ndarray) -> jax.Array:
 def _jnp_chunk_fn(method: str, target_row: int, noisy: bool, density: Any, solver: str = "auto"):
     """``jit(vmap(...))`` embedding one chunk of candidates with PCA or SRP (cached: one trace per setting)."""
 
+    @full_precision  # as pca_embed and srp_embed: the embedding is the released mechanism
     def one(known, x, key, noise_key, run_index, scale, sigma):
         z = insert_row(known, x, target_row) * scale
         if noisy:
@@ -204,7 +206,7 @@ def _jnp_chunk_fn(method: str, target_row: int, noisy: bool, density: Any, solve
         if method == "pca":
             out = pca_embed(z, 2, solver)
         else:
-            out = jnp.matmul(z, srp_matrix(key, z.shape[1], 2, density), precision=jax.lax.Precision.HIGHEST)
+            out = z @ srp_matrix(key, z.shape[1], 2, density)
         return out.reshape(-1)
 
     return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, None, 0, None, None)))

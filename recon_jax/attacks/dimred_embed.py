@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax._validation import FINITE, check
+from recon_jax.bounds.dct import full_precision
 from recon_jax.io import seed_from_key
 
 __all__ = [
@@ -92,11 +93,9 @@ def pca_embed(data: jax.Array, n_components: int = 2, solver: str = "auto") -> j
     return _pca_core(jnp.asarray(data), n_components, solver)
 
 
-# Full-precision products: on a GPU (TF32) or TPU (bfloat16) default products move the embeddings by 1e-4 to 1e-3
-# relative, and the embedding is the released mechanism whose exact output the attack inverts.
-_HIGHEST = jax.lax.Precision.HIGHEST
-
-
+# Full-precision products (full_precision): on a GPU (TF32) or TPU (bfloat16) default products move the embeddings
+# by 1e-4 to 1e-3 relative, and the embedding is the released mechanism whose exact output the attack inverts.
+@full_precision
 def _pca_core(data: jax.Array, n_components: int, solver: str = "auto") -> jax.Array:
     xc = data - jnp.mean(data, axis=0, keepdims=True)
     n, d = xc.shape
@@ -108,16 +107,16 @@ def _pca_core(data: jax.Array, n_components: int, solver: str = "auto") -> jax.A
     elif solver == "gram":
         # Exact SVD of xc through the eigendecomposition of the n x n Gram matrix xc xc^T = U S^2 U^T
         # (much cheaper than a d-wide SVD when n << d); axes v_k = xc^T u_k / s_k.
-        _, u = jnp.linalg.eigh(jnp.matmul(xc, xc.T, precision=_HIGHEST))
+        _, u = jnp.linalg.eigh(xc @ xc.T)
         u = u[:, ::-1][:, :n_components]  # [n, k], decreasing eigenvalues
-        v = jnp.matmul(xc.T, u, precision=_HIGHEST)  # [d, k] = V S
+        v = xc.T @ u  # [d, k] = V S
         vt = (v / jnp.maximum(jnp.linalg.norm(v, axis=0, keepdims=True), jnp.finfo(v.dtype).tiny)).T
     else:
         raise ValueError(f"solver must be 'auto', 'svd' or 'gram', got {solver!r}")
     idx = jnp.argmax(jnp.abs(vt), axis=1)
     signs = jnp.sign(jnp.take_along_axis(vt, idx[:, None], axis=1))  # [k, 1]
     signs = jnp.where(signs == 0, 1.0, signs)
-    return jnp.matmul(xc, (vt * signs).T, precision=_HIGHEST)
+    return xc @ (vt * signs).T
 
 
 def _srp_density(density: float | str, d: int) -> float:
@@ -168,6 +167,7 @@ def srp_matrix(key: jax.Array, dim: int, n_components: int = 2, density: float |
     return jnp.where(u < s / 2, -v, jnp.where(u < s, v, 0.0)).astype(jnp.float32)
 
 
+@full_precision
 def srp_embed(data: jax.Array, key: jax.Array, n_components: int = 2, density: float | str = "paper") -> jax.Array:
     """Sparse random projection ``theta = D R`` (paper eq. 1) with ``R = srp_matrix(key, d, ...)``.
 
@@ -187,7 +187,7 @@ def srp_embed(data: jax.Array, key: jax.Array, n_components: int = 2, density: f
     """
     _check_data(data)
     r = srp_matrix(key, np.shape(data)[1], n_components, density)
-    return jnp.matmul(jnp.asarray(data), r, precision=_HIGHEST)
+    return jnp.asarray(data) @ r
 
 
 def run_key(key: jax.Array, seed_policy: str, run_index: int | jax.Array) -> jax.Array:

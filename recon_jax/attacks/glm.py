@@ -34,6 +34,7 @@ import jax.numpy as jnp
 
 from recon_jax._validation import (FINITE, FINITE_NONNEGATIVE, FINITE_POSITIVE, Range, check_integer, guard,
                                    is_concrete, nan_if)
+from recon_jax.bounds.dct import full_precision
 
 __all__ = [
     "GLM_FAMILIES",
@@ -50,15 +51,6 @@ GLM_FAMILIES = ("linear", "logistic", "poisson")
 # The labels each family's likelihood is defined for (NaN fails every range).
 _LABELS = {"linear": FINITE, "logistic": Range(lambda v: (v == 0) | (v == 1), "in {0, 1} (logistic labels)"),
            "poisson": FINITE_NONNEGATIVE._replace(allowed="finite and >= 0 (Poisson counts)")}
-
-
-# Every product at full precision: a GPU's TF32 or a TPU's bfloat16 default products (about 1e-3 and 4e-3
-# relative) stall the float32 Newton fit short of its tolerance and move Theorem 1's recovery by 1e-2 to 1e-1.
-_HIGHEST = jax.lax.Precision.HIGHEST
-
-
-def _mm(a: jax.Array, b: jax.Array) -> jax.Array:
-    return jnp.matmul(a, b, precision=_HIGHEST)
 
 
 def _family_fns(family: str):
@@ -89,6 +81,7 @@ def add_intercept(x: jax.Array) -> jax.Array:
     return jnp.concatenate([jnp.ones((*x.shape[:-1], 1), x.dtype), x], axis=-1)
 
 
+@full_precision
 def glm_gradient(theta: jax.Array, x: jax.Array, y: jax.Array, family: str, l2: float = 0.0) -> jax.Array:
     """Gradient of the summed GLM objective at ``theta`` (features ``x`` already include any intercept column).
 
@@ -124,7 +117,7 @@ def glm_gradient(theta: jax.Array, x: jax.Array, y: jax.Array, family: str, l2: 
     Array([-2., -4.], dtype=float32)
     """
     _, mean_fn, _ = _family_fns(family)
-    return _mm(x.T, mean_fn(_mm(x, theta)) - y) + 2.0 * l2 * theta
+    return x.T @ (mean_fn(x @ theta) - y) + 2.0 * l2 * theta
 
 
 class GLMFit(NamedTuple):
@@ -135,17 +128,20 @@ class GLMFit(NamedTuple):
     grad_norm: jax.Array
 
 
+# Every product at full precision (full_precision): a GPU's TF32 or a TPU's bfloat16 default products (about 1e-3 and
+# 4e-3 relative) stall the float32 Newton fit short of its tolerance and move Theorem 1's recovery by 1e-2 to 1e-1.
+@full_precision
 @functools.partial(jax.jit, static_argnames=("family", "max_iter"))
 def _newton(x, y, l2, tol, family, max_iter):
     b, mean_fn, var_fn = _family_fns(family)
     d = x.shape[1]
 
     def objective(theta):
-        t = _mm(x, theta)
+        t = x @ theta
         return jnp.sum(b(t) - y * t) + l2 * jnp.sum(theta**2)
 
     def grad(theta):
-        return _mm(x.T, mean_fn(_mm(x, theta)) - y) + 2.0 * l2 * theta
+        return x.T @ (mean_fn(x @ theta) - y) + 2.0 * l2 * theta
 
     def cond(state):
         _, it, gnorm = state
@@ -154,10 +150,10 @@ def _newton(x, y, l2, tol, family, max_iter):
     def body(state):
         theta, it, _ = state
         g = grad(theta)
-        h = _mm((x * var_fn(_mm(x, theta))[:, None]).T, x) + 2.0 * l2 * jnp.eye(d, dtype=x.dtype)
+        h = (x * var_fn(x @ theta)[:, None]).T @ x + 2.0 * l2 * jnp.eye(d, dtype=x.dtype)
         step = jnp.linalg.solve(h, g)
         f0 = objective(theta)
-        slope = jnp.vdot(g, step, precision=_HIGHEST)
+        slope = jnp.vdot(g, step)
 
         # Backtracking (Armijo) line search: halve until sufficient decrease, at most 30 times. Near the optimum the
         # decrease falls below the rounding error of the summed objective; without the slack the search would then
@@ -226,6 +222,7 @@ def fit_glm(
     return GLMFit(nan_if(bad, theta), iters, nan_if(bad, gnorm))
 
 
+@full_precision
 def reconstruct_glm(
     theta: jax.Array, fixed_x: jax.Array, fixed_y: jax.Array, family: str = "logistic", l2: float = 0.0,
     validate: bool = True,
@@ -263,8 +260,8 @@ def reconstruct_glm(
     ybar = jnp.asarray(fixed_y, theta.dtype)
     if xbar.shape[1] != theta.shape[0]:
         raise ValueError(f"theta has {theta.shape[0]} entries but fixed_x has {xbar.shape[1] - 1} features (+1 intercept)")
-    resid = mean_fn(_mm(xbar, theta)) - ybar  # B
-    numerator = _mm(xbar.T, resid) + 2.0 * l2 * theta
+    resid = mean_fn(xbar @ theta) - ybar  # B
+    numerator = xbar.T @ resid + 2.0 * l2 * theta
     denominator = numerator[0]
     if validate and is_concrete(denominator) and float(jnp.abs(denominator)) == 0.0:
         raise ValueError(
@@ -272,10 +269,11 @@ def reconstruct_glm(
             "condition in the intercept coordinate), so the target cannot be recovered by Theorem 1"
         )
     x_full = numerator / denominator
-    y = mean_fn(_mm(x_full, theta)) + denominator
+    y = mean_fn(x_full @ theta) + denominator
     return nan_if(bad, x_full[1:]), nan_if(bad, y)
 
 
+@full_precision
 def reconstruct_least_squares_no_intercept(
     theta: jax.Array, fixed_x: jax.Array, fixed_y: jax.Array, y: jax.Array, validate: bool = True
 ) -> jax.Array:
@@ -303,10 +301,10 @@ def reconstruct_least_squares_no_intercept(
     """
     theta = jnp.asarray(theta)
     xbar = jnp.asarray(fixed_x, theta.dtype)
-    pred = _mm(xbar, theta)
+    pred = xbar @ theta
     r = pred - jnp.asarray(fixed_y, theta.dtype)
-    v = _mm(xbar.T, r)
-    a = jnp.vdot(r, pred, precision=_HIGHEST)
+    v = xbar.T @ r
+    a = jnp.vdot(r, pred)
     disc = y**2 - 4.0 * a
     if validate and is_concrete(a) and is_concrete(disc):
         if float(a) == 0.0:

@@ -179,11 +179,11 @@ def clip_gradients(grads: jax.Array, clip_norm: float, clipping: str = "flat",
     gg = grads * grads
     starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
     if starts.size == n_groups:
-        # Every layer one block of the flat vector (as pytrees flatten): static slices, summed in a fixed order on
-        # every backend (a segment sum is a scatter-add, which a GPU computes with contended atomics).
+        # Every layer one block of the flat vector (as pytrees flatten; ids number the layers in order, so block k
+        # is layer k): static slices, summed in a fixed order on every backend (a segment sum is a scatter-add,
+        # which a GPU computes with contended atomics).
         ends = np.r_[starts[1:], ids.size]
-        blocks = [jnp.sum(gg[..., a:b], axis=-1) for a, b in zip(starts, ends)]
-        sq = jnp.stack([blocks[i] for i in np.argsort(ids[starts])], axis=-1)
+        sq = jnp.stack([jnp.sum(gg[..., a:b], axis=-1) for a, b in zip(starts, ends)], axis=-1)
     else:  # a hand-built layout whose layers interleave
         seg = jnp.asarray(ids)
         sq = jax.vmap(lambda g: jax.ops.segment_sum(g, seg, num_segments=n_groups))(gg.reshape(-1, gg.shape[-1]))
