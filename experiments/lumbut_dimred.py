@@ -49,6 +49,8 @@ from recon_jax.attacks.reconn import reconstruct
 from recon_jax.io import array_digest, atomic_save_npz, atomic_write_json
 
 
+NETS = ("split", "mlp")  # the attack networks (config.nets); a network's key is fold_in(attack_key, its index)
+
 # Paper values (Lumbut & Ponnoprat, Table 4, MNIST, |D-| = 199): (mean, std) of the test MSE.
 PAPER_TABLE4 = {
     "mlp": {"pca": (0.056, 0.004), "srp": (0.079, 0.008), "mds": (0.075, 0.006), "isomap": (0.068, 0.003),
@@ -190,7 +192,7 @@ def run(config, workdir: str) -> dict:
         )
         known = known_set(size, rep)
         base = _base(method)
-        key = jax.random.fold_in(jax.random.fold_in(base_key, METHODS.index(base)), 1000 * size + rep)
+        key, attack_key, noise_key = point_keys(base_key, base, size, rep)
         embedding = dimred.EmbeddingSpec(method=base, method_opts=_method_opts(config, method), seed_policy=policy,
                                          data_scale=config.data_scale)
         common = dict(target_row=config.target_row, chunk_size=config.chunk_size, n_jobs=config.n_jobs,
@@ -215,7 +217,7 @@ def run(config, workdir: str) -> dict:
         attacks = {}
         for kind in kinds:
             atk = dimred.fit_attack(
-                kind, emb["train"], y["train"], emb["val"], y["val"], jax.random.fold_in(key, len(kind)),
+                kind, emb["train"], y["train"], emb["val"], y["val"], jax.random.fold_in(attack_key, NETS.index(kind)),
                 spec=training, target_row=config.target_row, progress=config.progress,
             )
             require_finite(atk.eval_loss, f"{kind} network validation loss ({tag})", "learning rate too large?")
@@ -234,7 +236,7 @@ def run(config, workdir: str) -> dict:
             for sigma in config.noise_sigmas:
                 noisy = dimred.shadow_embeddings(
                     dataclasses.replace(embedding, noise_sigma=float(sigma)), known, flat[te_idx[:nn_test]], key,
-                    index_offset=ntr + nva, noise_key=jax.random.fold_in(key, 77),
+                    index_offset=ntr + nva, noise_key=noise_key,
                     store_dir=os.path.join(sdir, f"noise_{sigma:g}"), **common,
                 )
                 atk = attacks["split"]
@@ -267,10 +269,21 @@ def run(config, workdir: str) -> dict:
     return finish_run(run_info, metrics, _report(metrics, config), _claims(metrics, config, results))
 
 
+def point_keys(base_key, method: str, size: int, rep: int):
+    """(embedding key, attack key, noise key) of one grid point: three independent streams.
+
+    The embeddings' runs take ``fold_in(key, run index)`` (or ``key`` itself under the "known" seed policy), so
+    the networks' and the input noise's keys are split off beside it rather than folded out of it: a
+    ``fold_in(key, c)`` would be the key of shadow run ``c``.
+    """
+    point = jax.random.fold_in(jax.random.fold_in(base_key, METHODS.index(method)), 1000 * size + rep)
+    return tuple(jax.random.split(point, 3))
+
+
 def _aggregate(results, config):
     groups = {}
     for r in results:
-        for kind in ("split", "mlp"):
+        for kind in NETS:
             if f"{kind}_mse" in r:
                 groups.setdefault((r["method"], r["policy"], r["size"], kind), []).append(r[f"{kind}_mse"])
     summary = []

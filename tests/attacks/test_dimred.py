@@ -572,6 +572,27 @@ def test_ci_experiment_runs_and_pca_attack_beats_mean_image(tmp_path):
     assert "restored from an earlier segment" in (tmp_path / "report.md").read_text()
 
 
+def test_grid_point_keys_are_not_shadow_run_keys():
+    """The networks' and the noise's keys of a grid point are none of its embedding runs' keys (the run keys are
+    fold_in(key, i), or key itself under "known"), nor each other's; they once were fold_in(key, len(kind)) and
+    fold_in(key, 77), the keys of shadow runs 5, 3 and 77."""
+    from experiments.lumbut_dimred import NETS, point_keys
+
+    base = jax.random.key(0)
+    key, attack_key, noise_key = point_keys(base, "srp", 99, 1)
+    fresh = jax.vmap(lambda i: E.run_key(key, "fresh", i))(jnp.arange(2500, dtype=jnp.uint32))
+    runs = {tuple(row) for row in np.asarray(jax.random.key_data(fresh)).tolist()}
+    runs.add(tuple(np.asarray(jax.random.key_data(E.run_key(key, "known", 0))).tolist()))
+    assert len(runs) == 2501
+    others = [noise_key] + [jax.random.fold_in(attack_key, i) for i in range(len(NETS))]
+    data = [tuple(np.asarray(jax.random.key_data(k)).tolist()) for k in others]
+    assert not runs & set(data) and len(set(data)) == len(data)
+    # ... and the points differ from one another (method, size, repeat)
+    firsts = {tuple(np.asarray(jax.random.key_data(point_keys(base, m, s, r)[0])).tolist())
+              for m in ("pca", "srp", "isomap") for s in (9, 99, 199) for r in (0, 1)}
+    assert len(firsts) == 18
+
+
 def _point(method, net_mse, rep=0, n_train=32):
     rec = {"method": method, "policy": "fresh", "size": 9, "rep": rep, "n_train": n_train, "n_val": 8, "n_test": 40,
            "mean_image_mse": 0.1}
