@@ -272,9 +272,9 @@ def run(config, workdir: str) -> dict:
 def point_keys(base_key, method: str, size: int, rep: int):
     """(embedding key, attack key, noise key) of one grid point: three independent streams.
 
-    The embeddings' runs take ``fold_in(key, run index)`` (or ``key`` itself under the "known" seed policy), so
-    the networks' and the input noise's keys are split off beside it rather than folded out of it: a
-    ``fold_in(key, c)`` would be the key of shadow run ``c``.
+    The embeddings' runs draw from children of ``key`` (:func:`recon_jax.attacks.dimred_embed.run_key`), so the
+    networks' and the input noise's keys are split off beside it rather than folded out of it (they were
+    ``fold_in(key, 5)``, ``fold_in(key, 3)`` and ``fold_in(key, 77)``: the keys of shadow runs 5, 3 and 77).
     """
     point = jax.random.fold_in(jax.random.fold_in(base_key, METHODS.index(method)), 1000 * size + rep)
     return tuple(jax.random.split(point, 3))

@@ -190,18 +190,30 @@ def srp_embed(data: jax.Array, key: jax.Array, n_components: int = 2, density: f
     return jnp.asarray(data) @ r
 
 
+_KNOWN_STREAM, _FRESH_STREAM = 0, 1  # run_key's two sibling streams of the caller's key
+
+
 def run_key(key: jax.Array, seed_policy: str, run_index: int | jax.Array) -> jax.Array:
     """The key of one embedding run under a seed policy.
 
-    ``"known"``: every run (victim and all shadows) uses ``key`` itself -- the adversary knows the victim's
-    randomness. ``"fresh"``: run ``i`` uses ``fold_in(key, i)`` -- fresh, independent randomness per run, so the
-    adversary's shadows cannot reproduce the victim's random state (the paper's setting: scikit-learn
-    estimators created without ``random_state``).
+    ``"known"``: every run (victim and all shadows) uses the same key, ``fold_in(key, 0)`` -- the adversary
+    knows the victim's randomness. ``"fresh"``: run ``i`` uses ``fold_in(fold_in(key, 1), i)`` -- fresh,
+    independent randomness per run, so the adversary's shadows cannot reproduce the victim's random state (the
+    paper's setting: scikit-learn estimators created without ``random_state``). The two policies draw from
+    sibling streams of ``key``, which is itself never drawn from: the same ``key`` can serve both (the
+    experiment compares them) without one policy's draws being another's keys.
+
+    Example:
+      >>> import jax
+      >>> k = jax.random.key(0)
+      >>> a, b = (jax.random.key_data(run_key(k, "known", i)) for i in (0, 7))
+      >>> bool((a == b).all()), bool((jax.random.key_data(run_key(k, "fresh", 0)) == a).all())
+      (True, False)
     """
     if seed_policy == "known":
-        return key
+        return jax.random.fold_in(key, _KNOWN_STREAM)
     if seed_policy == "fresh":
-        return jax.random.fold_in(key, run_index)
+        return jax.random.fold_in(jax.random.fold_in(key, _FRESH_STREAM), run_index)
     raise ValueError(f"seed_policy must be one of {SEED_POLICIES}, got {seed_policy!r}")
 
 

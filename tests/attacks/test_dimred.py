@@ -209,6 +209,21 @@ def test_seed_policy_known_vs_fresh_srp():
     assert not np.allclose(fr[:, 2:], fr[0, 2:])
 
 
+def test_seed_policies_draw_from_sibling_streams():
+    """Neither policy's run key is the caller's key or a key the other policy derives: "known" runs once used the
+    key itself, whose fold_in(key, i) were the "fresh" runs' keys (and seed_from_key(key) drew from fold_in(key, 0)
+    and fold_in(key, 1), fresh runs 0 and 1)."""
+    key = jax.random.key(3)
+    data = lambda k: tuple(np.asarray(jax.random.key_data(k)).tolist())  # noqa: E731
+    fresh = [E.run_key(key, "fresh", i) for i in range(4)]
+    known = E.run_key(key, "known", 0)
+    assert data(known) == data(E.run_key(key, "known", 5))  # one key for every run
+    runs = {data(known)} | {data(k) for k in fresh}
+    assert len(runs) == 5 and data(key) not in runs
+    for r in [known] + fresh:  # no run's key is another run's parent
+        assert not {data(jax.random.fold_in(r, i)) for i in range(4)} & runs
+
+
 def test_chunking_and_noise_reproducible():
     known, cands = _data(6, 10), _data(7, 10, seed=1)
     key, nkey = jax.random.key(0), jax.random.key(9)
@@ -573,9 +588,8 @@ def test_ci_experiment_runs_and_pca_attack_beats_mean_image(tmp_path):
 
 
 def test_grid_point_keys_are_not_shadow_run_keys():
-    """The networks' and the noise's keys of a grid point are none of its embedding runs' keys (the run keys are
-    fold_in(key, i), or key itself under "known"), nor each other's; they once were fold_in(key, len(kind)) and
-    fold_in(key, 77), the keys of shadow runs 5, 3 and 77."""
+    """The networks' and the noise's keys of a grid point are none of its embedding runs' keys, nor each other's;
+    they once were fold_in(key, len(kind)) and fold_in(key, 77), the keys of shadow runs 5, 3 and 77."""
     from experiments.lumbut_dimred import NETS, point_keys
 
     base = jax.random.key(0)
@@ -583,7 +597,8 @@ def test_grid_point_keys_are_not_shadow_run_keys():
     fresh = jax.vmap(lambda i: E.run_key(key, "fresh", i))(jnp.arange(2500, dtype=jnp.uint32))
     runs = {tuple(row) for row in np.asarray(jax.random.key_data(fresh)).tolist()}
     runs.add(tuple(np.asarray(jax.random.key_data(E.run_key(key, "known", 0))).tolist()))
-    assert len(runs) == 2501
+    runs.add(tuple(np.asarray(jax.random.key_data(key)).tolist()))  # drawn from by neither policy, but not reused
+    assert len(runs) == 2502
     others = [noise_key] + [jax.random.fold_in(attack_key, i) for i in range(len(NETS))]
     data = [tuple(np.asarray(jax.random.key_data(k)).tolist()) for k in others]
     assert not runs & set(data) and len(set(data)) == len(data)
