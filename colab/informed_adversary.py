@@ -118,7 +118,7 @@ cand = (sp.target_images[0], sp.target_labels[0])
 k = 8 if SMOKE else 100
 for name, a, init in (("known init", alg, p0), ("random init", training.full_batch_gd(
         learning_rate=0.2, momentum=0.9, epochs=epochs, init="random"), None)):
-    r = mia.informed_mia(fns, a, fixed, cand, jax.random.fold_in(key, 4), num_shadow=k, num_eval=k, init_params=init)
+    r = mia.informed_mia(fns, a, fixed, cand, jax.random.fold_in(key, 5), num_shadow=k, num_eval=k, init_params=init)
     print(f"{name}: accuracy {r.accuracy:.2f}, AUC {r.auc:.2f}")
 
 # %% [markdown]
@@ -130,13 +130,14 @@ for name, a, init in (("known init", alg, p0), ("random init", training.full_bat
 # without noise) and lands on the model `train` returns.
 
 # %%
+hand_key = jax.random.fold_in(key, 6)  # a key of its own: `key` is the model sets' base
 step = jax.jit(training.make_train_step(fns, alg))
 batch = training.Batch(sp.fixed_images, sp.fixed_labels, target_x=sp.target_images[0], target_y=sp.target_labels[0])
 state = training.TrainState.create(p0, alg)
 for t in range(epochs):
-    state, step_metrics = step(state, batch, training.noise_key(key, t))
+    state, step_metrics = step(state, batch, training.noise_key(hand_key, t))
 released = training.train(fns, alg, (sp.fixed_images, sp.fixed_labels), (sp.target_images[0], sp.target_labels[0]),
-                          key=key, init_params=p0)
+                          key=hand_key, init_params=p0)
 gap = np.max(np.abs(np.asarray(models.ravel(state.params)[0]) - np.asarray(models.ravel(released.params)[0])))
 print(f"{int(state.step)} steps by hand: last loss {float(step_metrics['loss']):.4f} "
       f"(train: {float(released.losses[-1]):.4f}); max |params by hand - train| = {gap:.1g}")

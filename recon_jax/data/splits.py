@@ -81,7 +81,9 @@ def informed_splits(
       shadow_size: number of shadow targets (>= 0).
       target_size: number of evaluation targets (>= 0).
       eval_size: size of the optional held-out set (>= 0).
-      key_or_seed: an int seed or a jax key.
+      key_or_seed: an int seed or a jax key. A key is used up here (drawn from by
+        :func:`recon_jax.io.seed_from_key`): give the training functions another key, e.g. a ``fold_in``
+        of a common parent, never this one.
 
     Raises:
       ValueError: sizes that are not integers (floats and bools included) or negative, mismatched lengths, or
@@ -138,7 +140,9 @@ def pool_splits(images: np.ndarray, labels: np.ndarray, *, fixed_size: int, num_
       num_shadow: shadow targets (>= 0); ``fixed_size + num_shadow <= N - num_targets``.
       num_targets: evaluation targets (>= 1).
       eval_size: held-out records (>= 0, at most ``N - num_targets - fixed_size``).
-      key_or_seed: an int seed or a jax key.
+      key_or_seed: an int seed or a jax key. A key is used up here (drawn from by
+        :func:`recon_jax.io.seed_from_key`): give the training functions another key, e.g. a ``fold_in``
+        of a common parent, never this one.
 
     Returns:
       :class:`InformedSplits` with ``pool_*`` set.
