@@ -10,6 +10,7 @@ mode a plain ``open(path, "w")`` would give them (``0o666`` less the process uma
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import io
 import json
@@ -38,6 +39,7 @@ __all__ = [
     "atomic_write_json",
     "atomic_save_npz",
     "seed_from_key",
+    "source_code_digest",
     "stable_hash",
     "strict_json",
 ]
@@ -303,12 +305,36 @@ def numeric_versions() -> dict[str, str | None]:
             **{p: version(p) for p in NUMERIC_PACKAGES}}
 
 
+def source_code_digest(source: bytes) -> bytes:
+    r"""SHA-256 of a Python file's code: its syntax tree (``ast.dump``: no comments, layout or line numbers) with
+    every module, class and function docstring removed; of its bytes where it does not parse.
+
+    >>> a = source_code_digest(b"def f(x):\n    'Doubles.'\n    return 2 * x  # twice\n")
+    >>> a == source_code_digest(b"def f(x):\n    'Twice x.'\n\n    return 2*x\n")
+    True
+    >>> a == source_code_digest(b"def f(x):\n    'Doubles.'\n    return 3 * x\n")
+    False
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return hashlib.sha256(b"bytes\0" + source).digest()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(b"ast\0" + ast.dump(tree).encode()).digest()
+
+
 def code_record(roots: Sequence[str], skip: Sequence[str] = ()) -> dict:
     """The identity of the Python code under ``roots`` and of the packages it computes with.
 
     ``sources`` is a SHA-256 of every ``.py`` file under the roots as it is on disk: its path relative to its root's
-    parent (``recon_jax/io.py``) and its bytes; ``__pycache__`` and the folders ``skip`` names (the same relative
-    paths: ``recon_jax/report``) are left out. ``fingerprint`` hashes ``sources`` with :func:`numeric_versions`. It
+    parent (``recon_jax/io.py``) and its code (:func:`source_code_digest`: the syntax tree without docstrings, so
+    that an edit of prose alone, a comment or a docstring, leaves stores and resume points usable); ``__pycache__``
+    and the folders ``skip`` names (the same relative paths: ``recon_jax/report``) are left out. ``fingerprint`` hashes ``sources`` with :func:`numeric_versions`. It
     is a hash of files, not of a git commit: the same in every process that reads the same files (a copy without
     ``.git`` too), and it changes with an uncommitted edit. Read once per process.
 
@@ -336,7 +362,7 @@ def code_record(roots: Sequence[str], skip: Sequence[str] = ()) -> dict:
                     path = os.path.join(dirpath, name)
                     h.update(os.path.relpath(path, parent).encode() + b"\0")
                     with open(path, "rb") as f:
-                        h.update(f.read() + b"\0")
+                        h.update(source_code_digest(f.read()) + b"\0")
         sources, versions = h.hexdigest()[:16], numeric_versions()
         _RECORDS[cache_key] = {"fingerprint": stable_hash([sources, versions])[:16], "sources": sources,
                                "versions": versions,

@@ -42,3 +42,34 @@ def test_stable_hash_tells_int_keys_from_str_keys_and_sorts_mixed_keys():
     assert stable_hash({1: "x", "b": [None]}) == stable_hash({"b": [None], 1: "x"})
     assert stable_hash([{2: 0, 1: 0}]) == stable_hash(({1: 0, 2: 0},))  # a list and a tuple are one JSON array
     assert stable_hash({"a": 1, "b": [2, 3]}) == stable_hash({"b": (2, 3), "a": 1})
+
+
+def test_code_record_ignores_prose_but_not_code(tmp_path):
+    """An edit of a comment or a docstring (the README walkthrough's rerun was refused after a docstring commit)
+    leaves the code record as it was; an edit of what runs, a new file or a syntax error changes it."""
+    from recon_jax.io import code_record
+
+    base = ('"""Module doc."""\n\n\ndef f(x):\n    """Doubles x."""\n    return 2 * x  # twice\n\n\n'
+            'class A:\n    """A doc."""\n\n    y = "not a docstring"\n')
+    variants = {
+        "same": base,
+        "prose": base.replace("Module doc.", "Other words.").replace("# twice", "# x2").replace("A doc.", "B."),
+        "layout": base.replace("return 2 * x", "return (\n        2*x\n    )"),
+        "code": base.replace("2 * x", "3 * x"),
+        "string": base.replace("not a docstring", "another value"),
+        "broken": base + "def (\n",
+    }
+    records = {}
+    for name, text in variants.items():
+        root = tmp_path / name / "pkg"
+        root.mkdir(parents=True)
+        (root / "m.py").write_text(text)
+        records[name] = code_record([str(root)])["sources"]
+    assert records["prose"] == records["layout"] == records["same"]
+    assert len({records[n] for n in ("same", "code", "string", "broken")}) == 4
+    (tmp_path / "same" / "pkg" / "n.py").write_text("")
+    extra = tmp_path / "more" / "pkg"
+    extra.mkdir(parents=True)
+    (extra / "m.py").write_text(base)
+    (extra / "n.py").write_text("")
+    assert code_record([str(extra)])["sources"] != records["same"]

@@ -420,10 +420,13 @@ def keyed_dir(workdir: str, name: str, key: Any) -> str:
     if has_content and (written is None or written.get("code_hash") != here) and not resume_across_code_allowed():
         by = "code of unknown version (no code.json)" if written is None else (
             f"code {written.get('code_hash')} (commit {written.get('commit')})")
+        since = (written or {}).get("commit")
+        what = f" (`git diff {since[:12]} -- recon_jax experiments` shows the edits since)" if since else ""
         raise ResumeAcrossCodeError(
-            f"{path} was written by {by}, not by the code running now ({here}): its content may differ from what "
-            "this code computes. Delete it to recompute, or resume anyway with --allow_resume_across_code (the "
-            "run's segments then record which code made which part).")
+            f"{path} was written by {by}, not by the code running now ({here}){what}: its content may differ from "
+            "what this code computes (edits of comments and docstrings alone do not count). Delete it to "
+            "recompute, or resume anyway with --allow_resume_across_code (the run's segments then record which "
+            "code made which part).")
     if written is None or written.get("code_hash") != here:
         commit = (_git("rev-parse", "HEAD") or "").strip() or os.environ.get("RECON_JAX_GIT_COMMIT") or None
         status = _git("status", "--porcelain", "--untracked-files=no")
