@@ -112,7 +112,7 @@ def test_own_model_and_images(tmp_path, monkeypatch):
     dataset, path, model and one noise multiplier, runs the console entry point on the default variant, and the
     report's header states the split and the overrides. The workdir keeps only what a rerun needs, readable by
     others. The Python lines of the same section load the folder and build the model."""
-    model_file, library = _section("Your own model and images")
+    model_file, library, as_call = _section("Your own model and images")
     (command,) = _section("Your own model and images", "bash")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "my_model.py").write_text(model_file)
@@ -143,6 +143,9 @@ def test_own_model_and_images(tmp_path, monkeypatch):
     assert [r["setting"] for r in metrics["rows"]] == ["non-private", "DP sigma=1"]
     assert metrics["rows"][0]["num_shadow_models"] == 20 and metrics["rows"][0]["num_targets"] == 4
     assert metrics["rows"][0]["test_accuracy"] > 0.9  # two clearly separable classes
+    # the 5 accuracy images hold both classes (the test images once came class by class): chance 3/5 or 4/5
+    assert metrics["eval_size"] == 5 and metrics["chance_accuracy"] in (0.6, 0.8)
+    assert "no better than chance" not in (workdir / "report.md").read_text()
     # Kept: each setting's attack results; gone: shadow and released models, reconstructor checkpoints.
     stores = sorted(p.name for p in workdir.glob("models-*"))
     assert len(stores) == 2
@@ -155,3 +158,15 @@ def test_own_model_and_images(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))  # `from my_model import TinyCNN`, as from the folder it lives in
     out = _run(library, tmp_path, monkeypatch)
     assert out.split() == ["(40,", "16,", "16,", "1)", "(40,", "2)"]
+    # The call form is the command's run: the config it passes is the one the command wrote (run recorded).
+    from recon_jax import report
+
+    calls = []
+    monkeypatch.setattr(report, "run", lambda config, workdir: calls.append((config, workdir)) or {"rows": []})
+    _run(as_call, tmp_path, monkeypatch)
+    ((config, called_workdir),) = calls
+    assert called_workdir == dict(a.split("=", 1) for a in argv[1:])["--workdir"]
+    ran = json.loads((workdir / "config.json").read_text())["config"]
+    report.validate_config(config)
+    for field in ("dataset", "data_path", "model", "noise_multipliers", "learning_rate", "epochs"):
+        assert json.loads(json.dumps(config[field])) == ran[field], field

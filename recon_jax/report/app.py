@@ -66,6 +66,7 @@ from recon_jax.report.setup import (build_model, check_model, load_data, reconst
 from recon_jax.report.sizes import fit_sizes, overrides
 from recon_jax.report.text import claims as risk_claims
 from recon_jax.report.text import report_markdown, shown_rows
+from recon_jax.report.reading import chance_accuracy, not_learned_note
 from recon_jax.report.updates import every_update_released
 
 __all__ = ["DEFAULT_CONFIG", "ConfigError", "validate_config", "sampling", "run", "console_main"]
@@ -271,6 +272,7 @@ def run(config, workdir: str) -> dict:
     s = rdata.informed_splits(train_x, train_y, config.fixed_size, config.num_shadow, config.num_targets,
                               key_or_seed=config.seed)
     eval_set = (test_x[: config.eval_size], test_y[: config.eval_size])
+    chance = chance_accuracy(eval_set[1])  # always guessing the most common test class
     image_shape = train_x.shape[1:]
     data_dim = int(np.prod(image_shape))
     key = jax.random.key(config.seed)
@@ -368,6 +370,9 @@ def run(config, workdir: str) -> dict:
                               if getattr(at[0], k) is not None})
             row["bounds"] = b.to_dict()
         rows.append(row)
+        warning = not_learned_note([row], chance, len(eval_set[1]))
+        if warning:
+            print(warning.replace("**", ""), flush=True)
         timings[name] = time.time() - t_set
 
     update_rows, geometry = [], None
@@ -425,7 +430,8 @@ def run(config, workdir: str) -> dict:
               "steps": steps, "num_params": num_params, "runtime_seconds": elapsed,
               "total_seconds": total.seconds, "total_segments": total.segments, "total_complete": total.complete,
               "timings_seconds": timings, "figures": {k: os.path.basename(v) for k, v in figures.items()},
-              "overrides": changed, "split": {**dataclasses.asdict(split), "sentence": split.sentence()}}
+              "overrides": changed, "split": {**dataclasses.asdict(split), "sentence": split.sentence()},
+              "chance_accuracy": chance, "eval_size": int(len(eval_set[1]))}
     claims = risk_claims(config, result)
     report = report_markdown(config, result, s, num_params, q, steps, recon_name, claims=claims)
     metrics = finish_run(run_info, result, report, claims, smoke_banner=False)  # its own decidability banner

@@ -26,7 +26,7 @@ from recon_jax.report.config import DESCRIPTIONS, FIELDS, VARIANTS, get_config
 __all__ = ["USAGE", "config_argument", "help_text", "unknown_fields", "console"]
 
 USAGE = ("usage: {prog} [--config=smoke|default|paper|FILE.py[:variant]] [--config.FIELD=VALUE ...] "
-         "[--workdir=DIR] [--debug] [--help]")
+         "[--workdir=DIR] [--allow_resume_across_code] [--debug] [--help]")
 
 
 def config_argument(argv: list[str], default_config: str) -> tuple[list[str], str | None]:
@@ -97,6 +97,9 @@ def help_text(prog: str, variant: str = "default") -> str:
              "--workdir        output folder (default: runs/risk_report): report.md, metrics.json, config.json, "
              "figures",
              "--debug          show tracebacks for config and data errors (otherwise one line, exit status 2)",
+             "--allow_resume_across_code",
+             "                 reuse the workdir's stored models and results although the code changed since "
+             "they were written",
              "--helpfull       absl's flags", "",
              f"Config fields (defaults of the {variant!r} variant; --config=NAME --help shows another's):"]
     for name, _, meaning in FIELDS:

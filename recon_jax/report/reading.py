@@ -4,7 +4,7 @@ noise a risk target needs, and the accuracy it costs); :mod:`recon_jax.report.te
 
 from __future__ import annotations
 
-__all__ = ["calibration_sentence", "interpretation"]
+__all__ = ["calibration_sentence", "chance_accuracy", "interpretation", "not_learned_note"]
 
 
 def calibration_sentence(cal, rows) -> str:
@@ -24,6 +24,45 @@ def calibration_sentence(cal, rows) -> str:
     cost = (f" Without DP the released models reach {100 * base[0]['test_accuracy']:.1f}%." if base else "")
     return (head + f" Trained at that sigma, {cal['models']} released models reach a mean test accuracy of "
             f"{100 * cal['test_accuracy']:.1f}%." + cost)
+
+
+def chance_accuracy(labels) -> float:
+    """The accuracy of always guessing the most common class of ``labels`` (integers, or one-hot rows).
+
+    >>> chance_accuracy([0, 1, 1, 2]), chance_accuracy([[1, 0], [0, 1], [0, 1]])
+    (0.5, 0.6666666666666666)
+    """
+    import numpy as np
+
+    y = np.asarray(labels)
+    y = y.argmax(-1) if y.ndim == 2 else y.reshape(-1)
+    if y.size == 0:
+        raise ValueError("labels must not be empty")
+    return float(np.unique(y, return_counts=True)[1].max() / y.size)
+
+
+def not_learned_note(rows, chance: float | None, n_eval: int | None) -> str:
+    """A warning for the settings whose released models are no more accurate than always guessing the most
+    common test class (empty if none, or if the run did not measure it): the attack and the bounds then describe
+    a model that did not learn.
+
+    >>> not_learned_note([{"setting": "non-private", "noise_multiplier": 0, "test_accuracy": 0.3}], 0.5, 5)[:60]
+    '**Warning: no better than chance.** The released models of n'
+    """
+    if chance is None:
+        return ""
+    low = [r for r in rows if r.get("test_accuracy") is not None and r["test_accuracy"] <= chance]
+    if not low:
+        return ""
+    listed = ", ".join(f"{r['setting']} ({100 * r['test_accuracy']:.1f}%)" for r in low)
+    advice = ("" if all(r["noise_multiplier"] > 0 for r in low) else
+              " Without noise that means the training itself failed: tune `--config.learning_rate` and "
+              "`--config.epochs` (the defaults are tuned for Balle et al.'s MLP on MNIST) before reading the report.")
+    return (f"**Warning: no better than chance.** The released models of {listed} reach at most the "
+            f"{100 * chance:.1f}% of always guessing the most common class of the {n_eval} test images: the "
+            f"attack results and the bounds describe models that did not learn the task.{advice}"
+            + (f" ({n_eval} test images measure accuracy only roughly: raise `--config.eval_size` if the data "
+               f"allow.)" if n_eval is not None and n_eval < 100 else ""))
 
 
 def interpretation(rows, kappa_eta, config=None) -> str:

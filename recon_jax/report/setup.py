@@ -249,8 +249,28 @@ def with_image_size(config):
     return out
 
 
+def _first_image_has_colour(path: str) -> bool:
+    """Whether the first training image of a folder (sorted order, as read) is stored in colour."""
+    from PIL import Image
+
+    for root, dirs, files in os.walk(os.path.join(path, "train")):
+        dirs.sort()
+        for name in sorted(files):
+            if name.lower().endswith((".png", ".jpg", ".jpeg")):
+                with Image.open(os.path.join(root, name)) as image:
+                    return image.mode in ("RGB", "RGBA", "CMYK", "YCbCr", "LAB", "HSV")
+    return False
+
+
+_TEST_ORDER_STREAM = 6  # default_rng([seed, 6]): a folder's test order (updates.py draws from 1, 3, 4 and 5)
+
+
 def load_data(config):
     """(train_x, train_y, test_x, test_y), validated: finite images in [0, 1] and labels >= 0.
+
+    A folder's test images are put in a seeded random order (``config.seed``): they are read class by class, and
+    the report takes its accuracy set from the front of the test split and its priors from the rest, which would
+    otherwise hold one class each. (The training split is drawn from at random by the splits already.)
 
     Raises:
       ConfigError: ``config.data_path`` (dataset ``folder``) or ``config.dataset`` when the data cannot be read as
@@ -263,13 +283,21 @@ def load_data(config):
     try:
         train_x, train_y = rdata.load_dataset(config.dataset, "train", **kw)
         test_x, test_y = rdata.load_dataset(config.dataset, "test", **kw)
-    except (ValueError, rdata.DatasetNotAvailableError) as err:  # the loaders' input errors, said as config errors
+    except rdata.DatasetNotAvailableError as err:  # the report has no data_dir field: TFDS reads its variable
+        _fail(field, f"{config[field]!r}: {err} Here: run the report with TFDS_DATA_DIR=DIR in the environment.")
+    except ValueError as err:  # the loaders' input errors, said as config errors
         _fail(field, f"{config[field]!r}: {err}")
     for x, y, split in ((train_x, train_y, "train"), (test_x, test_y, "test")):
         if np.any(y < 0):
             _fail(field, f"every {split} image needs a class label (one sub-directory per class)")
         if x.shape[1:] != train_x.shape[1:]:
             _fail(field, f"train and test images differ in shape: {train_x.shape[1:]} vs {x.shape[1:]}")
+    if config.dataset == "folder":
+        if config.channels == 1 and _first_image_has_colour(config.data_path):
+            print(f"note: the images in {config.data_path!r} are in colour and are read as grayscale (channels=1); "
+                  f"pass --config.channels=3 to keep the colour", flush=True)
+        order = np.random.default_rng([config.seed, _TEST_ORDER_STREAM]).permutation(len(test_y))
+        test_x, test_y = test_x[order], test_y[order]
     return train_x, train_y, test_x, test_y
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from recon_jax.attacks.audit import SELECTION_CONFIDENCE
 from recon_jax.evidence.claims import claim, comparison, is_vacuous
 from recon_jax.evidence.markdown import markdown_table
-from recon_jax.report.reading import calibration_sentence, interpretation
+from recon_jax.report.reading import calibration_sentence, interpretation, not_learned_note
 from recon_jax.report.updates import VACUOUS_BOUND, reach_prior_sizes
 
 __all__ = ["claims", "decidability_banner", "report_markdown", "header_lines", "NOT_PRIVATE", "shown_rows"]
@@ -394,8 +394,10 @@ def report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1
             if config.shuffle == "fresh" else
             "known to the adversary (shared by every model); it knows which step of each epoch used the target, "
             "so the accounting applies no subsampling amplification (q = 1, one step per epoch)."))
-    text += ["## Attack results (final model released)", "", markdown_table(shown_rows(rows), attack_cols), "",
-             "![targets, reconstructions and NN oracle](reconstructions.png)", ""]
+    text += ["## Attack results (final model released)", "", markdown_table(shown_rows(rows), attack_cols), ""]
+    note = not_learned_note(rows, result.get("chance_accuracy"), result.get("eval_size"))
+    text += [note, ""] if note else []
+    text += ["![targets, reconstructions and NN oracle](reconstructions.png)", ""]
     dp_rows = [r for r in rows if "bounds" in r]
     upd = result["prior_aware"]
     if dp_rows:

@@ -139,6 +139,26 @@ def test_minibatch_dp_sgd_report(tmp_path):
     assert "Poisson" in report and "minibatch SGD (batch 17)" in report
 
 
+def test_models_no_better_than_chance_are_named():
+    """The report warns where the released models reach at most the majority-class rate of the test images (a
+    two-class run whose model never learned once reported 30% accuracy without a word), with the training advice
+    only where a setting without noise failed."""
+    assert reading.chance_accuracy([2, 0, 2, 1, 2]) == pytest.approx(0.6)
+    assert reading.chance_accuracy(np.eye(3)[[0, 1, 1, 1]]) == pytest.approx(0.75)  # one-hot rows
+    with pytest.raises(ValueError, match="labels"):
+        reading.chance_accuracy([])
+    np_row = {"setting": "non-private", "noise_multiplier": 0.0, "test_accuracy": 0.3}
+    dp_row = {"setting": "DP sigma=16", "noise_multiplier": 16.0, "test_accuracy": 0.5}
+    good = {"setting": "DP sigma=1", "noise_multiplier": 1.0, "test_accuracy": 0.9}
+    both = reading.not_learned_note([np_row, dp_row, good], 0.5, 5)
+    assert "non-private (30.0%), DP sigma=16 (50.0%)" in both and "DP sigma=1 " not in both
+    assert "--config.learning_rate" in both and "5 test images" in both
+    dp_only = reading.not_learned_note([dp_row, good], 0.5, 400)
+    assert "DP sigma=16" in dp_only and "--config.learning_rate" not in dp_only and "eval_size" not in dp_only
+    assert reading.not_learned_note([good], 0.5, 400) == ""
+    assert reading.not_learned_note([np_row], None, None) == ""  # a run that did not measure it (older metrics)
+
+
 def test_interpretation_points_at_secret_batch_order():
     config = _smoke()
     with config.unlocked():

@@ -31,6 +31,9 @@ def test_help_lists_every_field_with_its_default_and_meaning(monkeypatch, capsys
         assert meaning in line, name
     assert "--config.num_shadow=96 " in out and smoke.num_shadow == 96  # the named variant's defaults
     assert out.startswith("usage: recon-jax-report [--config=smoke|default|paper") and "'smoke' variant" in out
+    # the command-line flags beside the fields (the resume switch the README names was in --helpfull only)
+    for flag in ("--workdir", "--debug", "--allow_resume_across_code"):
+        assert f"\n{flag}" in out, flag
 
 
 def test_the_fields_are_declared_once():

@@ -180,3 +180,57 @@ def test_the_datasets_channels_are_those_their_images_have(dataset):
     else:
         train_x, _, test_x, _ = setup.load_data(config)
     assert train_x.shape[-1] == test_x.shape[-1] == setup._DATASET_CHANNELS[dataset]
+
+
+def test_a_folders_test_images_are_shuffled_with_the_seed(tmp_path):
+    """A folder is read class by class; the report takes its accuracy set from the front of the test split and its
+    priors from the rest, so load_data puts the test images in a seeded order (each class once made up a whole
+    end: the accuracy of a model that always said class 0 was 100%)."""
+    import numpy as np
+    from PIL import Image
+
+    for split, n in (("train", 6), ("test", 40)):
+        for c in range(2):
+            d = tmp_path / "imgs" / split / f"class{c}"
+            d.mkdir(parents=True)
+            for i in range(n // 2):
+                Image.fromarray(np.full((8, 8), 40 * c + i, np.uint8)).save(d / f"{i:03d}.png")
+    config = _untyped(dataset="folder", data_path=str(tmp_path / "imgs"), image_size=8)
+    train_x, train_y, test_x, test_y = setup.load_data(config)
+    raw_x, raw_y = rdata.load_dataset("folder", "test", path=str(tmp_path / "imgs"), image_size=8)
+    assert raw_y.tolist() == [0] * 20 + [1] * 20  # as read
+    half = test_y[:20]
+    assert 5 <= int(np.sum(half == 0)) <= 15  # both classes at the front (P[outside] < 0.05 under a permutation)
+    order = np.random.default_rng([config.seed, 6]).permutation(40)  # the documented stream
+    np.testing.assert_array_equal(test_x, raw_x[order])
+    np.testing.assert_array_equal(test_y, raw_y[order])
+    again = setup.load_data(config)
+    np.testing.assert_array_equal(again[2], test_x)
+    assert train_y.tolist() == rdata.load_dataset("folder", "train", path=str(tmp_path / "imgs"), image_size=8)[1].tolist()
+
+
+@pytest.mark.parametrize("mode,channels,noted", [("RGB", 1, True), ("RGB", 3, False), ("L", 1, False)])
+def test_colour_images_read_as_grayscale_are_noted(tmp_path, capsys, mode, channels, noted):
+    """channels defaults to 1: colour images were turned grey without a word."""
+    import numpy as np
+    from PIL import Image
+
+    for split in ("train", "test"):
+        for c in range(2):
+            d = tmp_path / "imgs" / split / f"c{c}"
+            d.mkdir(parents=True)
+            pixels = np.random.default_rng(c).integers(0, 255, (8, 8, 3) if mode == "RGB" else (8, 8), np.uint8)
+            Image.fromarray(pixels).save(d / "0.png")  # RGB from [8, 8, 3], L from [8, 8]
+    config = _untyped(dataset="folder", data_path=str(tmp_path / "imgs"), image_size=8, channels=channels)
+    x = setup.load_data(config)[0]
+    assert x.shape[-1] == channels
+    assert ("read as grayscale" in capsys.readouterr().out) == noted
+
+
+def test_tfds_data_not_prepared_says_how_the_report_finds_it(monkeypatch):
+    def not_there(*args, **kwargs):
+        raise rdata.DatasetNotAvailableError("TFDS dataset 'cifar10' is not prepared in '/x'.")
+
+    monkeypatch.setattr(rdata, "load_dataset", not_there)
+    with pytest.raises(ConfigError, match=r"^config\.dataset: .*TFDS_DATA_DIR=DIR in the environment"):
+        setup.load_data(_untyped(dataset="tfds:cifar10", channels=3))
