@@ -132,6 +132,37 @@ def run_summary(metrics: Mapping[str, Any], workdir: str) -> str:
     return f"report: {os.path.join(workdir, 'report.md')}; claims: " + ", ".join(f"{k} {n}" for k, n in counts.items())
 
 
+def _config_paths(argv: list[str], default_config: str, repo: str) -> tuple[list[str], str]:
+    """``argv`` and ``default_config`` with the config file found from anywhere: ``--config=smoke`` (a bare variant
+    name) means the experiment's own config file with that variant, and a relative path that does not exist from
+    the current directory is read from ``repo`` (``experiments/configs/...`` from outside the repository). A file
+    found nowhere prints one line and exits with status 2 (it was a traceback from the config loader).
+    """
+    def found(value: str) -> str:
+        path, colon, variant = value.partition(":")
+        if path and not os.path.isfile(path) and os.path.isfile(os.path.join(repo, path)):
+            return os.path.join(repo, path) + colon + variant
+        return value
+
+    default_file = default_config.partition(":")[0]
+    out = list(argv[:1])
+    for arg in argv[1:]:
+        if arg.startswith("--config="):
+            value = arg.split("=", 1)[1]
+            if value and not os.path.exists(value) and not value.endswith(".py") and not {"/", ":", "."} & set(value):
+                value = f"{default_file}:{value}"  # a variant name
+            value = found(value)
+            path = value.partition(":")[0]
+            if not os.path.isfile(path):
+                print(f"{os.path.basename(argv[0])}: --config={arg.split('=', 1)[1]}: no config file {path!r} here "
+                      f"or under {repo} (give experiments/configs/<name>.py[:variant] or a variant name)",
+                      file=sys.stderr)
+                sys.exit(2)
+            arg = f"--config={value}"
+        out.append(arg)
+    return out, found(default_config)
+
+
 def launch(run: Callable[[Any, str], Mapping[str, Any]], default_config: str, default_workdir: str) -> None:
     """An experiment's command line, written once (the ``train_and_evaluate(config, workdir)`` pattern of the flax
     examples): ``python -m experiments.<name> --config=experiments/configs/<name>.py:<variant> --workdir=DIR``
@@ -145,6 +176,10 @@ def launch(run: Callable[[Any, str], Mapping[str, Any]], default_config: str, de
         if __name__ == "__main__":
             launch(run, "experiments/configs/<name>.py:default", "runs/<name>")
     """
+    import inspect
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(inspect.getfile(run))))  # experiments/<name>.py's root
+    sys.argv[:], default_config = _config_paths(sys.argv, default_config, repo)
     config, workdir = experiment_flags(default_config, default_workdir)
 
     def main(args):

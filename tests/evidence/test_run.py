@@ -445,3 +445,30 @@ def test_stored_result_resumes_and_never_stores_a_nan(tmp_path):
         assert not bad.resumed and np.isnan(bad.value["x"])
         assert not os.path.exists(os.path.join(bad.path, "result.json"))
     assert len(calls) == 4  # the NaN result computed again by the second call
+
+
+def test_config_paths_find_the_file_from_anywhere(tmp_path, monkeypatch, capsys):
+    """`--config=smoke` from the repository root, or `experiments/configs/...` from another folder, gave a 50-line
+    traceback ending in "No such file or directory"; now a variant name means the experiment's own file, a relative
+    path is also looked up under the repository, and a file found nowhere is one line with exit status 2."""
+    from recon_jax.evidence.launcher import _config_paths
+
+    repo = tmp_path / "repo"
+    (repo / "experiments" / "configs").mkdir(parents=True)
+    cfg = repo / "experiments" / "configs" / "exp.py"
+    cfg.write_text("")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    default = "experiments/configs/exp.py:default"
+    argv, found_default = _config_paths(["exp", "--config=smoke", "--workdir=w", "--config.a=1"], default, str(repo))
+    assert argv == ["exp", f"--config={cfg}:smoke", "--workdir=w", "--config.a=1"] and found_default == f"{cfg}:default"
+    argv, _ = _config_paths(["exp", "--config=experiments/configs/exp.py:paper"], default, str(repo))
+    assert argv == ["exp", f"--config={cfg}:paper"]
+    (elsewhere / "mine.py").write_text("")  # a file here is taken as it is
+    assert _config_paths(["exp", "--config=mine.py:x"], default, str(repo))[0] == ["exp", "--config=mine.py:x"]
+    with pytest.raises(SystemExit) as stop:
+        _config_paths(["exp", "--config=experiments/configs/other.py"], default, str(repo))
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no config file 'experiments/configs/other.py'" in err
