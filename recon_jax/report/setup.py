@@ -146,6 +146,10 @@ def check_model(config, fns, example, num_classes: int, labels=None, algorithms=
                        f"{config.dataset!r}: {type(err).__name__}: {err}{hint}")
     if out.ndim != 2 or out.shape[1] < num_classes:
         _fail("model", f"{config.model!r} must map inputs to [batch, >= {num_classes}] logits, got {out.shape}")
+    if out.shape[1] > num_classes:  # allowed (a model made for more classes), but rarely what was meant
+        print(f"note: {config.model!r} emits {out.shape[1]} logits and the data have {num_classes} classes: the "
+              f"last {out.shape[1] - num_classes} never carry a label (a num_classes field is set from the data)",
+              flush=True)
     empty = _empty_intermediate(fns.apply, params, example[:2])
     if empty is not None:
         # XLA's convolution gives an empty output where a kernel is larger than its (padded) input, and the model

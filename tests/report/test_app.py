@@ -331,6 +331,29 @@ def test_empty_intermediate_is_found_where_a_model_runs_on_nothing():
     assert _empty_intermediate(fns.apply, params, large) is None
 
 
+@pytest.mark.parametrize("outputs,noted", [(10, True), (2, False)])
+def test_more_logits_than_classes_are_noted(capsys, outputs, noted):
+    """A model made for 10 classes on 2-class data trains (the extra logits never carry a label) but was accepted
+    without a word."""
+    import flax.linen as nn
+
+    from recon_jax import models
+    from recon_jax.report.setup import check_model
+
+    class Flat(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(outputs)(x.reshape((x.shape[0], -1)))
+
+    fns = models.from_flax(Flat())
+    config = _smoke()
+    with config.unlocked():
+        config.model = "my_model.py:Flat"
+    check_model(config, fns, np.zeros((2, 4, 4, 1), np.float32), num_classes=2)
+    out = capsys.readouterr().out
+    assert ("emits 10 logits and the data have 2 classes: the last 8 never carry a label" in out) == noted
+
+
 def _update_row(setting, sigma, k, kind, wins, trials, bound):
     from recon_jax.attacks.audit import clopper_pearson
 
