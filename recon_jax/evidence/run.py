@@ -31,6 +31,7 @@ import glob
 import importlib.metadata
 import json
 import os
+import pathlib
 import platform
 import shutil
 import subprocess
@@ -395,12 +396,12 @@ def _machine_markdown(info: dict) -> str:
 def keyed_dir(workdir: str, name: str, key: Any) -> str:
     """A cache or resume directory ``workdir/<name>-<hash of key>``; writes ``key.json`` and ``code.json`` inside.
 
-    Everything that determines the directory's content must be in ``key`` (config fields, data, seeds), so a
-    run with another config never finds, and never reports, the old results. ``code.json`` records the code that
-    fills the directory (:func:`code_fingerprint`, commit, uncommitted files); a directory with content written by
-    other code is refused (:class:`ResumeAcrossCodeError`) unless :func:`allow_resume_across_code` was called. A
-    directory found with content is recorded as resumed in the open segment of the run whose workdir holds it
-    (:func:`recon_jax.evidence.segments.mark_resumed`), which is what :func:`wall_time` reads.
+    Everything that determines the directory's content must be in ``key`` (config fields, data, seeds), so a run
+    with another config never finds, and never reports, the old results. ``code.json`` records the code that fills
+    the directory (:func:`code_fingerprint`, commit, uncommitted files); content written by other code is refused
+    (:class:`ResumeAcrossCodeError`) unless :func:`allow_resume_across_code` was called. A directory found with
+    content is recorded as resumed in the open segment of the run whose workdir holds it (:func:`wall_time` reads
+    it: :func:`recon_jax.evidence.segments.mark_resumed`).
     """
     digest = stable_hash(key)[:16]
     path = os.path.join(workdir, f"{name}-{digest}")
@@ -410,23 +411,19 @@ def keyed_dir(workdir: str, name: str, key: Any) -> str:
         atomic_write_json(key_file, json.loads(json.dumps(key, sort_keys=True, default=str)))
     code_file = os.path.join(path, "code.json")
     here = code_fingerprint()
-    written = None
-    if os.path.exists(code_file):
-        with open(code_file) as f:
-            written = json.load(f)
+    written = json.loads(pathlib.Path(code_file).read_text()) if os.path.exists(code_file) else None
     has_content = any(n not in ("key.json", "code.json") for n in os.listdir(path))
     if has_content:
         mark_resumed(path)  # in the open segment of the run whose workdir holds path (segments.json)
     if has_content and (written is None or written.get("code_hash") != here) and not resume_across_code_allowed():
-        by = "code of unknown version (no code.json)" if written is None else (
-            f"code {written.get('code_hash')} (commit {written.get('commit')})")
-        since = (written or {}).get("commit")
-        what = f" (`git diff {since[:12]} -- recon_jax experiments` shows the edits since)" if since else ""
+        commit = (written or {}).get("commit")
+        diff = f"; `git diff {commit} -- recon_jax experiments` shows the edits since" if commit else ""
+        by = (f"code {written.get('code_hash')} (commit {commit}{diff})" if written
+              else "code of unknown version (no code.json)")
         raise ResumeAcrossCodeError(
-            f"{path} was written by {by}, not by the code running now ({here}){what}: its content may differ from "
-            "what this code computes (edits of comments and docstrings alone do not count). Delete it to "
-            "recompute, or resume anyway with --allow_resume_across_code (the run's segments then record which "
-            "code made which part).")
+            f"{path} was written by {by}, not by the code running now ({here}): its content may differ from what "
+            "this code computes (edits of comments and docstrings alone do not count). Delete it to recompute, or "
+            "resume anyway with --allow_resume_across_code (the run's segments record which code made which part).")
     if written is None or written.get("code_hash") != here:
         commit = (_git("rev-parse", "HEAD") or "").strip() or os.environ.get("RECON_JAX_GIT_COMMIT") or None
         status = _git("status", "--porcelain", "--untracked-files=no")

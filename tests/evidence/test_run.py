@@ -337,7 +337,7 @@ def test_resume_across_a_code_change_is_refused_unless_asked(tmp_path, monkeypat
     with pytest.raises(evidence.ResumeAcrossCodeError, match="allow_resume_across_code") as refused:
         keyed_dir(str(tmp_path), "models", {"a": 1})
     if written["commit"]:  # says how to see what changed since
-        assert f"`git diff {written['commit'][:12]} -- recon_jax experiments`" in str(refused.value)
+        assert f"`git diff {written['commit']} -- recon_jax experiments`" in str(refused.value)
     # An empty directory (a run stopped before storing anything) is simply taken over.
     e = keyed_dir(str(tmp_path), "empty", {"b": 2})
     monkeypatch.setattr(evidence_run, "code_fingerprint", lambda: "fedcba9876543210")
