@@ -152,8 +152,9 @@ def test_approach1_matches_naive(x64):
         assert e >= ref * (1 - 1e-3)  # other branches can lower it, but not here (measured within 2e-5)
 
 
-def test_approach2_matches_naive_integer_orders(x64):
-    p, q, n, delta = 50, 0.01, 3, 1e-5
+@pytest.mark.parametrize("n", [3, 1407])  # the paper's 3 epochs, and composition over every step
+def test_approach2_matches_naive_integer_orders(x64, n):
+    p, q, delta = 50, 0.01, 1e-5
     kappas = np.array([1.0, 5.0, 10.0, 20.0])
     ours = np.asarray(vmf_epsilon(kappas, p, q, n, delta, approach=2))
     nu = p / 2 - 1
