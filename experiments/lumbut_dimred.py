@@ -408,7 +408,8 @@ def _findings(metrics, config) -> list[str]:
         note = " (fast and slow methods trained on different shadow-split sizes: compare with care)" if unequal else ""
         out.append(f"- Vulnerability order at |D-| = {size} (lowest MSE first): "
                    + ", ".join(f"{m} {mse[m]:.4f}" for m in order) + note + ".")
-        out.append(f"- PCA most vulnerable: {verdict(order[0] == 'pca')}." if "pca" in mse else
+        pca_first = "pca" in mse and all(mse["pca"] < v for m, v in mse.items() if m != "pca")  # a tie is not
+        out.append(f"- PCA most vulnerable: {verdict(pca_first)}." if "pca" in mse else
                    "- PCA most vulnerable: not testable (PCA not run).")
         det = [m for m in ("pca", "isomap") if m in mse]
         rnd = [m for m in mse if _base(m) in ("srp", "mds", "tsne", "umap")]
@@ -417,9 +418,11 @@ def _findings(metrics, config) -> list[str]:
             out.append(f"- Deterministic methods ({', '.join(det)}) easier than randomised ones ({', '.join(rnd)}) "
                        f"under fresh seeds: {verdict(ok)}.")
         for srp in [m for m in mse if m.startswith("srp")]:
-            others = [m for m in order if not m.startswith("srp") or m == srp]
-            out.append(f"- SRP least vulnerable ({srp}, against the non-SRP methods): {verdict(others[-1] == srp)}"
-                       + ("" if others[-1] == srp else f" (least vulnerable here: {others[-1]})") + ".")
+            rest = [m for m in order if not m.startswith("srp")]
+            last = all(mse[srp] > mse[m] for m in rest)  # strictly: a tie (a collapsed decoder) is not a finding
+            out.append(f"- SRP least vulnerable ({srp}, against the non-SRP methods): {verdict(last)}"
+                       + ("" if last or not rest else f" (least vulnerable here: {rest[-1]}, MSE {mse[rest[-1]]:.4f} "
+                                                     f"against {mse[srp]:.4f})") + ".")
     else:
         out.append("- Method ranking: not testable (no |D-| common to all methods in this grid).")
     for m in ("pca", "isomap"):

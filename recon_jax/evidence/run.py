@@ -363,17 +363,18 @@ def finish_run(run: RunInfo, metrics: dict, report: str, claims: list[dict], *, 
     return safe
 
 
-_SMOKE_BANNER = ("**Smoke sizes.** The `smoke` variant is a wiring check, sized to finish in minutes on a CPU and "
-                "far below the paper's sizes: its numbers and verdicts describe this run only and do not test the "
-                "paper's findings (the `default` and `paper` variants do).")
+_SMOKE_BANNER = ("**Smoke sizes.** The `{variant}` variant is a check of the code, sized to finish in minutes on a CPU "
+                "and far below the paper's sizes: its numbers and verdicts describe this run only and do not test "
+                "the paper's findings (the `default` and `paper` variants do).")
 
 
 def _with_smoke_banner(report: str, info: dict) -> str:
-    """``report`` with the smoke banner after its title line when the run's config is a ``smoke`` variant."""
-    if (info.get("config") or {}).get("variant") != "smoke":
+    """``report`` with the smoke banner after its title line when the run's config is a ``smoke`` or ``ci`` variant."""
+    variant = (info.get("config") or {}).get("variant")
+    if variant not in ("smoke", "ci"):
         return report
     title, _, rest = report.partition("\n") if report.startswith("#") else ("", "", report)
-    body = f"{_SMOKE_BANNER}\n\n{rest.lstrip(chr(10))}"
+    body = f"{_SMOKE_BANNER.format(variant=variant)}\n\n{rest.lstrip(chr(10))}"
     return f"{title}\n\n{body}" if title else body
 
 
@@ -427,9 +428,8 @@ def keyed_dir(workdir: str, name: str, key: Any) -> str:
     if written is None or written.get("code_hash") != here:
         commit = (_git("rev-parse", "HEAD") or "").strip() or os.environ.get("RECON_JAX_GIT_COMMIT") or None
         status = _git("status", "--porcelain", "--untracked-files=no")
-        atomic_write_json(code_file, {"code_hash": here, "commit": commit,
+        atomic_write_json(code_file, {"code_hash": here, "commit": commit, "resumed_from": written,
                                       "dirty_files": None if status is None else _dirty_files(status),
-                                      "resumed_from": written,
                                       "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     return path
 

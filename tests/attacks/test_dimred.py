@@ -689,3 +689,23 @@ def test_experiment_cache_is_keyed_by_the_images_not_their_folders_path(tmp_path
             lumbut_dimred.run(config, str(tmp_path))
     assert len(keys) == 2 and keys[0]["images"] != keys[1]["images"]
     assert {k: v for k, v in keys[0].items() if k != "images"} == {k: v for k, v in keys[1].items() if k != "images"}
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_findings_do_not_count_a_tie_as_reproduced(tied):
+    """A collapsed decoder gives every method the same MSE; the stable sort then put SRP last and PCA first and
+    the report said both findings were reproduced."""
+    from experiments import lumbut_dimred
+    from experiments.configs.lumbut_dimred import get_config
+
+    config = get_config("smoke")
+    config.fast_methods, config.slow_methods, config.srp_densities = ("pca", "srp", "isomap"), (), ("paper",)
+    config.sizes = (9,)
+    mse = {"pca": 0.33, "srp": 0.33, "isomap": 0.33} if tied else {"pca": 0.03, "srp": 0.08, "isomap": 0.05}
+    metrics = {"summary": [{"method": m, "policy": "fresh", "size": 9, "net": "split", "mean": v}
+                           for m, v in mse.items()], "mean_image_mse": None}
+    lines = lumbut_dimred._findings(metrics, config)
+    pca = next(line for line in lines if line.startswith("- PCA most vulnerable"))
+    srp = next(line for line in lines if line.startswith("- SRP least vulnerable"))
+    want = "**not reproduced**" if tied else "**reproduced**"
+    assert want in pca and want in srp, lines

@@ -411,16 +411,17 @@ def test_stated_commit_wins_over_a_stale_copy(monkeypatch):
 
 
 def test_smoke_variant_reports_say_so_under_their_title(tmp_path):
-    """A ``smoke`` run's report says, under its title, that its verdicts describe the run, not the paper's findings;
-    other variants carry no such line."""
+    """A ``smoke`` (or ``ci``) run's report says, under its title, that its verdicts describe the run, not the
+    paper's findings, naming its variant; other variants carry no such line."""
     held = claim("c", True, "d", verdict="holds")
-    for variant, expect in (("smoke", True), ("default", False)):
+    for variant, expect in (("smoke", True), ("ci", True), ("default", False)):
         run = start_run(str(tmp_path / variant), {"variant": variant, "seed": 0})
         finish_run(run, {}, "# Title\n\nBody.\n", [held])
         lines = (tmp_path / variant / "report.md").read_text().splitlines()
         assert lines[0] == "# Title"
         assert (lines[2].startswith("**Smoke sizes.**") and "do not test the paper's findings" in lines[2]) == expect
         assert ("Body." in lines[2:5]) and sum("Smoke sizes" in line for line in lines) == int(expect)
+        assert (f"The `{variant}` variant" in lines[2]) == expect
 
 
 def test_stored_result_resumes_and_never_stores_a_nan(tmp_path):
