@@ -333,8 +333,10 @@ def _report(config, m) -> str:
         f"**Jacobian rank and Cramer-Rao.** Rank of the feature Jacobian: min {rank['min']}, median "
         f"{rank['median']:g}, max {rank['max']} of {m['input_dim']} input dimensions. Cramer-Rao bound finite for "
         f"{100 * cr['share_modes_finite']:.1f}% of the DCT modes ({cr['examples_all_finite']} of {n} examples have "
-        f"all modes finite); median of the finite ones {cr['median_finite']}. Where the rank is below the input "
-        "dimension the Fisher information is singular, and the HCR values come from LSQR's minimum-norm solutions.",
+        f"all modes finite); median of the finite ones "
+        f"{'(none finite)' if cr['median_finite'] is None else format(cr['median_finite'], '.4g')}. Where the rank "
+        "is below the input dimension the Fisher information is singular, and the HCR values come from LSQR's "
+        "minimum-norm solutions.",
         "",
         "| mode | size | median (all) | p10 / p25 / p75 / p90 (all) | median (lowest "
         f"{config.low_freq}x{config.low_freq}) | p10 / p90 (low) | share <= paper axis (all / low) | "
