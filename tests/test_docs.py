@@ -113,3 +113,27 @@ def test_the_dialect_check_can_fail():
     assert "indented by 4" in _dialect_errors(four)[0]
     assert _dialect_errors(numpy) and _dialect_errors(rest)
     assert _dialect_errors(two) == []
+
+
+def test_experiments_readme_lists_every_variant_of_each_experiment():
+    """Each experiment's command line in experiments/README.md names all its config's VARIANTS (several listed only
+    `:smoke`, or only `:default`, beside the variants their results were made with)."""
+    import importlib
+    import os
+    import re
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "experiments", "README.md")) as f:
+        text = f.read()
+    commands = dict(re.findall(r"`python -m experiments\.(\w+) --config=experiments/configs/\w+\.py\[([^\]]*)\]", text))
+    names = [n[:-3] for n in os.listdir(os.path.join(root, "experiments", "configs"))
+             if n.endswith(".py") and n != "__init__.py"]
+    checked = 0
+    for name in names:
+        variants = getattr(importlib.import_module(f"experiments.configs.{name}"), "VARIANTS", None)
+        if variants is None or not os.path.exists(os.path.join(root, "experiments", f"{name}.py")):
+            continue  # shared blocks, and the risk report's file (its command is recon-jax-report)
+        assert name in commands, f"experiments/README.md has no command line for {name}"
+        assert commands[name].split("|") == [f":{v}" for v in variants], name
+        checked += 1
+    assert checked >= 9
