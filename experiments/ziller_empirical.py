@@ -342,7 +342,8 @@ def _claims(config, res) -> list[dict]:
                                            cdf_tol)]),
         claim("Ziller et al. Prop. 7 / Fig. 2: P[PSNR >= eta] <= its ReRo bound for every eta",
               detail=f"largest excess {f2['psnr_max_excess']:.4f} vs DKW band {f2['dkw_band']:.4f}; an excess up to "
-                     f"{cdf_tol:g} counts as none",
+                     f"{cdf_tol:g} counts as none (PSNR is a decreasing function of MSE and Prop. 7 is Prop. 6 in "
+                     "its units: the same test on the same attacks, not independent evidence)",
               comparisons=[_dkw_comparison("sup_eta (P[PSNR >= eta] - bound)", f2["psnr_max_excess"],
                                            f2["dkw_band"], cdf_tol)]),
     ]
@@ -362,11 +363,13 @@ def _plot(rows, fig3, config, workdir, num, dim, plt) -> list[str]:
                     sig = [rw["sigma"] for rw in sel]
                     mean = np.array([rw[m]["mean"] for rw in sel])
                     sd = np.array([rw[m]["std"] for rw in sel])
-                    lab = f"{line_key}={line}" if line_key else "empirical"
+                    lab = f"{line_key}={line}" if line_key else "empirical mean"
                     ax.plot(sig, mean, "o-", color=f"C{li}", label=lab)
-                    ax.fill_between(sig, mean - sd, mean + sd, color=f"C{li}", alpha=0.2)
+                    ax.fill_between(sig, mean - sd, mean + sd, color=f"C{li}", alpha=0.2,
+                                    label="+- 1 std" if li == 0 else None)
                     if m in ("mse", "psnr", "ncc") and (m + "_bound") in sel[0]:
-                        ax.plot(sig, [rw[m + "_bound"] for rw in sel], "--", color=f"C{li}", alpha=0.8)
+                        ax.plot(sig, [rw[m + "_bound"] for rw in sel], "--", color=f"C{li}", alpha=0.8,
+                                label="bound" if li == 0 else None)
                     if m == "ncc" and "ncc_bound_dim_free" in sel[0] and li == 0:
                         ax.plot(sig, [rw["ncc_bound_dim_free"] for rw in sel], ":", color="purple",
                                 label="dimension-free")
@@ -375,7 +378,8 @@ def _plot(rows, fig3, config, workdir, num, dim, plt) -> list[str]:
                     ax.set_yscale("log")
                 ax.set_title(f"{m.upper()}  ({group_key}={g})")
                 ax.set_xlabel("noise multiplier sigma")
-                if gi == 0 and mi == 0:
+                ax.set_ylabel({"mse": "MSE", "psnr": "PSNR (dB)", "ncc": "NCC", "ssim": "SSIM"}[m])
+                if gi == 0 and mi in (0, 2):  # the NCC panel has the dimension-free bound besides
                     ax.legend(fontsize=7)
         fig.suptitle(title)
         fig.tight_layout()
