@@ -473,8 +473,11 @@ def _figures(config, results, workdir, plt) -> list[str]:
             for mech, color in (("gauss", "C0"), ("vmf", "C1")):
                 pts = sorted(_agg(att, mechanism=mech, accounting=accounting, batch_size=b), key=lambda r: r["eps"])
                 ax.plot([r["eps"] for r in pts], [r["mse"] for r in pts], "o-", color=color, label=mech)
-            for r in _agg(att, mechanism="None", batch_size=b):
-                ax.axhline(r["mse"], color="gray", ls=":", lw=0.8)
+            for i, r in enumerate(_agg(att, mechanism="None", batch_size=b)):
+                ax.axhline(r["mse"], color="gray", ls=":", lw=0.8, label=None if i else "IG without noise")
+            base = [r["mse_mean_image"] for r in _agg(att, batch_size=b) if "mse_mean_image" in r]
+            if base:  # what guessing the training set's mean image scores: the level an attack must beat
+                ax.axhline(float(np.mean(base)), color="black", ls="--", lw=0.8, label="mean-image guess")
             ax.set(xscale="log", xlabel=f"epsilon ({accounting} accounting)", ylabel="IG MSE (pixels in [0,1])",
                    title=f"Fig. 1a analogue, B={b}, {accounting}")
             ax.legend(fontsize=8)

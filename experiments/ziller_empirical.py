@@ -382,7 +382,7 @@ def _plot(rows, fig3, config, workdir, num, dim, plt) -> list[str]:
                 if gi == 0 and mi in (0, 2):  # the NCC panel has the dimension-free bound besides
                     ax.legend(fontsize=7)
         fig.suptitle(title)
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (3.2 * len(groups))))  # room for the title above the panels
         fig.savefig(os.path.join(workdir, fname), dpi=80)
         plt.close(fig)
         return fname
