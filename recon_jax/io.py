@@ -334,9 +334,10 @@ def code_record(roots: Sequence[str], skip: Sequence[str] = ()) -> dict:
     ``sources`` is a SHA-256 of every ``.py`` file under the roots as it is on disk: its path relative to its root's
     parent (``recon_jax/io.py``) and its code (:func:`source_code_digest`: the syntax tree without docstrings, so
     that an edit of prose alone, a comment or a docstring, leaves stores and resume points usable); ``__pycache__``
-    and the folders ``skip`` names (the same relative paths: ``recon_jax/report``) are left out. ``fingerprint`` hashes ``sources`` with :func:`numeric_versions`. It
-    is a hash of files, not of a git commit: the same in every process that reads the same files (a copy without
-    ``.git`` too), and it changes with an uncommitted edit. Read once per process.
+    and the folders ``skip`` names (the same relative paths: ``recon_jax/report``) are left out. ``fingerprint``
+    hashes ``sources`` with :func:`numeric_versions`. It is a hash of files, not of a git commit: the same in every
+    process that reads the same files (a copy without ``.git`` too), and it changes with an uncommitted edit of the
+    code. Read once per process.
 
     Args:
       roots: folders to hash (a missing one hashes as empty).

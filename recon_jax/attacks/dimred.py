@@ -71,7 +71,8 @@ __all__ = [
     "noise_defence_mse",
 ]
 
-_STORE_FORMAT = "recon_jax.attacks.dimred.shadow_embeddings/3"  # 2: rows of the shared shadow store; 3: run_key's sibling streams
+# 2: rows of the shared shadow store; 3: run_key's sibling streams
+_STORE_FORMAT = "recon_jax.attacks.dimred.shadow_embeddings/3"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -61,12 +61,12 @@ from recon_jax.evidence.run import (code_fingerprint, config_to_dict, finish_run
                                     start_run, stored_result, wall_time)
 from recon_jax.report import command_line
 from recon_jax.report.figure import plot_threat_models
+from recon_jax.report.reading import chance_accuracy, not_learned_note
 from recon_jax.report.setup import (build_model, check_model, load_data, reconstructor_for, validate_config,
                                     with_image_size)
 from recon_jax.report.sizes import fit_sizes, overrides
 from recon_jax.report.text import claims as risk_claims
 from recon_jax.report.text import report_markdown, shown_rows
-from recon_jax.report.reading import chance_accuracy, not_learned_note
 from recon_jax.report.updates import every_update_released
 
 __all__ = ["DEFAULT_CONFIG", "ConfigError", "validate_config", "sampling", "run", "console_main"]
