@@ -218,7 +218,8 @@ def run(config, workdir: str) -> dict:
         for kind in kinds:
             atk = dimred.fit_attack(
                 kind, emb["train"], y["train"], emb["val"], y["val"],
-                jax.random.fold_in(attack_key, NETS.index(kind)), spec=training, target_row=config.target_row, progress=config.progress,
+                jax.random.fold_in(attack_key, NETS.index(kind)), spec=training, target_row=config.target_row,
+                progress=config.progress,
             )
             require_finite(atk.eval_loss, f"{kind} network validation loss ({tag})", "learning rate too large?")
             rec_img = np.asarray(reconstruct(atk, emb["test"]))
