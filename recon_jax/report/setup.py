@@ -257,13 +257,11 @@ def _first_image_has_colour(path: str) -> bool:
     """Whether the first training image of a folder (sorted order, as read) is stored in colour."""
     from PIL import Image
 
-    for root, dirs, files in os.walk(os.path.join(path, "train")):
-        dirs.sort()
-        for name in sorted(files):
-            if name.lower().endswith((".png", ".jpg", ".jpeg")):
-                with Image.open(os.path.join(root, name)) as image:
-                    return image.mode in ("RGB", "RGBA", "CMYK", "YCbCr", "LAB", "HSV")
-    return False
+    files = _folder_files(path)
+    if not files:
+        return False
+    with Image.open(files[0]) as image:
+        return image.mode in ("RGB", "RGBA", "CMYK", "YCbCr", "LAB", "HSV")
 
 
 _TEST_ORDER_STREAM = 6  # default_rng([seed, 6]): a folder's test order (updates.py draws from 1, 3, 4 and 5)
