@@ -37,7 +37,7 @@ def plot_threat_models(final_rows: Sequence[dict], update_rows: Sequence[dict], 
     import matplotlib.pyplot as plt
 
     level = f"{100 * confidence:g}%"
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.9), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), sharey=True)
 
     def errbar(ax, xs, ys, cis, **kw):
         lo = [y - c[0] for y, c in zip(ys, cis)]
@@ -72,16 +72,20 @@ def plot_threat_models(final_rows: Sequence[dict], update_rows: Sequence[dict], 
         ax.plot([r["noise_multiplier"] for r in rows], [r["prior_aware_bound"] for r in rows], "-", color=c,
                 marker="_", markersize=16, label=f"ReRo bound, kappa=1/{k}")
     ax.set_title("every update released (prior-aware adversary)", fontsize=10)
-    sigmas = [r["noise_multiplier"] for r in list(final_rows) + list(update_rows)]
+    sigmas = sorted({r["noise_multiplier"] for r in list(final_rows) + list(update_rows)})
     for ax in axes:
         ax.set_xscale("log")
         if sigmas:  # room for the side-by-side markers, and a readable axis with a single noise level
-            ax.set_xlim(min(sigmas) / 1.5, max(sigmas) * 1.5)
-        ax.set_xlabel("noise multiplier sigma")
+            ax.set_xlim(sigmas[0] / 1.5, sigmas[-1] * 1.5)
+            ax.set_xticks(sigmas, [f"{s:g}" for s in sigmas])  # the settings' own noise levels, not decades
+            ax.minorticks_off()
+        ax.set_xlabel("noise multiplier sigma (lines join the settings)")
         ax.set_ylim(-0.02, 1.02)
-        ax.legend(fontsize=6.5, loc="best")
+        if ax.get_legend_handles_labels()[0]:  # below the panel, where it hides no point
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2 if ax is axes[1] else 1,
+                      frameon=False)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path

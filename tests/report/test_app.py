@@ -414,6 +414,12 @@ def test_claims_drop_vacuous_cells_and_decide_from_intervals(claim_problems):
     chance = dict(dp, audit_gdp_eps=2.6, audit_gdp_eps_familywise=2.5)
     res = text.claims(config, {"rows": [chance], "prior_aware": [], "sample_rate": 1.0})
     assert next(c for c in res if c["name"].startswith("no audit certifies"))["verdict"] == "holds"
+    # The audit table names such a bound under it, with its family-wise value, and names nothing when none is above.
+    (note,) = [line for line in text._above_accountant_note([chance, dp], 0.95) if line]
+    assert note.startswith("Above the accountant's epsilon: DP sigma=16, GDP eps >= 2.6 vs eps_pld 2.56; "
+                           "family-wise 2.5. Each number in the table is a 95% lower bound on its own")
+    assert "with 8 such numbers" in note and "Bonferroni over the run's 6 audits" in note
+    assert text._above_accountant_note([dp, sigma1], 0.95) == []
     leaky = dict(dp, audit_gdp_eps=2.9, audit_gdp_eps_familywise=2.7)
     res = text.claims(config, {"rows": [leaky], "prior_aware": [], "sample_rate": 1.0})
     assert next(c for c in res if c["name"].startswith("no audit certifies"))["verdict"] == "fails"
