@@ -69,3 +69,29 @@ def test_comparisons_across_settings_are_sign_tests(wins, total, verdict):
     why = "the attack fails in every DP setting"
     failed_attack = biswas_gaussian_vs_vmf._sign_claim("x", wins, total, 0.05, "wins", why)
     assert failed_attack["verdict"] == "undecided" and why in failed_attack["detail"]
+
+
+def test_signal_per_step_and_the_papers_cells():
+    """The VMF's mean cosine is the Bessel ratio A_p(kappa), checked against mpmath; the report's paper column reads
+    Tables V and VI at the pair's kappa (values typed from the paper), a Gaussian cell naming the paper's sigma."""
+    import mpmath
+
+    from experiments.configs.biswas_gaussian_vs_vmf import PAPER_TABLE_V, PAPER_TABLE_VI_MNIST_MSE
+
+    p = 13_700
+    rows = [{"kappa": 75.0, "sigma": 1.232, "batch_size": 16}, {"kappa": 500.0, "sigma": 0.1745, "batch_size": 64}]
+    biswas_gaussian_vs_vmf._capacities(rows, p)
+    for r in rows:
+        ratio = mpmath.besseli(p / 2, r["kappa"]) / mpmath.besseli(p / 2 - 1, r["kappa"])
+        assert r["cos_vmf"] == pytest.approx(float(ratio), rel=1e-9)
+        assert r["cos_gauss"] == pytest.approx(r["batch_size"] / math.sqrt(r["batch_size"] ** 2 + p * r["sigma"] ** 2))
+    cell = biswas_gaussian_vs_vmf._paper_cell
+    acc = PAPER_TABLE_V["mnist"]
+    assert cell(acc, {"accounting": "paper", "kappa": 75.0, "sigma": 1.232}, "vmf", 16) == "0.1815"
+    assert cell(acc, {"accounting": "paper", "kappa": 75.0, "sigma": 1.232}, "gauss", 64) == "0.8458"
+    assert cell(acc, {"accounting": "paper", "kappa": 150.0, "sigma": 0.4578}, "gauss", 64) == "0.8866 (sigma 0.461)"
+    assert cell(PAPER_TABLE_VI_MNIST_MSE, {"accounting": "paper", "kappa": 300.0, "sigma": 0.264}, "vmf", 64) == "4.363"
+    for row, b in (({"accounting": "paper", "kappa": 500.0, "sigma": 0.1745}, 16),  # not in Tables V / VI
+                   ({"accounting": "tight", "kappa": 75.0, "sigma": 1.232}, 16), ({"kappa": 75.0}, 16),
+                   ({"accounting": "paper", "kappa": 75.0, "sigma": 1.232}, 8)):
+        assert cell(acc, row, "vmf", b) == "—"
