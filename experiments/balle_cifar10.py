@@ -93,9 +93,12 @@ def run(config, workdir: str) -> dict:
     ncol = min(config.grid_columns, config.num_targets)
     figs = [image_grid({"target": sp.target_images[:ncol], "RecoNN": res.reconstructions[:ncol],
                         "NN oracle": sp.pool_images[np.asarray(orc.nn_index[:ncol])]},
-                       os.path.join(workdir, "reconstructions.png"), ncol),
+                       os.path.join(workdir, "reconstructions.png"), ncol,
+                       title=f"Balle et al. RecoNN on CIFAR-10 ({setting}, {config.variant}): targets | "
+                             "reconstructions | NN oracle"),
             histogram_vs_reference({"RecoNN": res.mse, "NN oracle": res.oracle_mse},
-                                   os.path.join(workdir, "mse_histogram.png"), "MSE", log_x=True)]
+                                   os.path.join(workdir, "mse_histogram.png"), "MSE",
+                                   f"per-target MSE, RecoNN vs NN oracle ({len(res.mse)} targets)", log_x=True)]
     metrics = {"variant": config.variant, "rows": [row], "mean_mse": res.mean_mse,
                "oracle": {"mean_nn_mse": res.mean_oracle_mse, "pool_size": int(len(sp.pool_images)),
                           "paper_nn_mse": PAPER["nn_oracle"]},

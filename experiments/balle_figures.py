@@ -124,5 +124,8 @@ def mia_loss_histograms(panels: Mapping[str, tuple[np.ndarray, np.ndarray]], pat
         ax.hist(np.ravel(loss_out), bins=edges, alpha=0.6, label="without target")
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("loss on target")
+        # Few ticks in scientific notation: a narrow range of tiny losses printed every tick as 0.00058...
+        ax.xaxis.set_major_locator(plt.MaxNLocator(nbins=4))
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
         ax.legend(fontsize=7)
     return _save(fig, path)

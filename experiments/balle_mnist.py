@@ -214,7 +214,7 @@ def run(config, workdir: str) -> dict:
         p_mse, p_ok, p_src = paper_row(setting, c.fixed_size, res.num_shadow + res.num_validation)
         row.update(paper_mse=p_mse, paper_success=p_ok, paper_source=p_src,
                    agrees_with_paper=None if p_ok is None else bool(p_ok == res.row_success),
-                   shadow_set_seconds=round(ms.seconds, 1), **set_extra, **extra)
+                   shadow_set=set_name, shadow_set_seconds=round(ms.seconds, 1), **set_extra, **extra)
         rows.append(row)
         results[setting] = res
         # Rows so far, rewritten after each one: a long run (the `gpu` variant) can be followed, and a run cut off
@@ -375,7 +375,9 @@ def _claims(c, results, rows, oracle_summary, nn_mse, shadow_curve, dp_points) -
                               "<=", alpha=alpha)
         out.append(claim("more shadow models help (Fig. 5c)",
                          detail=", ".join(f"{n} shadows: {v:.4f}" for n, v in curve) + f"; paired difference of "
-                                f"the ends {k['value']:+.4f} {_interval_text(k)}", comparisons=[k]))
+                                f"the ends {k['value']:+.4f} {_interval_text(k)} (shadow models in all, the held-out "
+                                "validation ones included; the table's num_shadow_models counts the training ones)",
+                         comparisons=[k]))
     if oracle_summary["pool_size"] == 69000 and oracle_summary["num_targets"] == 1000:
         orc, tol = oracle_summary["mean_nn_mse"], float(c.oracle_within)
         nn = np.asarray(nn_mse, np.float64)
@@ -407,6 +409,18 @@ def _claims(c, results, rows, oracle_summary, nn_mse, shadow_curve, dp_points) -
                                 f"{p['rero_bound_gdp']:.3f}, RDP bound {p['rero_bound_rdp']:.3f}",
                          comparisons=comps))
     return out
+
+
+def _secondary_sets_sentence(c, rows) -> str:
+    """The sizes of the shadow sets other than the default one, named only when a row uses one."""
+    outside = sorted({r["shadow_set"] for r in rows} - {"default"})
+    if not outside:
+        return "Every row uses the default shadow set."
+    sizes = "".join(f" ({k}: {min(v, c.num_shadow)})" for k, v in sorted(c.set_num_shadow.items()) if k in outside)
+    return (f"Rows outside the default shadow set ({', '.join(outside)}) use "
+            f"{min(c.secondary_num_shadow, c.num_shadow)} shadow models{sizes} and "
+            f"{min(c.secondary_num_targets, c.num_targets)} targets (the paper: 59,000 and 1,000); the "
+            "`num_shadow_models` column gives each row's count.")
 
 
 def _ordering_claim(res, alpha) -> dict:
@@ -534,11 +548,7 @@ def _report(c, rows, oracle_summary, mia_summary, dp_points, classifier_acc, fig
         f"Reconstructor MLP {tuple(rec.hidden)}, MAE+MSE, RMSProp {rec.learning_rate}, batch {rec.batch_size}, at "
         f"most {rec.epochs} epochs" + (f", early stopping (patience {rec.patience})" if rec.patience else "")
         + f" on the validation MSE of the last {rec.validation_size} shadow models of each row (held out; "
-        "a tenth of them for rows with fewer shadow models). "
-        f"Rows outside the default shadow set use {min(c.secondary_num_shadow, c.num_shadow)} shadow models"
-        + "".join(f" ({k}: {min(v, c.num_shadow)})" for k, v in sorted(c.set_num_shadow.items()))
-        + f" and {min(c.secondary_num_targets, c.num_targets)} targets (the paper: 59,000 and 1,000); the "
-        "`num_shadow_models` column gives each row's count.", "",
+        "a tenth of them for rows with fewer shadow models). " + _secondary_sets_sentence(c, rows), "",
         "Table II, MNIST column. `ours`/`paper`: ✓ when the mean reconstruction MSE is below the mean NN-oracle "
         "MSE (the paper's criterion, Sec. V-B d); `success_rate`: fraction of targets whose reconstruction is "
         "closer than their own nearest pool record. Paper values are for the same setting (fixed set 10K "

@@ -37,7 +37,22 @@ def test_balle_mnist_smoke_beats_mean_image_on_held_out_targets(tmp_path, claim_
     written = json.loads((tmp_path / "metrics.json").read_text())
     assert written["rows"] == metrics["rows"] and any(c["name"].startswith("more shadow") for c in written["claims"])
     assert all("verdict" in c for c in written["claims"]) and not claim_problems(written["claims"])
-    assert "## Claims" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "## Claims" in report and "Every row uses the default shadow set." in report  # default, fewer_shadow
+
+
+def test_secondary_shadow_sets_are_named_only_when_a_row_uses_one():
+    from experiments import balle_mnist
+    from experiments.configs.balle_mnist import get_config
+
+    c = get_config("table2")
+    rows = [{"setting": "default", "shadow_set": "default"}, {"setting": "logits", "shadow_set": "default"}]
+    assert balle_mnist._secondary_sets_sentence(c, rows) == "Every row uses the default shadow set."
+    rows += [{"setting": "width100", "shadow_set": "wide"}, {"setting": "relu", "shadow_set": "relu"}]
+    text = balle_mnist._secondary_sets_sentence(c, rows)
+    assert text.startswith("Rows outside the default shadow set (relu, wide) use 5000 shadow models (wide: 2000) "
+                           "and 1000 targets"), text
+    assert "minibatch_known" not in text  # its override is named only when a row trains on that set
 
 
 def _result(mse, oracle=None, num_shadow=100):
