@@ -110,13 +110,31 @@ knowledge about the target. Numerically it divides by the target's own residual 
 target that the model fits almost perfectly (`min_abs_target_residual`) is recovered only to about
 gradient norm / |residual|: such targets dominate `max_mse` and the mean, while the median shows the typical target.
 Stopping the victim's training early leaves a residual gradient that the attack absorbs as error, so its MSE
-grows with the tolerance. Runtime {elapsed:.1f} s.
+grows with the tolerance.{_label_sentence(rows)} Runtime {elapsed:.1f} s.
 """
     result = finish_run(run_info, {"rows": rows, "runtime_seconds": elapsed, "figures": [os.path.basename(figure)]},
                         report, _claims(config, rows))
     print(table)
     print(f"report: {os.path.join(workdir, 'report.md')}")
     return result
+
+
+def _label_sentence(rows) -> str:
+    """How the label estimate (the rounded residual equation) fares where the victim stopped early, beside a coin."""
+    from scipy import stats
+
+    parts = []
+    for r in rows:
+        n = r["num_targets"]
+        k = int(round(r["label_accuracy"] * n))
+        if k == n:
+            continue
+        p = float(stats.binomtest(k, n, 0.5).pvalue)
+        verdict = (f"not told apart from guessing at {n} targets" if p >= 0.05 else "better than guessing"
+                   if k > n / 2 else "worse than guessing: the estimate is biased")
+        parts.append(f"{k}/{n} at tol {r['setting'].rsplit(' ', 1)[-1]} (two-sided binomial p = {p:.2g} against a "
+                     f"coin's 1/2: {verdict})")
+    return (" The label is read from the same equation and degrades with it: " + "; ".join(parts) + ".") if parts else ""
 
 
 def _claims(config, rows) -> list[dict]:

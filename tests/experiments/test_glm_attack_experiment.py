@@ -48,3 +48,23 @@ def test_degradation_claim_is_a_paired_test(shift, verdict, claim_problems):
     assert claims[2]["verdict"] == verdict, claims[2]
     # Exactness: a mean MSE above the threshold fails Thm 1's claim.
     assert claims[0]["verdict"] == "fails"
+
+
+def test_label_sentence_sets_early_stopped_label_accuracy_beside_a_coin():
+    import math
+
+    from experiments.glm_attack import _label_sentence
+
+    def two_sided(k, n):  # naive: twice the smaller tail of Binomial(n, 1/2), capped at 1
+        tail = sum(math.comb(n, i) for i in range(0, min(k, n - k) + 1)) / 2**n
+        return min(1.0, 2 * tail)
+
+    rows = [{"setting": "released model grad-norm tol 1e-10", "label_accuracy": 1.0, "num_targets": 16},
+            {"setting": "released model grad-norm tol 0.1", "label_accuracy": 5 / 16, "num_targets": 16},
+            {"setting": "released model grad-norm tol 1", "label_accuracy": 1 / 40, "num_targets": 40}]
+    text = _label_sentence(rows)
+    assert "1e-10" not in text  # every label recovered: nothing to say
+    assert f"5/16 at tol 0.1 (two-sided binomial p = {two_sided(5, 16):.2g}" in text
+    assert "not told apart from guessing at 16 targets" in text
+    assert f"1/40 at tol 1 (two-sided binomial p = {two_sided(1, 40):.2g}" in text and "worse than guessing" in text
+    assert _label_sentence(rows[:1]) == ""
