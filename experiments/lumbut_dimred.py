@@ -351,10 +351,14 @@ def _report(metrics, config):
     base = metrics["mean_image_mse"]
     lines += [f"Trivial baseline (predict the mean training image): MSE {base:.4f}." if base is not None else "", ""]
     sizes = sorted(set(list(config.sizes) + list(config.slow_sizes)))
-    lines += ["## Figure 2 analogue: test MSE vs |D-| (split network, fresh seeds)", "",
-              "| method | " + " | ".join(f"|D-|={s}" for s in sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
-    for m in methods:
-        lines.append(f"| {m} | " + " | ".join(_fmt(_lookup(metrics, m, "fresh", s, "split")) for s in sizes) + " |")
+    lines += ["## Figure 2 analogue: test MSE vs |D-| (split network, fresh seeds)", ""]
+    if "split" in config.nets:
+        lines += ["| method | " + " | ".join(f"|D-|={s}" for s in sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
+        for m in methods:
+            lines.append(f"| {m} | " + " | ".join(_fmt(_lookup(metrics, m, "fresh", s, "split")) for s in sizes)
+                         + " |")
+    else:
+        lines.append(_not_run(config, "the split network", "nets"))
     lines += ["", "## Table 4 analogue: split encoder vs Balle et al. MLP (paper: |D-| = 199)", "",
               "| method | |D-| | ours: split | ours: MLP | paper: split | paper: MLP |", "|---|---|---|---|---|---|"]
     for m in methods:
@@ -362,17 +366,24 @@ def _report(metrics, config):
         lines.append(f"| {m} | {t4} | {_fmt(_lookup(metrics, m, 'fresh', t4, 'split'))} | "
                      f"{_fmt(_lookup(metrics, m, 'fresh', t4, 'mlp'))} | {ps[0]:.3f} ± {ps[1]:.3f} | "
                      f"{pm[0]:.3f} ± {pm[1]:.3f} |")
-    lines += ["", "## Known vs fresh seeds (randomised methods)", "",
-              "| method | |D-| | known seed | fresh seed |", "|---|---|---|---|"]
-    for m in _expand(config, config.seed_methods):
-        for s in config.seed_sizes:
-            lines.append(f"| {m} | {s} | {_fmt(_lookup(metrics, m, 'known', s, 'split'))} | "
-                         f"{_fmt(_lookup(metrics, m, 'fresh', s, 'split'))} |")
-    lines += ["", f"## Figure 6 analogue: noise defence at |D-| = {config.noise_size}", "",
-              "MSE between reconstructions from clean and from noisy-data embeddings (per pixel; paper eq. 12 / 784), "
-              "and in brackets the MSE of the noisy-data reconstruction to the true image.", "",
-              "| method | " + " | ".join(f"sigma={s:g}" for s in config.noise_sigmas) + " |",
-              "|---" * (len(config.noise_sigmas) + 1) + "|"]
+    lines += ["", "## Known vs fresh seeds (randomised methods)", ""]
+    if config.seed_methods and config.seed_sizes and "split" in config.nets:
+        lines += ["| method | |D-| | known seed | fresh seed |", "|---|---|---|---|"]
+        for m in _expand(config, config.seed_methods):
+            for s in config.seed_sizes:
+                lines.append(f"| {m} | {s} | {_fmt(_lookup(metrics, m, 'known', s, 'split'))} | "
+                             f"{_fmt(_lookup(metrics, m, 'fresh', s, 'split'))} |")
+    else:
+        lines.append(_not_run(config, "the seed comparison", "seed_methods, seed_sizes and nets"))
+    lines += ["", f"## Figure 6 analogue: noise defence at |D-| = {config.noise_size}", ""]
+    if metrics["noise"]:
+        lines += ["MSE between reconstructions from clean and from noisy-data embeddings (per pixel; paper eq. 12 / "
+                  "784), and in brackets the MSE of the noisy-data reconstruction to the true image.", "",
+                  "| method | " + " | ".join(f"sigma={s:g}" for s in config.noise_sigmas) + " |",
+                  "|---" * (len(config.noise_sigmas) + 1) + "|"]
+    else:  # the defence is measured with the split network at noise_size, fresh seeds, first repeat
+        lines.append(_not_run(config, "the noise defence, measured with the split network", "noise_size, "
+                              "noise_sigmas and nets"))
     for m, nz in metrics["noise"].items():
         lines.append(f"| {m} | " + " | ".join(
             f"{nz[f'{s:g}']['mse_vs_clean_recon']:.4f} ({nz[f'{s:g}']['mse_vs_true']:.4f})" if f"{s:g}" in nz else "—"
@@ -383,6 +394,11 @@ def _report(metrics, config):
     lines += ["", "Figures: fig2_mse_vs_size.png, fig3_reconstructions.png, fig6_noise_defence.png, "
               "seed_policy.png.", ""]
     return "\n".join(lines)
+
+
+def _not_run(config, what: str, fields: str) -> str:
+    """The line a section shows when this variant does not run it (rather than a table of dashes)."""
+    return f"Not run in the `{config.variant}` variant ({what}; see the config's {fields})."
 
 
 def _findings(metrics, config) -> list[str]:
