@@ -35,9 +35,10 @@ SNIPPETS = _tour_snippets()
 
 
 def test_the_tour_has_the_bound_and_attack_snippets():
-    assert len(SNIPPETS) == 2
+    assert len(SNIPPETS) == 3
     assert "calibrate_sigma_for_rero" in SNIPPETS[0] and "rero_dpsgd_tradeoff" in SNIPPETS[0]
-    assert "run_informed_pipeline" in SNIPPETS[1]
+    assert "linear_layer_attack" in SNIPPETS[1]
+    assert "run_informed_pipeline" in SNIPPETS[2]
 
 
 def _run(code, tmp_path, monkeypatch) -> str:
@@ -57,6 +58,22 @@ def test_bound_snippet(tmp_path, monkeypatch):
     assert gamma <= 0.05 and 0 < sigma < 1.0
     gdp, pld = (float(v) for v in second.split())
     np.testing.assert_allclose(gdp, pld, rtol=1e-4)  # q = 1: the PLD trade-off curve equals the GDP closed form
+
+
+def test_linear_layer_snippet(tmp_path, monkeypatch):
+    """The linear-layer attack averages T releases of the clipped record plus N(0, C^2 sigma^2) noise: with every
+    record inside the clip norm its per-pixel error is N(0, C^2 sigma^2 / T), so its MSE over the 8 x 784 pixels
+    lands on the bound (relative spread sqrt(2 / 6272) = 1.8%; 10% is over five of them)."""
+    from recon_jax import data
+
+    x, _ = data.load_dataset("mnist", "test")
+    assert np.sqrt((np.asarray(x[:8], np.float64) ** 2).sum(axis=(1, 2, 3))).max() < 20.0  # no record is clipped
+    out = _run(SNIPPETS[1], tmp_path, monkeypatch)
+    m = re.search(r"attack MSE ([\d.]+); expected MSE of any prior-free attack >= ([\d.]+)", out)
+    assert m, out
+    mse, bound = float(m.group(1)), float(m.group(2))
+    assert bound == pytest.approx(20.0**2 * 0.01**2 / 10, rel=1e-4)  # C^2 sigma^2 / T, by hand
+    assert mse == pytest.approx(bound, rel=0.1)
 
 
 def _numbers(line):
@@ -81,7 +98,7 @@ def _default_flags_env() -> dict:
 def test_attack_snippet(tmp_path):
     """The informed-adversary snippet in a fresh process with JAX's default flags (compute-bound: 40 reconstructor
     epochs; under this process's flags it took 1.4x the CPU time, and 114 s instead of 70-82 s in the suite)."""
-    done = subprocess.run([sys.executable, "-c", SNIPPETS[1]], cwd=tmp_path, env=_default_flags_env(),
+    done = subprocess.run([sys.executable, "-c", SNIPPETS[2]], cwd=tmp_path, env=_default_flags_env(),
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout

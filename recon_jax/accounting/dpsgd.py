@@ -398,10 +398,15 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
     ``sqrt(steps) / sigma`` ``1 - delta`` is 0 up to rounding for a long run of eps, which is not concave, and the
     search on the raw points lost the supremum (f ~1e-161 where the exact curve is 0.68). The result is a lower
     bound on the true trade-off (bounds built from it are sound), non-increasing in alpha, and stable at fine
-    discretisations.
+    discretisations. The curve is symmetric: the profile over eps >= 0 of both the remove and the add direction, as
+    f-DP under add/remove adjacency needs. For q < 1 a one-direction curve can be higher at small alpha (riskcal's
+    ``get_beta_from_pld`` reads one), so a ReRo bound from this one can be the looser of the two.
+
+    A host-side function (dp_accounting composes the PLD): concrete inputs only, not under ``jax.jit``.
 
     Args:
-      sigma: noise multiplier > 0; q: sampling probability in (0, 1]; steps: number of steps >= 1.
+      sigma: noise multiplier > 0; q: sampling probability in (0, 1]; steps: number of steps, a whole number >= 1
+        (``epochs * n / batch`` is rarely one: round it as the training loop does).
       alphas: type-I errors in [0, 1] (any shape).
       value_discretization_interval: PLD discretisation (smaller = tighter, slower).
       eps_grid: if given, the supremum is taken over these epsilons only (>= 0) instead of every loss value
@@ -411,7 +416,8 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
       NumPy array ``f(alphas)`` in [0, 1 - alpha].
 
     Raises:
-      ValueError: for out-of-range inputs, and where the PLD would need more than 2 GiB (as for
+      ValueError: for out-of-range inputs, a fractional ``steps`` (it was truncated), traced inputs, and where the
+        PLD would need more than 2 GiB (as for
         :func:`dpsgd_epsilon`'s ``"pld"``: a sigma below ``1 / (sqrt(100 + 9.76e6 * value_discretization_interval)
         - 10)``, 0.0112 at the default 1e-3, or a composition whose FFT, or the profile over its points, would not
         fit), naming sigma; checked before anything large is allocated.
@@ -423,6 +429,12 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
     True
     """
     guard(("sigma", sigma, POSITIVE), *_dpsgd_specs(q, steps, 0.5))  # checks only: a host-side function
+    if any(concrete_or_none(v) is None for v in (sigma, q, steps)):
+        raise ValueError("pld_tradeoff runs on the host (dp_accounting's PLD): sigma, q and steps must be concrete "
+                         "numbers, not values traced under jax.jit / vmap / grad")
+    # A fractional count was truncated here (30 epochs of 60000 / 256 = 7031.25 steps composed 7031): fewer steps
+    # than asked, a bound below the true one.
+    _pld_memory.check_whole_counts("steps", steps, "pld_tradeoff")
     check("alphas", alphas, lambda a: (a >= 0) & (a <= 1), "in [0, 1]")
     check("value_discretization_interval", value_discretization_interval, FINITE_POSITIVE)
     if eps_grid is not None:
@@ -480,11 +492,13 @@ def rero_dpsgd_tradeoff(kappa, sigma: float, q: float, steps: int, **kwargs) -> 
 
     ``kappa`` is the prior probability of a successful reconstruction without access to the model (the
     baseline, e.g. ``recon_jax.bounds.baseline_kappa_*``); ``f`` is the trade-off curve from
-    :func:`pld_tradeoff`. For ``q = 1`` this is ``rero_gdp(kappa, sqrt(steps)/sigma)``.
+    :func:`pld_tradeoff`. For ``q = 1`` this is ``rero_gdp(kappa, sqrt(steps)/sigma)``. Host-side, as
+    :func:`pld_tradeoff` is; for a jittable bound use the closed forms of :mod:`recon_jax.bounds` (``rero_gdp`` for
+    q = 1, ``rero_from_rdp_curve`` on an RDP curve).
 
     Args:
       kappa: baseline success probability(ies) in [0, 1].
-      sigma, q, steps: DP-SGD parameters; ``**kwargs`` go to :func:`pld_tradeoff`.
+      sigma, q, steps: DP-SGD parameters (steps a whole number); ``**kwargs`` go to :func:`pld_tradeoff`.
 
     Returns:
       NumPy array of upper bounds in [kappa, 1].

@@ -12,7 +12,9 @@ sampling rate ``q``, ``steps``, clip norm ``C``):
   GDP then, so the field names the curve that was computed), and Balle et al.'s Thm 2 for approximate DP from the
   RDP accountant's (eps, delta) (``rero_dp``, :func:`~recon_jax.bounds.rero_from_approx_dp`);
 - Ziller et al.'s prior-free bounds for an adversary who sees the T noisy gradient releases (expected MSE lower
-  bound, PSNR upper bound, NCC upper bound, and P[MSE <= eta]), in the units of the clipped record;
+  bound, PSNR upper bound at data range 1, NCC upper bound, and P[MSE <= eta]), in the units of the clipped record.
+  They count the record in every one of the T steps, whatever ``q``: for ``q < 1`` they describe a run that
+  samples the record at each step, not the subsampled one (whose fewer releases leak less);
 - the log Bayes' capacity of the Gaussian mechanism (Biswas et al. Thm 5).
 
 :func:`tightest_rero` picks the smallest applicable ReRo route (each is a valid upper bound, so the minimum is one
@@ -30,6 +32,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from recon_jax import bounds
+from recon_jax.accounting._pld_memory import check_whole_counts
 from recon_jax.accounting.dpsgd import dpsgd_epsilon, rero_dpsgd_tradeoff
 from recon_jax.accounting.rdp import DEFAULT_ORDERS, rdp_gaussian, rdp_subsampled_gaussian
 
@@ -115,13 +118,14 @@ def privacy_bounds(noise_multiplier: float, sample_rate: float, steps: int, delt
     Args:
       noise_multiplier: sigma > 0.
       sample_rate: q in (0, 1] (1 = full-batch DP-GD).
-      steps: T >= 1 noisy gradient releases.
+      steps: T >= 1 noisy gradient releases, a whole number.
       delta: target delta in (0, 1).
       clip_norm: C > 0.
       data_dim: dimension N of one training example (for the NCC and P[MSE <= eta] bounds).
       kappas: priors (baseline success probabilities) in (0, 1) for the ReRo table.
       eta_mse: optional MSE success threshold; adds Ziller's ``P[MSE <= eta]`` bound.
-      kappa_at_eta: optional baseline success probability of the threshold ``eta_mse``; adds a ReRo row at it.
+      kappa_at_eta: optional baseline success probability of the threshold ``eta_mse``, in (0, 1); adds a ReRo row
+        at it (none when ``kappas`` has it already).
       num_params: model size for Bayes' capacity (default ``data_dim``).
 
     Returns:
@@ -129,7 +133,8 @@ def privacy_bounds(noise_multiplier: float, sample_rate: float, steps: int, delt
       ``rero_pld``; for ``q = 1`` ``rero_pld`` is ``None``).
 
     Raises:
-      ValueError: naming the argument, when ``noise_multiplier``, ``sample_rate`` or ``steps`` is out of range.
+      ValueError: naming the argument, when ``noise_multiplier``, ``sample_rate``, ``steps`` (fractional ones
+        included) or ``kappa_at_eta`` is out of range.
 
     >>> b = privacy_bounds(4.0, 1.0, 100, 1e-5, 1.0, 784, kappas=[0.1])
     >>> value, route = tightest_rero(b.at(0.1)); route, round(value, 4)   # Phi(Phi^-1(0.1) + sqrt(100) / 4)
@@ -137,13 +142,18 @@ def privacy_bounds(noise_multiplier: float, sample_rate: float, steps: int, delt
     >>> b.eps_pld < b.eps_rdp
     True
     """
-    sigma, q, T = float(noise_multiplier), float(sample_rate), int(steps)
+    sigma, q = float(noise_multiplier), float(sample_rate)
     if not sigma > 0:
         raise ValueError(f"noise_multiplier must be > 0, got {noise_multiplier}")
     if not 0 < q <= 1:
         raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
+    # A fractional count was truncated here (7031.25 composed 7031 steps: a bound below the true one).
+    check_whole_counts("steps", steps, "privacy_bounds")
+    T = int(steps)
     if T < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
+    if kappa_at_eta is not None and not 0 < kappa_at_eta < 1:
+        raise ValueError(f"kappa_at_eta must be in the open interval (0, 1) or None, got {kappa_at_eta}")
     eps_rdp = float(dpsgd_epsilon(sigma, q, T, delta, accountant="rdp"))
     eps_pld = float(dpsgd_epsilon(sigma, q, T, delta, accountant="pld"))
     orders = np.asarray(DEFAULT_ORDERS, np.float64)
@@ -152,7 +162,7 @@ def privacy_bounds(noise_multiplier: float, sample_rate: float, steps: int, delt
     else:
         rdp_curve = T * np.asarray(rdp_subsampled_gaussian(q, sigma, orders))
     all_kappas = [float(k) for k in kappas]
-    if kappa_at_eta is not None and 0 < kappa_at_eta < 1:
+    if kappa_at_eta is not None and float(kappa_at_eta) not in all_kappas:  # one row per prior
         all_kappas.append(float(kappa_at_eta))
     rows = []
     for k in all_kappas:

@@ -34,23 +34,14 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from recon_jax._validation import FINITE_NONNEGATIVE, FINITE_POSITIVE, Range, check, check_integer, guard, nan_if
+from recon_jax._validation import (FINITE_NONNEGATIVE, FINITE_POSITIVE, Range, check, check_integer, guard, is_concrete,
+                                   nan_if)
 from recon_jax.attacks.linear_layer import linear_layer_attack, linear_layer_observations
 from recon_jax.models.losses import softmax_cross_entropy
 
-__all__ = [
-    "linear_layer_observations",
-    "linear_layer_attack",
-    "total_variation",
-    "softmax_cross_entropy",
-    "infer_labels_idlg",
-    "model_gradient",
-    "GradientAttackResult",
-    "InvertingGradientsOptions",
-    "inverting_gradients",
-    "DLGOptions",
-    "dlg",
-]
+__all__ = ["linear_layer_observations", "linear_layer_attack", "total_variation", "softmax_cross_entropy",
+           "infer_labels_idlg", "model_gradient", "GradientAttackResult", "InvertingGradientsOptions",
+           "inverting_gradients", "DLGOptions", "dlg"]
 
 ApplyFn = Callable[[Any, jax.Array], jax.Array]
 LossFn = Callable[[jax.Array, jax.Array], jax.Array]
@@ -242,11 +233,20 @@ class DLGOptions:
     optimize_labels: bool = False
 
 
+def _num_outputs(apply_fn, params, input_shape) -> int:
+    """The model's output width on a ``[1, *input_shape]`` batch (traced only), or a ValueError naming input_shape."""
+    try:
+        out = jax.eval_shape(apply_fn, params, jax.ShapeDtypeStruct((1,) + tuple(input_shape), jnp.float32))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"input_shape {tuple(input_shape)} does not fit the model: apply_fn on a batch of shape "
+                         f"{(1,) + tuple(input_shape)} fails ({type(e).__name__}: {str(e).splitlines()[0]})") from e
+    return int(out.shape[-1])
+
+
 def _prepare(apply_fn, params, observed_grad, input_shape, labels, batch_size, num_classes, last_layer_fn):
     g_obs = _flat(observed_grad, params)
-    if num_classes is None:
-        out = jax.eval_shape(apply_fn, params, jax.ShapeDtypeStruct((1,) + tuple(input_shape), jnp.float32))
-        num_classes = int(out.shape[-1])
+    outputs = _num_outputs(apply_fn, params, input_shape)  # checks input_shape, whether or not num_classes is given
+    num_classes = outputs if num_classes is None else num_classes
     if labels is None:
         _, unravel = ravel_pytree(params)
         tree = unravel(g_obs)
@@ -362,9 +362,13 @@ def inverting_gradients(
     _validate_common(input_shape, batch_size, num_restarts, num_steps, lr, data_range, clip_norm)
     check("tv_weight", tv_weight, FINITE_NONNEGATIVE)  # NaN failed both `< 0` and `> 0`: TV silently dropped
     if tv_weight > 0 and len(input_shape) not in (2, 3):
-        raise ValueError(f"tv_weight > 0 needs image inputs [H, W] or [H, W, C], got input_shape {input_shape}")
+        raise ValueError(f"tv_weight > 0 needs image inputs [H, W] or [H, W, C], got input_shape {input_shape}; for "
+                         "other inputs pass InvertingGradientsOptions(tv_weight=0.0)")
     g_obs, labels, targets = _prepare(apply_fn, params, observed_grad, input_shape, labels, batch_size, num_classes,
                                       last_layer_fn)
+    if is_concrete(g_obs) and not bool(jnp.any(g_obs != 0)):  # traced: the NaN loss says it
+        raise ValueError("observed_grad is all zeros: no direction for the cosine matching cost to match (a model at "
+                         "an exact stationary point, or an empty release)")
     xs, losses = _ig_run(key, params, g_obs, targets, apply_fn=apply_fn, loss=loss, input_shape=tuple(input_shape),
         batch_size=int(batch_size), num_restarts=int(num_restarts), num_steps=int(num_steps), lr=float(lr),
         tv_weight=float(tv_weight), data_range=None if data_range is None else tuple(map(float, data_range)),
@@ -399,9 +403,7 @@ def _restarts(key, num_restarts, num_steps, opt, init, rec_loss, *, project, sig
 
 
 def _clip_to(data_range):
-    if data_range is None:
-        return lambda x: x
-    return lambda x: jnp.clip(x, data_range[0], data_range[1])
+    return (lambda x: x) if data_range is None else (lambda x: jnp.clip(x, data_range[0], data_range[1]))
 
 
 _IG_STATIC = ("apply_fn", "loss", "input_shape", "batch_size", "num_restarts", "num_steps", "lr", "tv_weight",
@@ -475,9 +477,8 @@ def dlg(
     _validate_common(input_shape, batch_size, num_restarts, num_steps, lr, data_range, clip_norm)
     if optimize_labels:
         g_obs = _flat(observed_grad, params)
-        if num_classes is None:
-            out = jax.eval_shape(apply_fn, params, jax.ShapeDtypeStruct((1,) + tuple(input_shape), jnp.float32))
-            num_classes = int(out.shape[-1])
+        outputs = _num_outputs(apply_fn, params, input_shape)
+        num_classes = outputs if num_classes is None else num_classes
         label_init = None
     else:
         g_obs, labels, label_init = _prepare(apply_fn, params, observed_grad, input_shape, labels, batch_size,

@@ -360,7 +360,7 @@ def run(config, workdir: str) -> dict:
                 b, bounds_dir = _stored_bounds(workdir, dict(
                     noise_multiplier=sigma, sample_rate=q, steps=steps, delta=config.delta,
                     clip_norm=config.clip_norm, data_dim=data_dim, kappas=kappas, eta_mse=eta,
-                    kappa_at_eta=kappa_eta, num_params=num_params))
+                    kappa_at_eta=kappa_eta if 0 < kappa_eta < 1 else None, num_params=num_params))
             stores.append(bounds_dir)
             row["eps_rdp"], row["eps_pld"] = b.eps_rdp, b.eps_pld
             at = [r for r in b.rero if r.kappa == kappa_eta]

@@ -286,6 +286,17 @@ def test_gradient_matching_validation():
         ga.total_variation(jnp.ones((2, 3)))
     with pytest.raises(TypeError, match="DLGOptions"):
         ga.dlg(jax.random.key(0), _mlp_apply, params, g, (4,), ga.InvertingGradientsOptions())
+    # The messages say what to do: TV on a vector input names the option that turns it off; an all-zero release (a
+    # NaN reconstruction before) and an input shape the model cannot take (JAX's dot_general TypeError) are named.
+    with pytest.raises(ValueError, match=r"InvertingGradientsOptions\(tv_weight=0.0\)"):
+        ga.inverting_gradients(jax.random.key(0), _mlp_apply, params, g, (4,), labels=jnp.array([0]))
+    no_tv = ga.InvertingGradientsOptions(tv_weight=0.0, num_steps=2)
+    with pytest.raises(ValueError, match="observed_grad is all zeros"):
+        ga.inverting_gradients(jax.random.key(0), _mlp_apply, params, g, (4,), no_tv, labels=jnp.array([0]))
+    for attack, options in ((ga.inverting_gradients, no_tv), (ga.dlg, ga.DLGOptions(num_steps=2))):
+        for extra in ({}, {"num_classes": 3}):
+            with pytest.raises(ValueError, match=r"input_shape \(5,\) does not fit the model"):
+                attack(jax.random.key(0), _mlp_apply, params, g + 1.0, (5,), options, labels=jnp.array([0]), **extra)
 
 
 @pytest.mark.parametrize("clip_norm", [-1.0, 0.0, np.nan, np.inf])
