@@ -44,7 +44,12 @@ _DELTA = Range(OPEN_UNIT.predicate, "in (0, 1)")  # a target delta
 
 def _dpsgd_specs(q, steps, delta) -> tuple:
     """The :func:`~recon_jax._validation.guard` specs of the DP-SGD arguments besides sigma (or the target eps)."""
-    return ("q", q, HALF_OPEN_UNIT), ("steps", steps, at_least(1)), ("delta", delta, _DELTA)
+    return ("q", q, _SAMPLING_RATE), ("steps", steps, at_least(1)), ("delta", delta, _DELTA)
+
+
+# A batch size passed for q (256 for 256 / 60000) is the usual slip: the message says what q is.
+_SAMPLING_RATE = Range(HALF_OPEN_UNIT.predicate, HALF_OPEN_UNIT.allowed + " (the sampling rate: batch size / dataset "
+                                                                          "size)")
 
 
 def _eps_rdp(sigma, qlogs, steps, log_delta, orders: np.ndarray, plain: bool = False):

@@ -44,3 +44,8 @@ def test_privacy_bounds_checks_kappa_at_eta_and_keeps_one_row_per_prior(x64):
     assert [r.kappa for r in b.rero] == [0.1, 0.01] and b.kappa_at_eta == 0.01
     b = privacy_bounds(4.0, 1.0, 100, 1e-5, 1.0, 4, kappas=[0.1], kappa_at_eta=0.02)
     assert [r.kappa for r in b.rero] == [0.1, 0.02]
+
+
+def test_a_batch_size_passed_for_q_is_named_as_such():
+    with pytest.raises(ValueError, match=r"q must be in \(0, 1\] \(the sampling rate: batch size / dataset size\)"):
+        dpsgd_epsilon(1.0, 256, 100, 1e-5)
