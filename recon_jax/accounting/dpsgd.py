@@ -403,9 +403,10 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
     ``sqrt(steps) / sigma`` ``1 - delta`` is 0 up to rounding for a long run of eps, which is not concave, and the
     search on the raw points lost the supremum (f ~1e-161 where the exact curve is 0.68). The result is a lower
     bound on the true trade-off (bounds built from it are sound), non-increasing in alpha, and stable at fine
-    discretisations. The curve is symmetric: the profile over eps >= 0 of both the remove and the add direction, as
-    f-DP under add/remove adjacency needs. For q < 1 a one-direction curve can be higher at small alpha (riskcal's
-    ``get_beta_from_pld`` reads one), so a ReRo bound from this one can be the looser of the two.
+    discretisations. The curve is symmetric: the envelope over eps >= 0 of the larger of the remove and the add
+    direction's profiles, as f-DP under add/remove adjacency needs. For q < 1 a curve read from the dominating pair
+    itself (riskcal's ``get_beta_from_pld``, Kulynych et al. 2024 Alg. 1) can be higher at small alpha, and a ReRo
+    bound from it smaller; the symmetric curve is the conservative one.
 
     A host-side function (dp_accounting composes the PLD): concrete inputs only, not under ``jax.jit``.
 
