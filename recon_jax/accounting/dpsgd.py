@@ -404,9 +404,10 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
     search on the raw points lost the supremum (f ~1e-161 where the exact curve is 0.68). The result is a lower
     bound on the true trade-off (bounds built from it are sound), non-increasing in alpha, and stable at fine
     discretisations. The curve is symmetric: the envelope over eps >= 0 of the larger of the remove and the add
-    direction's profiles, as f-DP under add/remove adjacency needs. For q < 1 a curve read from the dominating pair
-    itself (riskcal's ``get_beta_from_pld``, Kulynych et al. 2024 Alg. 1) can be higher at small alpha, and a ReRo
-    bound from it smaller; the symmetric curve is the conservative one.
+    direction's profiles, as f-DP under add/remove adjacency needs. At small alpha, where a ReRo bound reads it, it
+    equals the one direction that bound needs, T(trained without the target, trained with it), up to the
+    discretisation (checked against the exact curve of one subsampled step); near alpha = 1/2 and above, for q < 1,
+    it is the lower of the two directions.
 
     A host-side function (dp_accounting composes the PLD): concrete inputs only, not under ``jax.jit``.
 

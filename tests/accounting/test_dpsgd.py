@@ -249,6 +249,32 @@ def test_tradeoff_sound_and_tight_against_riskcal(sigma, q, steps):
     assert np.all(np.diff(ours) <= 0)
 
 
+@pytest.mark.parametrize("sigma,q", [(1.0, 0.1), (0.8, 0.3)])
+def test_tradeoff_of_one_subsampled_step_against_its_exact_curve(x64, sigma, q):
+    """One Poisson-subsampled Gaussian step in closed form: P0 = N(0, sigma^2) (trained without the target), P1 =
+    (1 - q) N(0, sigma^2) + q N(1, sigma^2) (with it). Their likelihood ratio grows with x, so threshold tests are
+    optimal and T(P0, P1)(a) = P1(X <= t) at P0(X > t) = a (Neyman-Pearson; scipy's normal cdf). The ReRo bound
+    needs exactly this direction (success under P1 against the prior's kappa under P0). The symmetric curve never
+    exceeds it and equals it, up to the discretisation, where ReRo reads it (small alpha); near alpha = 1/2 and
+    above it is the lower of the two directions, which the exact T(P1, P0) shows."""
+    alphas = np.array([1e-5, 1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.3])
+    t = stats.norm.isf(alphas) * sigma  # P0(X > t) = alpha
+    exact_01 = (1 - q) * stats.norm.cdf(t / sigma) + q * stats.norm.cdf((t - 1) / sigma)
+    ours = pld_tradeoff(sigma, q, 1, alphas, value_discretization_interval=1e-4)
+    assert np.all(ours <= exact_01 + 1e-12)
+    small = alphas <= 0.1  # at q = 0.3, alpha = 0.3 is already where the symmetric curve dips below (by 6e-4)
+    np.testing.assert_allclose(ours[small], exact_01[small], atol=2e-5)
+    # At alpha = 0.8 the two directions differ: the symmetric curve is the other direction's (lower) value there.
+    a = np.array([0.8])
+    t0 = stats.norm.isf(a) * sigma
+    exact_01 = (1 - q) * stats.norm.cdf(t0 / sigma) + q * stats.norm.cdf((t0 - 1) / sigma)
+    u = np.linspace(-15.0, 15.0, 600001) * sigma  # T(P1, P0)(a) = P0(X > u) at P1(X <= u) = a, on a fine grid
+    exact_10 = np.interp(a, (1 - q) * stats.norm.cdf(u / sigma) + q * stats.norm.cdf((u - 1) / sigma),
+                         stats.norm.sf(u / sigma))
+    assert exact_10[0] < exact_01[0]
+    np.testing.assert_allclose(pld_tradeoff(sigma, q, 1, a, value_discretization_interval=1e-4), exact_10, atol=1e-4)
+
+
 def test_tradeoff_stable_at_a_fine_grid_and_exact_grid_is_tighter(x64):
     # A 1e-4 discretisation stays a sound bound (q = 1: exact GDP curve above it) and improves on 1e-3; the
     # supremum over every loss value is at least the one over the old 2,000-point eps grid.
