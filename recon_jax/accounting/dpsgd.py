@@ -48,8 +48,7 @@ def _dpsgd_specs(q, steps, delta) -> tuple:
 
 
 # A batch size passed for q (256 for 256 / 60000) is the usual slip: the message says what q is.
-_SAMPLING_RATE = Range(HALF_OPEN_UNIT.predicate, HALF_OPEN_UNIT.allowed + " (the sampling rate: batch size / dataset "
-                                                                          "size)")
+_SAMPLING_RATE = Range(HALF_OPEN_UNIT.predicate, f"{HALF_OPEN_UNIT.allowed} (the sampling rate: batch / dataset size)")
 
 
 def _eps_rdp(sigma, qlogs, steps, log_delta, orders: np.ndarray, plain: bool = False):
@@ -439,8 +438,7 @@ def pld_tradeoff(sigma: float, q: float, steps: int, alphas, *, value_discretiza
     if any(concrete_or_none(v) is None for v in (sigma, q, steps)):
         raise ValueError("pld_tradeoff runs on the host (dp_accounting's PLD): sigma, q and steps must be concrete "
                          "numbers, not values traced under jax.jit / vmap / grad")
-    # A fractional count was truncated here (30 epochs of 60000 / 256 = 7031.25 steps composed 7031): fewer steps
-    # than asked, a bound below the true one.
+    # A fractional count was truncated here (7031.25 steps composed 7031): a bound below the true one.
     _pld_memory.check_whole_counts("steps", steps, "pld_tradeoff")
     check("alphas", alphas, lambda a: (a >= 0) & (a <= 1), "in [0, 1]")
     check("value_discretization_interval", value_discretization_interval, FINITE_POSITIVE)

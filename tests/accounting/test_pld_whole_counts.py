@@ -47,5 +47,5 @@ def test_privacy_bounds_checks_kappa_at_eta_and_keeps_one_row_per_prior(x64):
 
 
 def test_a_batch_size_passed_for_q_is_named_as_such():
-    with pytest.raises(ValueError, match=r"q must be in \(0, 1\] \(the sampling rate: batch size / dataset size\)"):
+    with pytest.raises(ValueError, match=r"q must be in \(0, 1\] \(the sampling rate: batch / dataset size\)"):
         dpsgd_epsilon(1.0, 256, 100, 1e-5)
