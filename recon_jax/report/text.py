@@ -7,7 +7,8 @@ from __future__ import annotations
 from recon_jax.attacks.audit import SELECTION_CONFIDENCE
 from recon_jax.evidence.claims import claim, comparison, is_vacuous
 from recon_jax.evidence.markdown import markdown_table
-from recon_jax.report.reading import calibration_sentence, interpretation, not_learned_note
+from recon_jax.report.reading import (TERMS, above_accountant_note, bottom_line, calibration_sentence, interpretation,
+                                     not_learned_note)
 from recon_jax.report.updates import VACUOUS_BOUND, reach_prior_sizes
 
 __all__ = ["claims", "decidability_banner", "report_markdown", "header_lines", "NOT_PRIVATE", "shown_rows"]
@@ -274,7 +275,7 @@ def _prediction_sentence(upd, conf) -> str:
             f"{worst['prior_aware_success']:.3f} measured, {z(worst):+.1f} binomial standard errors).")
 
 
-def _audits_section(config, dp_rows, conf, q) -> list[str]:
+def _audits_section(config, dp_rows, conf, q, steps) -> list[str]:
     """The three audits per DP setting, with their assumptions."""
     erows = [{"setting": r["setting"], "eps_pld": r["eps_pld"],
               "(eps, delta) >=": r["empirical_eps"], "its ceiling": r["audit_rigorous_ceiling"],
@@ -297,8 +298,8 @@ def _audits_section(config, dp_rows, conf, q) -> list[str]:
             f"crafted run; half of each world's runs choose a threshold (the one whose Clopper-Pearson bound on them, "
             f"at a fixed {SELECTION_CONFIDENCE:.0%}, is largest), the other half bound FPR and FNR from above "
             f"(Clopper-Pearson, jointly {conf}): eps >= max(log((1 - delta - FPR)/FNR), log((1 - delta - FNR)/FPR)). "
-            "With n evaluation runs per world it cannot exceed about log(n/3) whatever the mechanism: `its "
-            "ceiling`.",
+            "With n evaluation runs per world (half of `runs per world`) it cannot exceed about log(n/3) whatever "
+            "the mechanism: `its ceiling`.",
             f"- Gaussian-DP reading (Nasr et al. 2023): the same scores read as mu-GDP: an exact {conf} lower bound "
             "on mu (noncentral t, assuming normal scores of equal variance in both worlds; "
             + f"sample standard deviations with/without the canary {stds}) " +
@@ -309,37 +310,8 @@ def _audits_section(config, dp_rows, conf, q) -> list[str]:
             "per setting; guesses on the most and least confident canaries (guess counts fixed in advance, "
             "Bonferroni over them); no assumption on the trade-off shape, DP with respect to adding or removing one "
             "canary. The f-DP column reads the same guesses as Gaussian DP (Mahloujifar et al. 2024; assumes the "
-            "Gaussian shape).", "", markdown_table(erows), ""] + _above_accountant_note(dp_rows, config.confidence)
-
-
-def _above_accountant_note(dp_rows, confidence: float) -> list[str]:
-    """A note under the audit table naming each per-setting lower bound above the accountant's epsilon.
-
-    Each column is a bound at ``confidence`` on its own, so a sound mechanism still puts one above its epsilon now
-    and then (each with probability up to 1 - ``confidence``); the claim "no audit certifies more" reads the family-wise
-    bounds, which the note gives beside them.
-    """
-    columns = (("(eps, delta)", "empirical_eps", "empirical_eps_familywise"),
-               ("GDP", "audit_gdp_eps", "audit_gdp_eps_familywise"),
-               ("one-run", "audit_one_run_eps", "audit_one_run_eps_familywise"),
-               ("one-run f-DP", "audit_one_run_eps_fdp", None))
-    above = []
-    for r in dp_rows:
-        for name, key, familywise in columns:
-            if r.get(key) is not None and r[key] > r["eps_pld"]:
-                fw = (f"; family-wise {r[familywise]:.4g}" if familywise and r.get(familywise) is not None
-                      else "; not in the claim's family")
-                above.append(f"{r['setting']}, {name} eps >= {r[key]:.4g} vs eps_pld {r['eps_pld']:.4g}{fw}")
-    if not above:
-        return []
-    r = dp_rows[0]
-    return [f"Above the accountant's epsilon: {'; '.join(above)}. Each number in the table is a "
-            f"{100 * confidence:g}% lower bound on its own, so even for a mechanism that meets its accounting each "
-            f"can exceed the true epsilon by chance (with probability up to {1 - confidence:.2g}), and with "
-            f"{len(dp_rows) * len(columns)} such numbers one above it is no surprise. The claim that no audit "
-            f"certifies more than the accountant reads the family-wise bounds (confidence "
-            f"{r['audit_familywise_confidence']:.4g}, Bonferroni over the run's {r['audit_family_size']} audits); a "
-            "family-wise bound above the accountant's epsilon would fail it.", ""]
+            "Gaussian shape).", "", markdown_table(erows), ""] + above_accountant_note(
+                dp_rows, config.confidence, steps if q == 1.0 else None)
 
 
 NOT_PRIVATE = "∞ (no DP)"
@@ -415,7 +387,7 @@ def report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1
              f"threat model reaches). The games run the accounted mechanism: {steps} steps of the Gaussian mechanism "
              f"at rate q = {q:.4g}"
              f"{'' if q == 1.0 else ' (Poisson sampling of D- and the target; the adversary knows which D- records were drawn)'}.",
-             f"- Rates carry {conf} Clopper-Pearson intervals.", ""]
+             f"- Rates carry {conf} Clopper-Pearson intervals.", "", TERMS, ""]
     if config.batch_size is not None:
         text.insert(-1, "- Batch order: " + (
             "secret and fresh for every model (the adversary's shadow models use their own random orders); the "
@@ -424,7 +396,9 @@ def report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1
             if config.shuffle == "fresh" else
             "known to the adversary (shared by every model); it knows which step of each epoch used the target, "
             "so the accounting applies no subsampling amplification (q = 1, one step per epoch)."))
-    text += ["## Attack results (final model released)", "", markdown_table(shown_rows(rows), attack_cols), ""]
+    short = bottom_line(rows, result["calibration"])
+    text += ([short, ""] if short else []) + ["## Attack results (final model released)", "",
+                                              markdown_table(shown_rows(rows), attack_cols), ""]
     note = not_learned_note(rows, result.get("chance_accuracy"), result.get("eval_size"))
     text += [note, ""] if note else []
     text += ["![targets, reconstructions and NN oracle](reconstructions.png)", ""]
@@ -444,7 +418,7 @@ def report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1
                  "**(b) Every update released** (prior-aware attack; success = exact identification of the target "
                  "among k candidates):", ""]
         text += _updates_section(config, result, upd, conf, q)
-        text += _audits_section(config, dp_rows, conf, q)
+        text += _audits_section(config, dp_rows, conf, q, steps)
         text += ["## What the theorems guarantee", "",
                  "ReRo = upper bound on the probability that *any* attack reconstructs a record (here: MSE <= eta), "
                  "given a prior success probability kappa. Routes: RDP curve and zCDP (optimal RDP-to-trade-off "
@@ -467,9 +441,11 @@ def report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1
         text += ["Prior-free bounds of Ziller et al. hold in *their* threat model only: the adversary observes the T "
                  "noisy clipped gradients of a linear layer, whose gradient is the (clipped) record itself. MSE and "
                  "PSNR are therefore in units of the clip norm (records scaled to norm <= C), not comparable with the "
-                 "image-space MSEs above; NCC is scale-free. The log Bayes' capacity is that of one Gaussian release "
-                 "at the effective noise sigma/sqrt(T) over the model's parameters (Biswas et al. Thm 5; larger "
-                 "means more leakage, compare across settings).", "", markdown_table(zrows), ""]
+                 "image-space MSEs above; NCC is scale-free. They bound an adversary without a data prior: a fixed "
+                 "guess, such as the all-zero record, is a prior and can do better. The log Bayes' capacity (nats) "
+                 "is that of one Gaussian release at the effective noise sigma/sqrt(T) over the model's parameters "
+                 "(Biswas et al. Thm 5; larger means more leakage, compare across settings).", "",
+                 markdown_table(zrows), ""]
         text += ["Accounting: add/remove-one adjacency with sensitivity C, as in the ReRo argument (training with "
                  "vs without the target).", ""]
     cal = result["calibration"]

@@ -415,11 +415,14 @@ def test_claims_drop_vacuous_cells_and_decide_from_intervals(claim_problems):
     res = text.claims(config, {"rows": [chance], "prior_aware": [], "sample_rate": 1.0})
     assert next(c for c in res if c["name"].startswith("no audit certifies"))["verdict"] == "holds"
     # The audit table names such a bound under it, with its family-wise value, and names nothing when none is above.
-    (note,) = [line for line in text._above_accountant_note([chance, dp], 0.95) if line]
+    (note,) = [line for line in reading.above_accountant_note([chance, dp], 0.95) if line]
     assert note.startswith("Above the accountant's epsilon: DP sigma=16, GDP eps >= 2.6 vs eps_pld 2.56; "
                            "family-wise 2.5. Each number in the table is a 95% lower bound on its own")
     assert "with 8 such numbers" in note and "Bonferroni over the run's 6 audits" in note
-    assert text._above_accountant_note([dp, sigma1], 0.95) == []
+    assert reading.above_accountant_note([dp, sigma1], 0.95) == []
+    # Full batch: the note gives the canary's true mu, sqrt(T) / sigma = 10 / 16, beside the bound above it.
+    (note,) = [line for line in reading.above_accountant_note([chance], 0.95, full_batch_steps=100) if line]
+    assert "true mu is sqrt(T) / sigma = 0.625 against mu >= 0.55" in note
     leaky = dict(dp, audit_gdp_eps=2.9, audit_gdp_eps_familywise=2.7)
     res = text.claims(config, {"rows": [leaky], "prior_aware": [], "sample_rate": 1.0})
     assert next(c for c in res if c["name"].startswith("no audit certifies"))["verdict"] == "fails"
@@ -449,6 +452,22 @@ def test_claims_drop_vacuous_cells_and_decide_from_intervals(claim_problems):
     # RDP conversion (2.78).
     words = reading.interpretation([dict(dp, success_rate=0.3, test_accuracy=0.9)], 0.05, config)
     assert "eps=2.56" in words and "2.78" not in words
+
+
+def test_bottom_line_reads_the_tightest_bound_at_the_calibration_target():
+    """Each DP setting against the target (5% at a 1% prior): the smallest route's bound at kappa = 0.01, met or not;
+    the non-private row and a row without that prior say nothing."""
+    cal = {"rero": 0.05, "kappa": 0.01}
+    rows = [{"setting": "non-private", "noise_multiplier": 0, "eps_pld": "inf"},
+            {"setting": "DP sigma=4", "noise_multiplier": 4.0, "eps_pld": 13.21,
+             "bounds": {"rero": [{"kappa": 0.01, "rero_gdp": 0.5689, "rero_rdp": 0.7902, "rero_zcdp": 0.7898}]}},
+            {"setting": "DP sigma=16", "noise_multiplier": 16.0, "eps_pld": 2.56,
+             "bounds": {"rero": [{"kappa": 0.1, "rero_gdp": 0.2557}, {"kappa": 0.01, "rero_gdp": 0.04444,
+                                                                     "rero_rdp": 0.05456, "rero_zcdp": 0.05456}]}}]
+    line = reading.bottom_line(rows, cal)
+    assert "DP sigma=4 (eps_pld 13.2): bound 56.9%, **not met**; DP sigma=16 (eps_pld 2.56): bound 4.44%, **met**" in line
+    assert "non-private" not in line and "0% means that attack failed" in line
+    assert reading.bottom_line(rows, dict(cal, kappa=0.5)) == "" and reading.bottom_line(rows, None) == ""
 
 
 def test_crafted_trials_reach_the_precision_asked():

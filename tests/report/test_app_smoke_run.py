@@ -130,7 +130,8 @@ def test_smoke_report_end_to_end(smoke_run):
     assert "| ∞ (no DP) | ∞ (no DP) |" in report and "| inf |" not in report
     for section in ("What the theorems guarantee", "Interpretation", "Audits: empirical epsilon",
                     "Calibration to a risk target", "every update released", "clip-norm units", "per-pair prediction",
-                    "simplex optimum / bound", "Gaussian-DP reading", "One-run audit", "## Claims"):
+                    "simplex optimum / bound", "Gaussian-DP reading", "One-run audit", "## Claims",
+                    "Terms. *ReRo bound*", "**In short.** Against the target of any attack"):
         assert section in report, section
     # A smoke run cannot decide its claims, and says so before anything else (issue 35).
     top = report.split("## What was run")[0].splitlines()
