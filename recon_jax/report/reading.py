@@ -44,9 +44,9 @@ def bottom_line(rows, cal) -> str:
     if not parts:
         return ""
     return (f"**In short.** Against the target of any attack succeeding at most {100 * cal['rero']:g}% of the time "
-            f"at a {100 * cal['kappa']:g}% prior: " + "; ".join(parts) + ". These are the ReRo bounds, which hold "
-            "against any attack that sees every update; the attacks below show what two concrete adversaries reach, "
-            "and a success of 0% means that attack failed, not that no attack can succeed.")
+            f"at a {100 * cal['kappa']:g}% prior: " + "; ".join(parts) + ". These are ReRo bounds: they hold for "
+            "any attack, even one that sees every update. The attacks below show what two concrete adversaries "
+            "reach; a success of 0% means that attack failed, not that no attack can succeed.")
 
 
 def calibration_sentence(cal, rows) -> str:

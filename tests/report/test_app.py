@@ -465,8 +465,9 @@ def test_bottom_line_reads_the_tightest_bound_at_the_calibration_target():
              "bounds": {"rero": [{"kappa": 0.1, "rero_gdp": 0.2557}, {"kappa": 0.01, "rero_gdp": 0.04444,
                                                                      "rero_rdp": 0.05456, "rero_zcdp": 0.05456}]}}]
     line = reading.bottom_line(rows, cal)
-    assert "DP sigma=4 (eps_pld 13.2): bound 56.9%, **not met**; DP sigma=16 (eps_pld 2.56): bound 4.44%, **met**" in line
-    assert "non-private" not in line and "0% means that attack failed" in line
+    assert ("DP sigma=4 (eps_pld 13.2): bound 56.9%, **not met**; DP sigma=16 (eps_pld 2.56): bound 4.44%, **met**"
+            in line)
+    assert "non-private" not in line and "they hold for any attack" in line and "0% means that attack failed" in line
     assert reading.bottom_line(rows, dict(cal, kappa=0.5)) == "" and reading.bottom_line(rows, None) == ""
 
 
