@@ -387,7 +387,7 @@ def report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1
              f"threat model reaches). The games run the accounted mechanism: {steps} steps of the Gaussian mechanism "
              f"at rate q = {q:.4g}"
              f"{'' if q == 1.0 else ' (Poisson sampling of D- and the target; the adversary knows which D- records were drawn)'}.",
-             f"- Rates carry {conf} Clopper-Pearson intervals.", "", TERMS, ""]
+             f"- Rates carry {conf} Clopper-Pearson intervals.", ""]
     if config.batch_size is not None:
         text.insert(-1, "- Batch order: " + (
             "secret and fresh for every model (the adversary's shadow models use their own random orders); the "
@@ -396,8 +396,8 @@ def report_markdown(config, result, s, num_params, q, steps, recon_name="MLP 2x1
             if config.shuffle == "fresh" else
             "known to the adversary (shared by every model); it knows which step of each epoch used the target, "
             "so the accounting applies no subsampling amplification (q = 1, one step per epoch)."))
-    short = bottom_line(rows, result["calibration"])
-    text += ([short, ""] if short else []) + ["## Attack results (final model released)", "",
+    short = bottom_line(rows, result["calibration"])  # the glossary after the list (a batch-order item joins it)
+    text += [TERMS, ""] + ([short, ""] if short else []) + ["## Attack results (final model released)", "",
                                               markdown_table(shown_rows(rows), attack_cols), ""]
     note = not_learned_note(rows, result.get("chance_accuracy"), result.get("eval_size"))
     text += [note, ""] if note else []

@@ -137,6 +137,10 @@ def test_minibatch_dp_sgd_report(tmp_path):
     assert 0.0 <= row["test_accuracy"] <= 1.0 and row["num_targets"] == 4
     report = (tmp_path / "report.md").read_text()
     assert "Poisson" in report and "minibatch SGD (batch 17)" in report
+    # The batch-order item stays in the "What was run" list, right after its last item, before the glossary.
+    rates = report.index("- Rates carry")
+    assert rates < report.index("- Batch order: secret") < report.index("Terms. *ReRo bound*")
+    assert "\n\n" not in report[rates:report.index("- Batch order")]
 
 
 def test_models_no_better_than_chance_are_named():
