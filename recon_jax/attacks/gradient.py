@@ -233,20 +233,20 @@ class DLGOptions:
     optimize_labels: bool = False
 
 
-def _num_outputs(apply_fn, params, input_shape) -> int:
-    """The model's output width on a ``[1, *input_shape]`` batch (traced only), or a ValueError naming input_shape."""
+def _num_classes(apply_fn, params, input_shape, num_classes: int | None) -> int:
+    """``num_classes``, or the model's output width on a ``[1, *input_shape]`` batch when None; either way the shape
+    is traced once (nothing runs), and one the model cannot take is a ValueError naming input_shape."""
     try:
         out = jax.eval_shape(apply_fn, params, jax.ShapeDtypeStruct((1,) + tuple(input_shape), jnp.float32))
     except (TypeError, ValueError) as e:
         raise ValueError(f"input_shape {tuple(input_shape)} does not fit the model: apply_fn on a batch of shape "
                          f"{(1,) + tuple(input_shape)} fails ({type(e).__name__}: {str(e).splitlines()[0]})") from e
-    return int(out.shape[-1])
+    return int(out.shape[-1]) if num_classes is None else num_classes
 
 
 def _prepare(apply_fn, params, observed_grad, input_shape, labels, batch_size, num_classes, last_layer_fn):
     g_obs = _flat(observed_grad, params)
-    outputs = _num_outputs(apply_fn, params, input_shape)  # checks input_shape, whether or not num_classes is given
-    num_classes = outputs if num_classes is None else num_classes
+    num_classes = _num_classes(apply_fn, params, input_shape, num_classes)
     if labels is None:
         _, unravel = ravel_pytree(params)
         tree = unravel(g_obs)
@@ -477,8 +477,7 @@ def dlg(
     _validate_common(input_shape, batch_size, num_restarts, num_steps, lr, data_range, clip_norm)
     if optimize_labels:
         g_obs = _flat(observed_grad, params)
-        outputs = _num_outputs(apply_fn, params, input_shape)
-        num_classes = outputs if num_classes is None else num_classes
+        num_classes = _num_classes(apply_fn, params, input_shape, num_classes)
         label_init = None
     else:
         g_obs, labels, label_init = _prepare(apply_fn, params, observed_grad, input_shape, labels, batch_size,
