@@ -510,12 +510,27 @@ def test_rademacher_perturbation_moves_each_mode_by_its_bound(x64):
 # Algorithm 1 as the reference implementation runs it.
 
 
+def _stop_margin(jac, rhs, k, atol, btol):
+    """How near SciPy's LSQR stopping tests 1 and 2 are to their thresholds after ``k`` iterations: the smaller
+    |log(test / threshold)| of the two (0 on a threshold). Its own formulas, from the norms SciPy returns."""
+    import scipy.sparse.linalg
+
+    out = scipy.sparse.linalg.lsqr(jac, rhs, atol=0.0, btol=0.0, iter_lim=k)
+    rnorm, anorm, arnorm, xnorm = out[3], out[5], out[7], out[8]
+    bnorm = np.linalg.norm(rhs)
+    test1, rtol = rnorm / bnorm, btol + atol * anorm * xnorm / bnorm
+    test2 = arnorm / (anorm * rnorm)
+    return min(abs(np.log(test1 / rtol)), abs(np.log(test2 / atol)))
+
+
 def _naive_reference(w, c, xs, z0, sigma, num_rounds, atol_factor=2e-2, btol=1e-8, iters=None):
     """An independent NumPy/SciPy transcription of the reference loop for a(x) = tanh(W x + c).
 
     Explicit block-diagonal Jacobian at the perturbed inputs, one scipy.sparse.linalg.lsqr over the batch with
     atol = atol_factor * min ||z_b||, perturbation measured from x, last round scored (pixel coordinates). With
-    ``iters`` (one count per round), each LSQR runs exactly that many iterations instead (atol = btol = 0).
+    ``iters`` (one count per round), each LSQR runs exactly that many iterations instead (atol = btol = 0), and the
+    second return holds, per round, SciPy's own stopping count on that same system and how near its stopping tests
+    were to their thresholds at the earlier of the two counts (:func:`_stop_margin`).
     """
     import scipy.linalg
     import scipy.sparse.linalg
@@ -530,12 +545,15 @@ def _naive_reference(w, c, xs, z0, sigma, num_rounds, atol_factor=2e-2, btol=1e-
     for _ in range(num_rounds):
         z = z / np.linalg.norm(z, axis=1)[:, None] * target[:, None]
         jac = scipy.linalg.block_diag(*[(1 - np.tanh(w @ p + c) ** 2)[:, None] * w for p in pert])
+        atol = atol_factor * target.min()
         if iters is None:
-            stop = {"atol": atol_factor * target.min(), "btol": btol}
+            delta, _, itn = scipy.sparse.linalg.lsqr(jac, z.ravel(), atol=atol, btol=btol)[:3]
+            itns.append(itn)
         else:
-            stop = {"atol": 0.0, "btol": 0.0, "iter_lim": int(iters[len(itns)])}
-        delta, _, itn = scipy.sparse.linalg.lsqr(jac, z.ravel(), **stop)[:3]
-        itns.append(itn)
+            k = int(iters[len(itns)])
+            delta = scipy.sparse.linalg.lsqr(jac, z.ravel(), atol=0.0, btol=0.0, iter_lim=k)[0]
+            own = scipy.sparse.linalg.lsqr(jac, z.ravel(), atol=atol, btol=btol)[2]
+            itns.append((own, _stop_margin(jac, z.ravel(), min(own, k), atol, btol)))
         pert = xs + delta.reshape(xs.shape)
         z = feats(pert) - a0
     eps = pert - xs
@@ -558,19 +576,20 @@ def test_reference_mode_matches_naive_transcription(x64, atol_factor):
         g = np.stack([np.asarray(jax.random.normal(jax.random.fold_in(jax.random.fold_in(key, i), r), (7,)))
                       for i in range(3)])
         z0 = g * size * sigma / np.sqrt(7)
-        bound, itn = _naive_reference(w, c, xs, z0, sigma, rounds, atol_factor=atol_factor)
         if atol_factor > 1e-6:  # the values below at the library's iteration counts: its stopping is checked apart
-            bound, _ = _naive_reference(w, c, xs, z0, sigma, rounds, iters=np.asarray(info.lsqr_itn)[r])
+            bound, itn = _naive_reference(w, c, xs, z0, sigma, rounds, atol_factor, iters=np.asarray(info.lsqr_itn)[r])
+        else:
+            bound, itn = _naive_reference(w, c, xs, z0, sigma, rounds, atol_factor=atol_factor)
         ref = np.maximum(ref, bound)
         itns.append(itn)
-    if atol_factor > 1e-6:  # SciPy's stopping decisions (atol test), up to one iteration where roundoff decides
-        # Which solves roundoff decides depends on the CPU: 8 of the 12 agree on an AVX2-only EPYC, 9 or more on
-        # others (one iteration more or less of an unconverged solve moves its bound by ~1%, so the values are
-        # compared at equal counts). An off-by-one in the stopping rule would move most counts, all the same way.
-        signed = np.asarray(info.lsqr_itn) - np.array(itns)
-        assert np.abs(signed).max() <= 1 and np.mean(signed == 0) >= 0.5, (np.asarray(info.lsqr_itn), itns)
-        assert not (np.all(signed >= 0) and np.sum(signed > 0) >= 3), (np.asarray(info.lsqr_itn), itns)
-        assert not (np.all(signed <= 0) and np.sum(signed < 0) >= 3), (np.asarray(info.lsqr_itn), itns)
+    if atol_factor > 1e-6:  # SciPy's stopping decision on each system the library solved (its path, round by round)
+        # These solves stop at 14-18 iterations of a 21 x 15 system, past the point where LSQR's test quantities are
+        # roundoff (they jump by factors from one iteration to the next), so which decisions differ by one depends on
+        # the CPU (8 to 9 of the 12 agreed on the EPYC machines seen). One iteration more or less moves a bound by
+        # ~1%, so the values are compared at equal counts; the stopping rule itself is checked where the solves stop
+        # well before that (test_reference_mode_stops_where_scipy_does).
+        own, lib = np.array([[o for o, _ in per_restart] for per_restart in itns]), np.asarray(info.lsqr_itn)
+        assert np.abs(lib - own).max() <= 1 and np.mean(lib == own) >= 0.5, (lib, own)
     # Converged solves (tiny atol) agree to roundoff; with the reference's loose atol both stop at the same
     # iteration of a 21 x 15 system whose unconverged iterate carries ~1e-5 relative roundoff (the two apply the
     # operator in different orders), compounded over 4 rounds.
@@ -582,6 +601,29 @@ def test_reference_mode_matches_naive_transcription(x64, atol_factor):
         assert np.all(np.isin(np.asarray(info.lsqr_istop), (1, 2)))  # converged (btol / atol test), not the limit
         # 21 equations, 15 unknowns: z is not in the range of J, the least-squares residual stays below ||z||.
         assert np.all((np.asarray(info.lsqr_rel_residual) >= 0) & (np.asarray(info.lsqr_rel_residual) <= 1))
+
+
+@pytest.mark.parametrize("atol_factor", [0.2, 0.5])
+def test_reference_mode_stops_where_scipy_does(x64, atol_factor):
+    """LSQR's stopping rule in the reference mode against SciPy's on the same systems (the library's path): a
+    tanh map with 60 unknowns per solve (3 x 20 pixels, 3 x 30 features) whose solves stop after 8-20 iterations,
+    where the test quantities are accurate. Every count equals SciPy's, except where SciPy's stopping test sat
+    within 0.1% of its threshold (on this machine the nearest sat 4-5% from it, and all 18 counts agreed)."""
+    gen = np.random.default_rng(0)
+    w, c = gen.normal(size=(30, 20)) / np.sqrt(20), gen.normal(size=30) * 0.3
+    xs = gen.normal(size=(3, 20))
+    sigma, size, rounds, restarts, key = 0.7, 0.05, 3, 3, jax.random.key(5)
+    _, info = hcr_bounds_reference(lambda v: jnp.tanh(jnp.asarray(w) @ v + jnp.asarray(c)), jnp.asarray(xs), sigma,
+                                   key, restarts, rounds, size, coordinates="pixel", atol_factor=atol_factor,
+                                   return_info=True)
+    lib, own, margin = np.asarray(info.lsqr_itn), np.zeros((restarts, rounds), int), np.zeros((restarts, rounds))
+    for r in range(restarts):
+        g = np.stack([np.asarray(jax.random.normal(jax.random.fold_in(jax.random.fold_in(key, i), r), (30,)))
+                      for i in range(3)])
+        _, itn = _naive_reference(w, c, xs, g * size * sigma / np.sqrt(30), sigma, rounds, atol_factor, iters=lib[r])
+        own[r], margin[r] = zip(*itn)
+    assert np.all(np.isin(np.asarray(info.lsqr_istop), (1, 2))) and lib.max() <= 30  # converged, well before 60
+    assert np.all((lib == own) | (margin < 1e-3)), (lib, own, margin)
 
 
 def test_reference_mode_below_cramer_rao_for_linear_map(x64):
