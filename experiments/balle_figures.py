@@ -1,7 +1,7 @@
 """Figures for the informed-adversary experiments (Balle et al. 2022): Fig. 3, 5c, 9 and 11 analogues.
 
 Every function writes a PNG (Agg backend) and returns its path. Inputs are plain arrays / lists. Drawn by
-:mod:`experiments.balle_mnist`; the figures every run draws are :mod:`recon_jax.evidence.plots`'s.
+:mod:`experiments.balle_mnist_report`; the figures every run draws are :mod:`recon_jax.evidence.plots`'s.
 """
 
 from __future__ import annotations

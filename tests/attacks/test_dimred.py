@@ -626,7 +626,7 @@ def _point(method, net_mse, rep=0, n_train=32):
 def test_comparative_claims_are_paired_tests(gap, verdict, claim_problems):
     """Synthetic per-image MSEs: PCA (split network) clearly below Isomap and the split network clearly below the
     MLP -> both claims hold; equal on average (differences cancelling exactly) -> undecided; reversed -> fail."""
-    from experiments import lumbut_dimred
+    from experiments import lumbut_dimred, lumbut_dimred_report
     from experiments.configs.lumbut_dimred import get_config
 
     config = get_config("smoke")
@@ -641,12 +641,12 @@ def test_comparative_claims_are_paired_tests(gap, verdict, claim_problems):
         results += [_point("pca", {"split": base, "mlp": base + gap + wiggle}, rep),
                     _point("isomap", {"split": base + gap + wiggle[::-1], "mlp": base + 2 * gap + wiggle}, rep)]
     metrics = lumbut_dimred._aggregate(results, config)
-    claims = lumbut_dimred._claims(metrics, config, results)
+    claims = lumbut_dimred_report.claims(metrics, config, results)
     assert not claim_problems(claims)
     assert [c["verdict"] for c in claims] == [verdict, verdict], claims
     # Unequal shadow splits (Isomap trained on more shadows): not like with like, undecided whatever the numbers.
     results[1]["n_train"] = results[3]["n_train"] = 64
-    claims = lumbut_dimred._claims(lumbut_dimred._aggregate(results, config), config, results)
+    claims = lumbut_dimred_report.claims(lumbut_dimred._aggregate(results, config), config, results)
     assert claims[0]["verdict"] == "undecided" and "unequal shadow splits" in claims[0]["detail"]
 
 
@@ -700,7 +700,7 @@ def test_experiment_cache_is_keyed_by_the_images_not_their_folders_path(tmp_path
 def test_findings_do_not_count_a_tie_as_reproduced(tied):
     """A collapsed decoder gives every method the same MSE; the stable sort then put SRP last and PCA first and
     the report said both findings were reproduced."""
-    from experiments import lumbut_dimred
+    from experiments import lumbut_dimred_report
     from experiments.configs.lumbut_dimred import get_config
 
     config = get_config("smoke")
@@ -709,7 +709,7 @@ def test_findings_do_not_count_a_tie_as_reproduced(tied):
     mse = {"pca": 0.33, "srp": 0.33, "isomap": 0.33} if tied else {"pca": 0.03, "srp": 0.08, "isomap": 0.05}
     metrics = {"summary": [{"method": m, "policy": "fresh", "size": 9, "net": "split", "mean": v}
                            for m, v in mse.items()], "mean_image_mse": None}
-    lines = lumbut_dimred._findings(metrics, config)
+    lines = lumbut_dimred_report._findings(metrics, config)
     pca = next(line for line in lines if line.startswith("- PCA most vulnerable"))
     srp = next(line for line in lines if line.startswith("- SRP least vulnerable"))
     want = "**not reproduced**" if tied else "**reproduced**"

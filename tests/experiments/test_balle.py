@@ -42,14 +42,14 @@ def test_balle_mnist_smoke_beats_mean_image_on_held_out_targets(tmp_path, claim_
 
 
 def test_secondary_shadow_sets_are_named_only_when_a_row_uses_one():
-    from experiments import balle_mnist
+    from experiments import balle_mnist_report
     from experiments.configs.balle_mnist import get_config
 
     c = get_config("table2")
     rows = [{"setting": "default", "shadow_set": "default"}, {"setting": "logits", "shadow_set": "default"}]
-    assert balle_mnist._secondary_sets_sentence(c, rows) == "Every row uses the default shadow set."
+    assert balle_mnist_report._secondary_sets_sentence(c, rows) == "Every row uses the default shadow set."
     rows += [{"setting": "width100", "shadow_set": "wide"}, {"setting": "relu", "shadow_set": "relu"}]
-    text = balle_mnist._secondary_sets_sentence(c, rows)
+    text = balle_mnist_report._secondary_sets_sentence(c, rows)
     assert text.startswith("Rows outside the default shadow set (relu, wide) use 5000 shadow models (wide: 2000) "
                            "and 1000 targets"), text
     assert "minibatch_known" not in text  # its override is named only when a row trains on that set
@@ -74,14 +74,14 @@ def _wiggle(n=40, sd=0.003, seed=0):
 def test_ordering_claim_is_decided_by_its_paired_tests(step, verdict, claim_problems):
     """default < logits < layer subset on synthetic per-target MSEs: each row clearly above the previous -> holds;
     equal on average -> undecided; reversed -> fails; unequal shadow-model counts -> undecided whatever the MSEs."""
-    from experiments import balle_mnist
+    from experiments import balle_mnist_report
 
     base = np.random.default_rng(1).uniform(0.01, 0.03, 40)
     res = [_result(base), _result(base + step + _wiggle(seed=2)), _result(base + 2 * step + _wiggle(seed=3))]
-    c = balle_mnist._ordering_claim(res, 0.05)
+    c = balle_mnist_report._ordering_claim(res, 0.05)
     assert c["verdict"] == verdict and not claim_problems([c]), c
     res[2].num_shadow = 50
-    assert balle_mnist._ordering_claim(res, 0.05)["verdict"] == "undecided"
+    assert balle_mnist_report._ordering_claim(res, 0.05)["verdict"] == "undecided"
 
 
 @pytest.mark.parametrize("gap,verdict", [(-0.01, "holds"), (0.0, "undecided"), (0.01, "fails")])
@@ -89,7 +89,7 @@ def test_rows_against_the_oracle_and_the_dp_bounds(gap, verdict, claim_problems)
     """A ✓ row is a paired test of MSE below its targets' oracle MSEs (clearly below holds, equal undecided, clearly
     above fails); a DP row is claimed against its ReRo bound only where the bound is below 0.999 (a bound of 1 is
     context: no success rate can exceed it)."""
-    from experiments import balle_mnist
+    from experiments import balle_mnist_report
     from experiments.configs.balle_mnist import get_config
 
     config = get_config("smoke")
@@ -104,13 +104,13 @@ def test_rows_against_the_oracle_and_the_dp_bounds(gap, verdict, claim_problems)
         dp.append({"setting": name, "num_targets": 40, "eta": 0.024, "success_at_eta": 0.0, "rero_bound_gdp": bound,
                    "rero_bound_rdp": bound})
     summary = {"mean_nn_mse": 0.024, "pool_size": 1000, "num_targets": 40}
-    claims = balle_mnist._claims(config, results, [], summary, oracle, [], dp)
+    claims = balle_mnist_report.claims(config, results, [], summary, oracle, [], dp)
     assert not claim_problems(claims)
     assert [c["name"].split(":")[0] for c in claims] == ["default attack beats the NN oracle (Table II ✓)",
                                                          "dp_eps=10"]
     assert claims[0]["verdict"] == verdict and claims[1]["verdict"] == "holds"
-    assert balle_mnist.vacuous_dp_rows(dp, 0.05) == ["dp_eps=100", "dp_eps=1000"]
-    assert balle_mnist.vacuous_dp_rows([dict(dp[1], num_targets=60)], 0.05) == []  # 60 targets: lower end 0.9513
+    assert balle_mnist_report.vacuous_dp_rows(dp, 0.05) == ["dp_eps=100", "dp_eps=1000"]
+    assert balle_mnist_report.vacuous_dp_rows([dict(dp[1], num_targets=60)], 0.05) == []  # 60 targets: lower end 0.9513
 
 
 @pytest.mark.slow  # every Table II row at smoke sizes (~4 min on 2 cores)

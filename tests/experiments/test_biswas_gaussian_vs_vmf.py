@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from experiments import biswas_gaussian_vs_vmf
+from experiments import biswas_gaussian_vs_vmf, biswas_gaussian_vs_vmf_report
 from experiments.configs.biswas_gaussian_vs_vmf import get_config
 
 
@@ -63,11 +63,11 @@ def _naive_sign_p(wins, total):
 def test_comparisons_across_settings_are_sign_tests(wins, total, verdict):
     """VMF-vs-Gaussian claims: a one-sided sign test over the (eps, B) settings at the config's level decides
     them; 5 of 6 is not enough (p = 7/64), 7 of 8 is (p = 9/256)."""
-    c = biswas_gaussian_vs_vmf._sign_claim("x", wins, total, 0.05, "wins")
+    c = biswas_gaussian_vs_vmf_report._sign_claim("x", wins, total, 0.05, "wins")
     assert c["verdict"] == verdict and c["holds"] == (verdict == "holds")
     assert f"p = {_naive_sign_p(wins, total):.3g}" in c["detail"]
     why = "the attack fails in every DP setting"
-    failed_attack = biswas_gaussian_vs_vmf._sign_claim("x", wins, total, 0.05, "wins", why)
+    failed_attack = biswas_gaussian_vs_vmf_report._sign_claim("x", wins, total, 0.05, "wins", why)
     assert failed_attack["verdict"] == "undecided" and why in failed_attack["detail"]
 
 
@@ -85,7 +85,7 @@ def test_signal_per_step_and_the_papers_cells():
         ratio = mpmath.besseli(p / 2, r["kappa"]) / mpmath.besseli(p / 2 - 1, r["kappa"])
         assert r["cos_vmf"] == pytest.approx(float(ratio), rel=1e-9)
         assert r["cos_gauss"] == pytest.approx(r["batch_size"] / math.sqrt(r["batch_size"] ** 2 + p * r["sigma"] ** 2))
-    cell = biswas_gaussian_vs_vmf._paper_cell
+    cell = biswas_gaussian_vs_vmf_report._paper_cell
     acc = PAPER_TABLE_V["mnist"]
     assert cell(acc, {"accounting": "paper", "kappa": 75.0, "sigma": 1.232}, "vmf", 16) == "0.1815"
     assert cell(acc, {"accounting": "paper", "kappa": 75.0, "sigma": 1.232}, "gauss", 64) == "0.8458"
