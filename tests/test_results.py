@@ -25,7 +25,7 @@ _LINK = re.compile(r"\[([^\]]+)\]\(((?:\.\./)*results/[^)#\s]+\.json)#([^)\s]+)\
 
 
 # Committed runs whose claims predate verdicts (name / holds / detail only) and that this machine cannot rerun in
-# a session: their code now writes verdicts (experiments/balle_mnist.py), and each leaves this list when rerun.
+# a session: their code now writes verdicts (experiments/balle_mnist_report.py), and each leaves this list when rerun.
 LEGACY_CLAIMS = {
     "balle_mnist/gpu": "made on an H200; needs an accelerator",
     "device/h200": "the device check of an H200 session; needs an accelerator",
