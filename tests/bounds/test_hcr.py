@@ -523,6 +523,14 @@ def _stop_margin(jac, rhs, k, atol, btol):
     return min(abs(np.log(test1 / rtol)), abs(np.log(test2 / atol)))
 
 
+def _library_start(key, restart, batch, features, size, sigma):
+    """The reference mode's starting feature perturbations of one restart (its documented key scheme:
+    ``fold_in(fold_in(key, item), restart)``), scaled to norm about ``size * sigma``."""
+    g = np.stack([np.asarray(jax.random.normal(jax.random.fold_in(jax.random.fold_in(key, i), restart), (features,)))
+                  for i in range(batch)])
+    return g * size * sigma / np.sqrt(features)
+
+
 def _naive_reference(w, c, xs, z0, sigma, num_rounds, atol_factor=2e-2, btol=1e-8, iters=None):
     """An independent NumPy/SciPy transcription of the reference loop for a(x) = tanh(W x + c).
 
@@ -573,9 +581,7 @@ def test_reference_mode_matches_naive_transcription(x64, atol_factor):
     # Same starting draws as the library (its documented key scheme), then the independent loop per restart.
     ref, itns = np.zeros_like(xs), []
     for r in range(restarts):
-        g = np.stack([np.asarray(jax.random.normal(jax.random.fold_in(jax.random.fold_in(key, i), r), (7,)))
-                      for i in range(3)])
-        z0 = g * size * sigma / np.sqrt(7)
+        z0 = _library_start(key, r, 3, 7, size, sigma)
         if atol_factor > 1e-6:  # the values below at the library's iteration counts: its stopping is checked apart
             bound, itn = _naive_reference(w, c, xs, z0, sigma, rounds, atol_factor, iters=np.asarray(info.lsqr_itn)[r])
         else:
@@ -618,9 +624,8 @@ def test_reference_mode_stops_where_scipy_does(x64, atol_factor):
                                    return_info=True)
     lib, own, margin = np.asarray(info.lsqr_itn), np.zeros((restarts, rounds), int), np.zeros((restarts, rounds))
     for r in range(restarts):
-        g = np.stack([np.asarray(jax.random.normal(jax.random.fold_in(jax.random.fold_in(key, i), r), (30,)))
-                      for i in range(3)])
-        _, itn = _naive_reference(w, c, xs, g * size * sigma / np.sqrt(30), sigma, rounds, atol_factor, iters=lib[r])
+        z0 = _library_start(key, r, 3, 30, size, sigma)
+        _, itn = _naive_reference(w, c, xs, z0, sigma, rounds, atol_factor, iters=lib[r])
         own[r], margin[r] = zip(*itn)
     assert np.all(np.isin(np.asarray(info.lsqr_istop), (1, 2))) and lib.max() <= 30  # converged, well before 60
     assert np.all((lib == own) | (margin < 1e-3)), (lib, own, margin)
