@@ -49,12 +49,19 @@ class ModelFns:
     tap: Callable | None = dataclasses.field(default=None, compare=False)
 
 
-def from_flax(module, name: str | None = None) -> ModelFns:
+def from_flax(module, name: str | None = None, call_kwargs: dict | None = None) -> ModelFns:
     """Adapts a ``flax.linen`` module (``params`` collection only; no mutable state such as batch norm).
 
+    recon_jax trains and attacks deterministic functions: a module that draws a random stream when called (dropout)
+    is refused with a ``ValueError``; ``call_kwargs`` switches it off where ``__call__`` has a flag for it.
+
     Args:
-      module: a flax.linen module whose ``__call__(x)`` returns logits.
-      name: description for configuration hashes; defaults to ``repr(module)`` (its dataclass fields).
+      module: a flax.linen module whose ``__call__(x, **call_kwargs)`` returns logits.
+      name: description for configuration hashes; defaults to ``repr(module)`` (its dataclass fields), followed by
+        ``call_kwargs`` when given.
+      call_kwargs: keyword arguments for every call of ``__call__`` (``init``, ``apply`` and the dense-layer tap),
+        e.g. ``{"train": False}`` for a module with dropout behind a ``train`` flag: its models are then trained
+        and attacked without dropout.
 
     Returns:
       The :class:`ModelFns` of the module.
@@ -68,18 +75,37 @@ def from_flax(module, name: str | None = None) -> ModelFns:
     """
     if not hasattr(module, "init") or not hasattr(module, "apply"):
         raise ValueError(f"module must be a flax.linen Module, got {type(module).__name__}")
+    if call_kwargs is not None and not isinstance(call_kwargs, dict):
+        raise ValueError(f"call_kwargs must be a dict of keyword arguments or None, got {type(call_kwargs).__name__}")
+    kwargs = dict(call_kwargs or {})
 
     def init(key: jax.Array, x: jax.Array) -> Params:
-        variables = module.init(key, x)
+        variables = _deterministic_call(module.init, key, x, kwargs)
         extra = set(variables) - {"params"}
         if extra:
             raise ValueError(f"module has non-parameter collections {sorted(extra)}; only 'params' is supported")
         return variables["params"]
 
     def apply(params: Params, x: jax.Array) -> jax.Array:
-        return module.apply({"params": params}, x)
+        return _deterministic_call(module.apply, {"params": params}, x, kwargs)
 
-    return ModelFns(init=init, apply=apply, name=name if name is not None else repr(module), tap=flax_tap(module))
+    if name is None:
+        name = repr(module) + (f" called with {kwargs!r}" if kwargs else "")
+    return ModelFns(init=init, apply=apply, name=name, tap=flax_tap(module, kwargs))
+
+
+def _deterministic_call(method, first, x, kwargs: dict):
+    """``method(first, x, **kwargs)`` of a flax module, with flax's missing-random-stream error made actionable."""
+    from flax.errors import InvalidRngError
+
+    try:
+        return method(first, x, **kwargs)
+    except InvalidRngError as e:
+        raise ValueError(
+            f"module draws a random stream when called ({e}); recon_jax trains and attacks deterministic models, "
+            f"so switch it off: from_flax(module, call_kwargs={{'train': False}}) (or whatever flag its __call__ "
+            f"takes; now {kwargs!r}), or build the module with dropout off (e.g. nn.Dropout(rate, "
+            f"deterministic=True))") from e
 
 
 def from_haiku(transformed, name: str | None = None) -> ModelFns:

@@ -29,8 +29,9 @@ class DenseCall:
     out_dtype: Any = None
 
 
-def flax_tap(module) -> Callable:
-    """The tap of a ``flax.linen`` module: intercepts every ``nn.Dense.__call__``.
+def flax_tap(module, call_kwargs: dict | None = None) -> Callable:
+    """The tap of a ``flax.linen`` module: intercepts every ``nn.Dense.__call__`` (``call_kwargs``: keyword
+    arguments of every ``__call__``, as in :func:`~recon_jax.models.from_flax`).
 
     >>> import jax, jax.numpy as jnp
     >>> from recon_jax.models.zoo import balle_mnist_mlp
@@ -41,6 +42,8 @@ def flax_tap(module) -> Callable:
     [('Dense_0', 'kernel'), ('Dense_1', 'kernel')]
     """
     import flax.linen as nn
+
+    call_kw = dict(call_kwargs or {})
 
     def tap(params, x, perturbations):
         calls: list[DenseCall] = []
@@ -59,7 +62,7 @@ def flax_tap(module) -> Callable:
             return out
 
         with nn.intercept_methods(interceptor):
-            logits = module.apply({"params": params}, x)
+            logits = module.apply({"params": params}, x, **call_kw)
         return logits, calls
 
     return tap

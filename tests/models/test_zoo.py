@@ -2,6 +2,7 @@
 
 import json
 
+import flax.linen as nn
 import haiku as hk
 import jax
 import jax.numpy as jnp
@@ -47,6 +48,37 @@ def test_invalid_arguments():
         models.from_flax(object())
     with pytest.raises(ValueError, match="transformed"):
         models.from_haiku(object())
+
+
+class _DropoutMLP(nn.Module):
+    """An ordinary user model: dropout behind a ``train`` flag."""
+
+    @nn.compact
+    def __call__(self, x, train: bool = True):
+        h = nn.relu(nn.Dense(8)(x.reshape((x.shape[0], -1))))
+        return nn.Dense(3)(nn.Dropout(0.5, deterministic=not train)(h))
+
+
+def test_call_time_randomness_refused_and_switched_off_by_call_kwargs(key):
+    x = jax.random.uniform(key, (4, 5))
+    unflagged = models.from_flax(_DropoutMLP())
+    params = unflagged.init(key, x)  # flax's init draws dropout from the params stream; a call has no stream
+    with pytest.raises(ValueError, match=r"random stream.*dropout.*call_kwargs=\{'train': False\}"):
+        unflagged.apply(params, x)
+    with pytest.raises(ValueError, match="call_kwargs must be a dict"):
+        models.from_flax(_DropoutMLP(), call_kwargs=(("train", False),))
+    fns = models.from_flax(_DropoutMLP(), call_kwargs={"train": False})
+    params = fns.init(key, x)
+    # the reference: flax called directly with the flag, and the same module in training mode with a dropout stream
+    direct = _DropoutMLP().apply({"params": params}, x, train=False)
+    np.testing.assert_array_equal(fns.apply(params, x), direct)
+    dropped = _DropoutMLP().apply({"params": params}, x, rngs={"dropout": jax.random.key(1)})
+    assert not np.allclose(dropped, direct)  # so the flag really reached the module
+    logits, calls = fns.tap(params, x, None)
+    np.testing.assert_array_equal(logits, direct)
+    assert [c.kernel_path for c in calls] == [("Dense_0", "kernel"), ("Dense_1", "kernel")]
+    assert "'train': False" in fns.name
+    assert models.from_flax(models.balle_mnist_mlp()).name == repr(models.balle_mnist_mlp())  # unchanged without
 
 
 def _haiku_mlp(x):

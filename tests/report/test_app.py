@@ -252,6 +252,30 @@ def test_unsupported_model_and_data_fail_before_training(tmp_path, monkeypatch, 
     assert not (tmp_path / "run").exists()
 
 
+def test_model_with_dropout_stops_before_training_and_says_how_to_switch_it_off(tmp_path, monkeypatch):
+    """An ordinary user model with dropout: the report trains deterministic models, so it names the fix."""
+    (tmp_path / "drop.py").write_text(
+        "import flax.linen as nn\n\n\n"
+        "class DropNet(nn.Module):\n"
+        "    num_classes: int\n\n"
+        "    @nn.compact\n"
+        "    def __call__(self, x, train: bool = True):\n"
+        "        h = nn.Dropout(0.5, deterministic=not train)(nn.relu(nn.Dense(8)(x.reshape((x.shape[0], -1)))))\n"
+        "        return nn.Dense(self.num_classes)(h)\n")
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("training started before validation")
+
+    monkeypatch.setattr(informed, "generate_shadow_models", no_training)
+    monkeypatch.setattr(app.shadow, "generate_shadow_models", no_training)
+    config = _folder_config(_image_folder(tmp_path / "images", n_train=70, n_test=30))
+    with config.unlocked():
+        config.model = f"{tmp_path}/drop.py:DropNet"
+    with pytest.raises(ValueError, match=r"config\.model.*random stream.*dropout.*deterministic=True"):
+        app.run(config, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
 def test_folder_fields_refused_for_builtin_datasets(tmp_path):
     config = _smoke()
     with config.unlocked():

@@ -36,6 +36,15 @@ class _SharedDense(nn.Module):
         return nn.Dense(10)(d(jnp.tanh(d(x))))
 
 
+class _DropoutMLP(nn.Module):
+    """Dropout behind a ``train`` flag, switched off through ``from_flax(call_kwargs=...)``: the tap gets the flag."""
+
+    @nn.compact
+    def __call__(self, x, train: bool = True):
+        h = nn.Dropout(0.5, deterministic=not train)(nn.elu(nn.Dense(6)(x)))
+        return nn.Dense(10)(h)
+
+
 def _haiku_mlp():
     return from_haiku(hk.transform(lambda x: hk.nets.MLP([10, 10], activation=jax.nn.elu)(x)))
 
@@ -45,6 +54,7 @@ MODELS = {
     "haiku_mlp": (_haiku_mlp, 784),
     "flax_biswas_nobias": (lambda: from_flax(biswas_mlp()), 256),
     "flax_sequence": (lambda: from_flax(_SequenceMLP()), 784),
+    "flax_dropout_off": (lambda: from_flax(_DropoutMLP(), call_kwargs={"train": False}), 32),
 }
 
 
@@ -76,7 +86,7 @@ def test_clipped_sum_matches_per_example_gradients(x64, name):
         jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, y[:, None], 1)[:, 0]), rtol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["flax_balle", "haiku_mlp", "flax_sequence"])
+@pytest.mark.parametrize("name", ["flax_balle", "haiku_mlp", "flax_sequence", "flax_dropout_off"])
 @pytest.mark.parametrize("batch_size", [None, 8])
 def test_training_ghost_equals_vmap(x64, name, batch_size):
     fns, params, x, y = _setup(name)
