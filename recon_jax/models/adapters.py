@@ -83,7 +83,10 @@ def from_flax(module, name: str | None = None, call_kwargs: dict | None = None) 
         variables = _deterministic_call(module.init, key, x, kwargs)
         extra = set(variables) - {"params"}
         if extra:
-            raise ValueError(f"module has non-parameter collections {sorted(extra)}; only 'params' is supported")
+            hint = (" (batch norm's running statistics are state that this training does not carry, and per-example "
+                    "DP clipping needs examples that do not share batch statistics: nn.GroupNorm or nn.LayerNorm "
+                    "keep only parameters)" if "batch_stats" in extra else "")
+            raise ValueError(f"module has non-parameter collections {sorted(extra)}; only 'params' is supported{hint}")
         return variables["params"]
 
     def apply(params: Params, x: jax.Array) -> jax.Array:

@@ -81,6 +81,18 @@ def test_call_time_randomness_refused_and_switched_off_by_call_kwargs(key):
     assert models.from_flax(models.balle_mnist_mlp()).name == repr(models.balle_mnist_mlp())  # unchanged without
 
 
+class _BatchNormMLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(3)(nn.BatchNorm(use_running_average=False)(nn.Dense(8)(x)))
+
+
+def test_batch_norm_state_refused_with_the_parameter_only_alternatives(key):
+    match = r"non-parameter collections \['batch_stats'\].*nn\.GroupNorm or nn\.LayerNorm"
+    with pytest.raises(ValueError, match=match):
+        models.from_flax(_BatchNormMLP()).init(key, jnp.ones((4, 5)))
+
+
 def _haiku_mlp(x):
     x = x.reshape((x.shape[0], -1))
     return hk.nets.MLP([10, 10], activation=jax.nn.elu, w_init=hk.initializers.VarianceScaling(1.0))(x)
