@@ -114,6 +114,9 @@ def _deterministic_call(method, first, x, kwargs: dict):
 def from_haiku(transformed, name: str | None = None) -> ModelFns:
     """Adapts a ``haiku.transform``-ed function ``f(x) -> logits`` (no state, no apply-time randomness).
 
+    A ``hk.transform_with_state`` result is refused, and a function that draws ``hk.next_rng_key()`` when applied
+    (dropout) raises a ``ValueError`` that says how to switch it off.
+
     Args:
       transformed: the result of ``hk.transform(f)`` or ``hk.without_apply_rng(hk.transform(f))``.
       name: a readable description; defaults to ``"haiku"`` (the transformed function's own name is not
@@ -128,8 +131,14 @@ def from_haiku(transformed, name: str | None = None) -> ModelFns:
     >>> fns.apply(params, jnp.zeros((2, 784))).shape
     (2, 10)
     """
+    import haiku as hk
+
     if not hasattr(transformed, "init") or not hasattr(transformed, "apply"):
         raise ValueError(f"transformed must be a haiku Transformed, got {type(transformed).__name__}")
+    if isinstance(transformed, (hk.TransformedWithState, hk.MultiTransformedWithState)):
+        raise ValueError("transformed carries state (hk.transform_with_state: batch norm's statistics or other "
+                         "state), which this training does not carry: transform a stateless function with "
+                         "hk.transform (hk.GroupNorm or hk.LayerNorm keep only parameters)")
     if name is None:
         name = "haiku"
 
@@ -139,9 +148,14 @@ def from_haiku(transformed, name: str | None = None) -> ModelFns:
     takes_rng = "rng" in inspect.signature(transformed.apply).parameters  # False after hk.without_apply_rng
 
     def apply(params: Params, x: jax.Array) -> jax.Array:
-        if takes_rng:
-            return transformed.apply(params, None, x)
-        return transformed.apply(params, x)
+        try:
+            return transformed.apply(params, None, x) if takes_rng else transformed.apply(params, x)
+        except ValueError as e:  # haiku's MissingRNGError (a ValueError; haiku does not export the class)
+            if type(e).__name__ != "MissingRNGError":
+                raise
+            raise ValueError("the function draws random numbers when applied (hk.next_rng_key, e.g. dropout); "
+                             "recon_jax trains and attacks deterministic models: transform it with that switched "
+                             "off, e.g. hk.transform(lambda x: f(x, is_training=False))") from e
 
     return ModelFns(init=init, apply=apply, name=name, tap=haiku_tap(transformed, takes_rng))
 

@@ -93,6 +93,27 @@ def test_batch_norm_state_refused_with_the_parameter_only_alternatives(key):
         models.from_flax(_BatchNormMLP()).init(key, jnp.ones((4, 5)))
 
 
+def _haiku_dropout_mlp(x, is_training=True):
+    h = jax.nn.relu(hk.Linear(8)(x))
+    if is_training:
+        h = hk.dropout(hk.next_rng_key(), 0.5, h)
+    return hk.Linear(3)(h)
+
+
+def test_haiku_state_and_apply_time_randomness_refused_with_the_fix(key):
+    x = jnp.ones((4, 5))
+    with pytest.raises(ValueError, match=r"carries state.*hk\.transform_with_state.*hk\.GroupNorm"):
+        models.from_haiku(hk.transform_with_state(_haiku_dropout_mlp))
+    for t in (hk.transform(_haiku_dropout_mlp), hk.without_apply_rng(hk.transform(_haiku_dropout_mlp))):
+        fns = models.from_haiku(t)
+        params = fns.init(key, x)
+        with pytest.raises(ValueError, match=r"draws random numbers.*is_training=False"):
+            fns.apply(params, x)
+    # the fix the message names: the same parameters, applied without dropout as haiku itself would
+    off = hk.transform(lambda x: _haiku_dropout_mlp(x, is_training=False))
+    np.testing.assert_array_equal(models.from_haiku(off).apply(params, x), off.apply(params, None, x))
+
+
 def _haiku_mlp(x):
     x = x.reshape((x.shape[0], -1))
     return hk.nets.MLP([10, 10], activation=jax.nn.elu, w_init=hk.initializers.VarianceScaling(1.0))(x)
