@@ -25,17 +25,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from recon_jax._validation import (FINITE_NONNEGATIVE, FINITE_POSITIVE, Range, check, check_integer, guard, is_concrete,
-                                   nan_if)
+from recon_jax._validation import FINITE_NONNEGATIVE, FINITE_POSITIVE, Range, check, check_integer, guard, nan_if
+from recon_jax.attacks._gradient_inputs import (check_release, default_last_layer, flat_release, init_inputs,
+                                                num_classes_of, validate_search)
 from recon_jax.attacks.linear_layer import linear_layer_attack, linear_layer_observations
 from recon_jax.models.losses import softmax_cross_entropy
 
@@ -67,19 +66,6 @@ def total_variation(x: jax.Array) -> jax.Array:
     dx = jnp.mean(jnp.abs(x[:, :, 1:, :] - x[:, :, :-1, :]))
     dy = jnp.mean(jnp.abs(x[:, 1:, :, :] - x[:, :-1, :, :]))
     return dx + dy
-
-
-def _flat(tree_or_array, params) -> jax.Array:
-    flat_params, _ = ravel_pytree(params)
-    if isinstance(tree_or_array, (jax.Array, np.ndarray)) and jnp.ndim(tree_or_array) == 1:
-        flat = jnp.asarray(tree_or_array)
-    else:
-        flat, _ = ravel_pytree(tree_or_array)
-    if flat.shape != flat_params.shape:
-        raise ValueError(
-            f"observed_grad must match params: {flat_params.shape[0]} entries in ravel_pytree order, got {flat.shape}"
-        )
-    return flat
 
 
 def model_gradient(
@@ -156,17 +142,6 @@ def infer_labels_idlg(last_layer_weight_grad: jax.Array, batch_size: int = 1) ->
     return jnp.sort(jnp.argsort(col)[:batch_size]).astype(jnp.int32)
 
 
-def _default_last_layer(grad_tree, num_classes: int) -> jax.Array:
-    # the last 2-D leaf with K columns, digit runs of the key path compared as numbers: flax's Dense_10 comes after
-    # Dense_9 (the tree's sorted names put it before Dense_2); the split's odd positions are always the digits
-    found = [(tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", jax.tree_util.keystr(path))), leaf)
-             for path, leaf in jax.tree_util.tree_leaves_with_path(grad_tree)
-             if leaf.ndim == 2 and leaf.shape[-1] == num_classes]
-    if not found:
-        raise ValueError("could not find a last-layer weight [fan_in, num_classes]; pass labels or last_layer_fn")
-    return max(found, key=lambda f: f[0])[1]
-
-
 class GradientAttackResult(NamedTuple):
     """Output of :func:`inverting_gradients` / :func:`dlg`.
 
@@ -198,7 +173,7 @@ class InvertingGradientsOptions:
       lr_decay: Geiping's step decay (their torch ``MultiStepLR``): step ``t`` (from 0) uses ``lr * 0.1 ** k``, ``k``
         the number of milestones ``n // 2.667, n // 1.6, n // 1.142`` (``n = num_steps``, repeats counted) ``<= t``.
       signed: Adam on the signed gradient (Geiping et al.); ``False`` uses the raw gradient.
-      init: ``"uniform"`` in the box or ``"normal"``.
+      init: ``"uniform"`` in the box or ``"normal"`` (both standard normal when ``data_range`` is None).
     """
 
     num_restarts: int = 8
@@ -220,7 +195,7 @@ class DLGOptions:
       num_steps: iterations per restart (>= 1).
       lr: Adam learning rate (finite, > 0).
       data_range: finite box ``(low, high)`` the inputs are projected onto, or ``None`` for no constraint.
-      init: ``"uniform"`` in the box or ``"normal"``.
+      init: ``"uniform"`` in the box or ``"normal"`` (both standard normal when ``data_range`` is None).
       optimize_labels: optimise soft dummy labels ``softmax(z)`` jointly with the inputs (original DLG) instead of
         using the given or iDLG-inferred labels.
     """
@@ -233,24 +208,17 @@ class DLGOptions:
     optimize_labels: bool = False
 
 
-def _num_classes(apply_fn, params, input_shape, num_classes: int | None) -> int:
-    """``num_classes``, or the model's output width on a ``[1, *input_shape]`` batch when None; either way the shape
-    is traced once (nothing runs), and one the model cannot take is a ValueError naming input_shape."""
-    try:
-        out = jax.eval_shape(apply_fn, params, jax.ShapeDtypeStruct((1,) + tuple(input_shape), jnp.float32))
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"input_shape {tuple(input_shape)} does not fit the model: apply_fn on a batch of shape "
-                         f"{(1,) + tuple(input_shape)} fails ({type(e).__name__}: {str(e).splitlines()[0]})") from e
-    return int(out.shape[-1]) if num_classes is None else num_classes
-
-
-def _prepare(apply_fn, params, observed_grad, input_shape, labels, batch_size, num_classes, last_layer_fn):
-    g_obs = _flat(observed_grad, params)
-    num_classes = _num_classes(apply_fn, params, input_shape, num_classes)
+def _prepare(apply_fn, params, observed_grad, input_shape, labels, batch_size, num_classes, last_layer_fn,
+             zero_refused):
+    g_obs = flat_release(observed_grad, params)
+    num_classes = num_classes_of(apply_fn, params, input_shape, num_classes)
+    if labels is None:
+        zero_refused = zero_refused or "iDLG cannot read labels from it; pass labels"
+    check_release(g_obs, zero_refused)
     if labels is None:
         _, unravel = ravel_pytree(params)
         tree = unravel(g_obs)
-        last = last_layer_fn(tree) if last_layer_fn is not None else _default_last_layer(tree, num_classes)
+        last = last_layer_fn(tree) if last_layer_fn is not None else default_last_layer(tree, num_classes)
         labels = infer_labels_idlg(last, batch_size)
     # one_hot makes a label outside [0, K) a zero row, a silent wrong target: refused, or NaN targets when traced.
     bad = guard(("labels", labels, Range(lambda v: (v >= 0) & (v < num_classes) & (v % 1 == 0),
@@ -259,30 +227,6 @@ def _prepare(apply_fn, params, observed_grad, input_shape, labels, batch_size, n
     if labels.shape[0] != batch_size:
         raise ValueError(f"labels must have batch_size = {batch_size} entries, got {labels.shape}")
     return g_obs, labels, nan_if(bad[:, None], jax.nn.one_hot(labels, num_classes))
-
-
-def _validate_common(input_shape, batch_size, num_restarts, num_steps, lr, data_range, clip_norm):
-    for name, count in (("batch_size", batch_size), ("num_restarts", num_restarts), ("num_steps", num_steps)):
-        check_integer(name, count, 1)
-    check("lr", lr, FINITE_POSITIVE)
-    if data_range is not None and not (len(data_range) == 2 and np.all(np.isfinite(np.asarray(data_range, float)))
-                                       and data_range[0] < data_range[1]):
-        raise ValueError(f"data_range must be (low, high) with finite low < high, got {data_range}")
-    if clip_norm is not None:
-        check("clip_norm", clip_norm, FINITE_POSITIVE)
-    if len(input_shape) < 1:
-        raise ValueError(f"input_shape must be the shape of one sample, got {input_shape}")
-
-
-def _init_inputs(key, shape, data_range, init):
-    if init == "uniform" and data_range is not None:
-        return jax.random.uniform(key, shape, jnp.float32, data_range[0], data_range[1])
-    if init in ("uniform", "normal"):
-        x = jax.random.normal(key, shape, jnp.float32)
-        if data_range is not None:
-            x = 0.5 * (data_range[0] + data_range[1]) + 0.25 * (data_range[1] - data_range[0]) * x
-        return x
-    raise ValueError(f"init must be 'uniform' or 'normal', got {init!r}")
 
 
 def _step_schedule(lr, num_steps, decay):
@@ -336,14 +280,16 @@ def inverting_gradients(
       num_classes: K (inferred from ``apply_fn`` when ``None``).
       clip_norm: simulate per-example clipping of the attacked step (see :func:`model_gradient`).
       last_layer_fn: maps the observed gradient pytree to the last weight gradient ``[fan_in, K]`` for iDLG
-        (default: the last 2-D leaf with K columns, layer numbers in numeric order).
+        (default: the last 2-D leaf with K columns, layer numbers in numeric order; leaves of differently named
+        layers, such as ``proj`` and ``head``, have no order in the tree and are refused).
 
     Returns:
       A :class:`GradientAttackResult`.
 
     Raises:
       ValueError: on invalid sizes or hyper-parameters (``lr``, ``clip_norm`` finite and > 0, ``tv_weight`` finite
-        and >= 0, ``data_range`` finite), or concrete ``labels`` outside ``[0, num_classes)`` (traced: NaN loss).
+        and >= 0, ``data_range`` finite), or concrete ``labels`` outside ``[0, num_classes)``, or a concrete
+        ``observed_grad`` with NaN or inf entries or all zeros (traced: NaN loss).
 
     >>> import jax, jax.numpy as jnp
     >>> apply = lambda p, x: jax.nn.sigmoid(x.reshape(x.shape[0], -1) @ p["w1"]) @ p["w2"]
@@ -359,16 +305,14 @@ def inverting_gradients(
         raise TypeError(f"options must be an InvertingGradientsOptions, got {type(options).__name__}")
     num_restarts, num_steps, lr, tv_weight = options.num_restarts, options.num_steps, options.lr, options.tv_weight
     data_range, lr_decay, signed, init = options.data_range, options.lr_decay, options.signed, options.init
-    _validate_common(input_shape, batch_size, num_restarts, num_steps, lr, data_range, clip_norm)
+    input_shape = validate_search(input_shape, batch_size, num_restarts, num_steps, lr, data_range, clip_norm)
     check("tv_weight", tv_weight, FINITE_NONNEGATIVE)  # NaN failed both `< 0` and `> 0`: TV silently dropped
     if tv_weight > 0 and len(input_shape) not in (2, 3):
         raise ValueError(f"tv_weight > 0 needs image inputs [H, W] or [H, W, C], got input_shape {input_shape}; for "
                          "other inputs pass InvertingGradientsOptions(tv_weight=0.0)")
     g_obs, labels, targets = _prepare(apply_fn, params, observed_grad, input_shape, labels, batch_size, num_classes,
-                                      last_layer_fn)
-    if is_concrete(g_obs) and not bool(jnp.any(g_obs != 0)):  # traced: the NaN loss says it
-        raise ValueError("observed_grad is all zeros: no direction for the cosine matching cost to match (a model at "
-                         "an exact stationary point, or an empty release)")
+                                      last_layer_fn, "no direction for the cosine matching cost to match (a model at "
+                                      "an exact stationary point, or an empty release)")
     xs, losses = _ig_run(key, params, g_obs, targets, apply_fn=apply_fn, loss=loss, input_shape=tuple(input_shape),
         batch_size=int(batch_size), num_restarts=int(num_restarts), num_steps=int(num_steps), lr=float(lr),
         tv_weight=float(tv_weight), data_range=None if data_range is None else tuple(map(float, data_range)),
@@ -423,7 +367,8 @@ def _ig_run(key, params, g_obs, targets, *, apply_fn, loss, input_shape, batch_s
         return matching_cost(x) + (tv_weight * total_variation(x) if tv_weight > 0 else 0.0)
 
     return _restarts(key, num_restarts, num_steps, optax.adam(_step_schedule(lr, num_steps, lr_decay)),
-                     lambda k: _init_inputs(k, shape, data_range, init), rec_loss, project=_clip_to(data_range),
+                     lambda k: init_inputs(k, shape, data_range, init, g_obs.dtype), rec_loss,
+                     project=_clip_to(data_range),
                      signed=signed, score=matching_cost)
 
 
@@ -474,14 +419,18 @@ def dlg(
         raise TypeError(f"options must be a DLGOptions, got {type(options).__name__}")
     num_restarts, num_steps, lr, data_range = options.num_restarts, options.num_steps, options.lr, options.data_range
     init, optimize_labels = options.init, options.optimize_labels
-    _validate_common(input_shape, batch_size, num_restarts, num_steps, lr, data_range, clip_norm)
+    input_shape = validate_search(input_shape, batch_size, num_restarts, num_steps, lr, data_range, clip_norm)
     if optimize_labels:
-        g_obs = _flat(observed_grad, params)
-        num_classes = _num_classes(apply_fn, params, input_shape, num_classes)
+        if labels is not None or last_layer_fn is not None:
+            raise ValueError("labels and last_layer_fn are not used with DLGOptions(optimize_labels=True), which "
+                             "optimises soft labels instead: pass neither, or optimize_labels=False")
+        g_obs = flat_release(observed_grad, params)
+        num_classes = num_classes_of(apply_fn, params, input_shape, num_classes)
+        check_release(g_obs, None)
         label_init = None
     else:
         g_obs, labels, label_init = _prepare(apply_fn, params, observed_grad, input_shape, labels, batch_size,
-                                             num_classes, last_layer_fn)
+                                             num_classes, last_layer_fn, None)
         num_classes = label_init.shape[-1]
     targets = label_init if label_init is not None else jnp.zeros((batch_size, num_classes))
     xs, zs, losses = _dlg_run(key, params, g_obs, targets, apply_fn=apply_fn, loss=loss, input_shape=tuple(input_shape),
@@ -510,8 +459,8 @@ def _dlg_run(key, params, g_obs, fixed_targets, *, apply_fn, loss, input_shape, 
 
     def init_run(k):
         k_x, k_z = jax.random.split(k)
-        return (_init_inputs(k_x, shape, data_range, init),
-                jax.random.normal(k_z, (batch_size, num_classes), jnp.float32))
+        return (init_inputs(k_x, shape, data_range, init, g_obs.dtype),
+                jax.random.normal(k_z, (batch_size, num_classes), g_obs.dtype))
 
     clip = _clip_to(data_range)
     (xs, zs), losses = _restarts(key, num_restarts, num_steps, optax.adam(lr), init_run, rec_loss,

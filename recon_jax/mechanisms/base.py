@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 
 from recon_jax import threefry
-from recon_jax._validation import NONNEGATIVE, check, invalid, nan_if
+from recon_jax._validation import (FINITE_NONNEGATIVE, FINITE_POSITIVE, POSITIVE, check, float_dtype, guard, invalid,
+                                   nan_if)
 
 __all__ = ["Mechanism", "GaussianMechanism", "NoNoise"]
 
@@ -48,9 +49,12 @@ class GaussianMechanism:
     Releases ``(sum_i clip(g_i) + N(0, C^2 sigma^2 I)) / B`` where ``sigma`` is the noise multiplier.
 
     Args:
-      noise_multiplier: sigma >= 0 (noise standard deviation in units of the clip norm C); may be traced (the
-        games of :mod:`recon_jax.attacks.prior_aware` vmap over noise levels): a traced negative or NaN sigma
+      noise_multiplier: sigma, finite and >= 0 (noise standard deviation in units of the clip norm C); may be traced
+        (the games of :mod:`recon_jax.attacks.prior_aware` vmap over noise levels): a traced sigma out of range
         releases NaN.
+
+    ``privatize`` refuses a clip norm that is not finite and > 0 (at 0 it would release the sum without noise) and a
+    batch size that is not > 0, with a ``ValueError`` (traced: a NaN release); an integer sum is released as floats.
 
     >>> import jax, jax.numpy as jnp
     >>> m = GaussianMechanism(noise_multiplier=0.0)
@@ -62,9 +66,16 @@ class GaussianMechanism:
 
     def __post_init__(self):
         # a traced noise multiplier (a game vmapped over noise levels) is masked in privatize instead
-        check("noise_multiplier", self.noise_multiplier, NONNEGATIVE)
+        check("noise_multiplier", self.noise_multiplier, FINITE_NONNEGATIVE)
 
     def privatize(self, key, clipped_sum, clip_norm, batch_size):  # noqa: D102
+        clipped_sum = jnp.asarray(clipped_sum)
+        if not jnp.issubdtype(clipped_sum.dtype, jnp.floating):
+            clipped_sum = clipped_sum.astype(float_dtype(clipped_sum))
+        # Traced out-of-range values turn the scalars NaN, not the vector through a select: a select over the
+        # release would change how XLA fuses the step (its roundings, in the last bit).
+        clip_norm = nan_if(guard(("clip_norm", clip_norm, FINITE_POSITIVE)), clip_norm)
+        batch_size = nan_if(guard(("batch_size", batch_size, POSITIVE)), batch_size)
         noise = threefry.normal(key, clipped_sum.shape, clipped_sum.dtype)  # = jax.random.normal, bitwise
         released = (clipped_sum + (clip_norm * self.noise_multiplier) * noise) / batch_size
-        return nan_if(invalid(self.noise_multiplier, NONNEGATIVE), released)
+        return nan_if(invalid(self.noise_multiplier, FINITE_NONNEGATIVE), released)

@@ -235,7 +235,8 @@ class VMFMechanism:
     ``privatize`` averages the clipped sum, scales it to the unit sphere S^{p-1} (p = number of parameters, one
     VMF variable for the whole flattened gradient, the optimal split of their Prop. 3), and releases a VMF sample
     with concentration ``kappa`` centred at that direction, multiplied by ``output_norm`` (1 in the paper; any
-    fixed value is post-processing). A zero average (no direction) is centred at the first basis vector.
+    fixed value is post-processing). A zero average (no direction) is centred at the first basis vector; a sum with
+    NaN or inf entries, or a clip norm or batch size that is not > 0, raises ``ValueError`` (traced: a NaN release).
 
     Args:
       kappa: concentration >= 0 (kappa = 0: uniform direction, no information).
@@ -259,14 +260,25 @@ class VMFMechanism:
         clipped_sum = jnp.asarray(clipped_sum)
         if clipped_sum.size < 2:
             raise ValueError(f"clipped_sum must have at least 2 entries (the sphere S^(p-1)), got {clipped_sum.shape}")
-        check("clip_norm", clip_norm, POSITIVE)
-        check("batch_size", batch_size, POSITIVE)
         flat = clipped_sum.reshape(-1)
         if not jnp.issubdtype(flat.dtype, jnp.floating):
             flat = flat.astype(jnp.float32)
-        mean = flat / batch_size
+        # A NaN or inf sum has no direction: refused, or NaN when traced (a zero sum is centred at e1), as is a batch
+        # size <= 0 (the clip norm does not enter the release: only its concrete value is checked).
+        check("clipped_sum", flat, FINITE)
+        check("clip_norm", clip_norm, POSITIVE)
+        mean = flat / nan_if(guard(("batch_size", batch_size, POSITIVE)), batch_size)  # a scalar NaN, no select
         norm = jnp.linalg.norm(mean)
         e1 = jnp.zeros_like(mean).at[0].set(1.0)
-        direction = jnp.where(norm > 0, mean / jnp.where(norm > 0, norm, 1.0), e1)
-        sample = sample_vmf(key, direction, self.kappa)
+        direction = jnp.where(norm <= 0, e1, mean / jnp.where(norm > 0, norm, 1.0))  # NaN norm: NaN direction
+        # Where the squares underflow (every entry below ~1e-19 in float32) or overflow, the direction of the mean
+        # rescaled to a largest entry in [0.5, 1); the norm above is left alone otherwise (so are its roundings).
+        scale = jnp.max(jnp.abs(mean))
+        finfo = jnp.finfo(mean.dtype)
+        extreme = (scale > 0) & ((scale < jnp.sqrt(finfo.tiny)) | (scale > jnp.sqrt(finfo.max / mean.size)))
+        # by a power of two (exact): a division by scale may run as a product with 1 / scale, which is subnormal (0
+        # on the CPU) for scale above ~1e38
+        rescaled = jnp.ldexp(mean, -jnp.frexp(jnp.where(extreme, scale, 1.0))[1])
+        direction = jnp.where(extreme & jnp.isfinite(scale), rescaled / jnp.linalg.norm(rescaled), direction)
+        sample = sample_vmf(key, direction, self.kappa)  # NaN for a NaN direction
         return (self.output_norm * sample).reshape(clipped_sum.shape).astype(flat.dtype)

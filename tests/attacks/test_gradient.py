@@ -6,12 +6,14 @@ loops, and the original image (exact recovery / PSNR).
 
 import collections
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from recon_jax.attacks import gradient as ga
+from recon_jax.attacks._gradient_inputs import default_last_layer
 from recon_jax.mechanisms import GaussianMechanism, NoNoise, VMFMechanism
 
 
@@ -433,8 +435,85 @@ def test_default_last_layer_orders_layer_numbers_as_numbers():
         tree = {name: {"kernel": jnp.full((4, k), float(i))} for i, name in enumerate(names)}
         tree["Dense_10" if fmt.startswith("Dense") else "linear_10"]["kernel"] = -jnp.ones((4, k))
         assert sorted(tree)[-1] != names[-1]  # the tree's own order is not the layers' order
-        np.testing.assert_array_equal(ga._default_last_layer(tree, k), -np.ones((4, k)))
+        np.testing.assert_array_equal(default_last_layer(tree, k), -np.ones((4, k)))
         # iDLG then reads the last layer's columns
         last = jnp.zeros((4, k)).at[:, 2].set(-1.0)  # class 2's column has the negative sum
         tree[names[-1]]["kernel"] = last
-        np.testing.assert_array_equal(ga.infer_labels_idlg(ga._default_last_layer(tree, k)), [2])
+        np.testing.assert_array_equal(ga.infer_labels_idlg(default_last_layer(tree, k)), [2])
+
+
+class _UserCNN(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.avg_pool(nn.relu(nn.Conv(3, (3, 3))(x)), (2, 2), strides=(2, 2))
+        return nn.Dense(4)(x.reshape((x.shape[0], -1)))
+
+
+class _NamedHead(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        h = jax.nn.sigmoid(nn.Dense(10, name="proj")(x))
+        return nn.Dense(10, name="head")(h)
+
+
+def test_attack_inputs_refused_naming_the_argument():
+    """Each of these ran into a raw flax/Python error, a silent NaN reconstruction or a silently ignored argument."""
+    k = jax.random.key(0)
+    cnn = _UserCNN()
+    params = cnn.init(k, jnp.zeros((1, 8, 8, 3)))["params"]
+    x = jax.random.uniform(jax.random.key(1), (1, 8, 8, 3))
+    g = ga.model_gradient(lambda p, v: cnn.apply({"params": p}, v), params, x, jnp.eye(4)[1:2])
+    apply = lambda p, v: cnn.apply({"params": p}, v)  # noqa: E731
+    fast_ig = ga.InvertingGradientsOptions(num_restarts=1, num_steps=1)
+    fast_dlg = ga.DLGOptions(num_restarts=1, num_steps=1)
+    with pytest.raises(ValueError, match="input_shape"):  # flax's ScopeParamShapeError escaped
+        ga.inverting_gradients(k, apply, params, g, (6, 6, 3), fast_ig)
+    with pytest.raises(ValueError, match="input_shape"):
+        ga.dlg(k, apply, params, g, (6, 6, 3), fast_dlg)
+    with pytest.raises(ValueError, match="num_classes must be the model's output width 4"):
+        ga.inverting_gradients(k, apply, params, g, (8, 8, 3), fast_ig, num_classes=5)
+    with pytest.raises(ValueError, match="input_shape must be the shape of one sample"):
+        ga.inverting_gradients(k, apply, params, g, 192, fast_ig)
+    with pytest.raises(ValueError, match="data_range"):
+        ga.dlg(k, apply, params, g, (8, 8, 3), ga.DLGOptions(data_range=1.0))
+    for value in (jnp.nan, jnp.inf):
+        with pytest.raises(ValueError, match="observed_grad must be finite"):
+            ga.inverting_gradients(k, apply, params, g.at[0].set(value), (8, 8, 3), fast_ig, labels=jnp.array([1]))
+        with pytest.raises(ValueError, match="observed_grad must be finite"):
+            ga.dlg(k, apply, params, g.at[0].set(value), (8, 8, 3), fast_dlg)
+    with pytest.raises(ValueError, match="not used with DLGOptions"):
+        ga.dlg(k, apply, params, g, (8, 8, 3), ga.DLGOptions(num_restarts=1, num_steps=1, optimize_labels=True),
+               labels=jnp.array([3]))
+    with pytest.raises(ValueError, match="iDLG cannot read labels"):
+        ga.dlg(k, apply, params, jnp.zeros_like(g), (8, 8, 3), fast_dlg)
+    # with labels given, DLG may still match an all-zero gradient (the inputs that make the loss stationary)
+    assert ga.dlg(k, apply, params, jnp.zeros_like(g), (8, 8, 3), fast_dlg, labels=jnp.array([1])).loss.shape == ()
+
+
+def test_idlg_refuses_differently_named_layers_and_reads_the_one_named():
+    """With layers `proj` and `head`, both [*, 10], the tree's name order put `proj` last: iDLG read labels 3 and 7 as
+    4 and 1. The default now refuses, and last_layer_fn names the layer."""
+    m = _NamedHead()
+    params = m.init(jax.random.key(0), jnp.zeros((1, 6)))["params"]
+    x = jax.random.uniform(jax.random.key(1), (2, 6))
+    apply = lambda p, v: m.apply({"params": p}, v)  # noqa: E731
+    g = ga.model_gradient(apply, params, x, jax.nn.one_hot(jnp.array([3, 7]), 10))
+    opts = ga.InvertingGradientsOptions(num_restarts=1, num_steps=1, tv_weight=0.0)
+    with pytest.raises(ValueError, match="ambiguous.*last_layer_fn"):
+        ga.inverting_gradients(jax.random.key(2), apply, params, g, (6,), opts, batch_size=2)
+    res = ga.inverting_gradients(jax.random.key(2), apply, params, g, (6,), opts, batch_size=2,
+                                 last_layer_fn=lambda t: t["head"]["kernel"])
+    np.testing.assert_array_equal(res.labels, [3, 7])
+
+
+def test_attacks_search_in_the_release_dtype(x64):
+    """Under x64 a float64 release was searched from float32 starting points (a float32 reconstruction)."""
+    apply = lambda p, v: jax.nn.sigmoid(v @ p["w1"]) @ p["w2"]  # noqa: E731
+    params = {"w1": jax.random.normal(jax.random.key(1), (4, 6), jnp.float64),
+              "w2": jax.random.normal(jax.random.key(2), (6, 3), jnp.float64)}
+    x = jnp.array([[0.1, 0.9, 0.4, 0.7]], jnp.float64)
+    g = ga.model_gradient(apply, params, x, jnp.eye(3, dtype=jnp.float64)[1:2])
+    ig = ga.inverting_gradients(jax.random.key(0), apply, params, g, (4,),
+                                ga.InvertingGradientsOptions(num_restarts=1, num_steps=3, tv_weight=0.0))
+    d = ga.dlg(jax.random.key(0), apply, params, g, (4,), ga.DLGOptions(num_restarts=1, num_steps=3))
+    assert ig.reconstruction.dtype == d.reconstruction.dtype == jnp.float64

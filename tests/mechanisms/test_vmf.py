@@ -228,6 +228,23 @@ def test_mechanism_validation():
         m.privatize(key, jnp.ones(1), clip_norm=1.0, batch_size=1)
 
 
+def test_mechanism_refuses_a_sum_without_direction_and_keeps_extreme_scales():
+    """A NaN or inf sum was centred at e1 like a zero one (a plausible release from a diverged step); sums whose
+    squares underflow or overflow float32 lost their direction (e1 again, or a ValueError naming mu)."""
+    m = VMFMechanism(kappa=1e6)
+    key = jax.random.key(0)
+    for bad in (jnp.array([jnp.nan, 1.0, 2.0]), jnp.array([jnp.inf, 1.0, 2.0])):
+        with pytest.raises(ValueError, match="clipped_sum must be finite"):
+            m.privatize(key, bad, clip_norm=1.0, batch_size=1)
+        assert bool(jnp.all(jnp.isnan(jax.jit(lambda g: m.privatize(key, g, 1.0, 1))(bad))))
+    assert bool(jnp.all(jnp.isnan(jax.jit(lambda b: m.privatize(key, jnp.ones(3), 1.0, b))(-1.0))))  # not flipped
+    for direction, scale in (([1.0, 1.0], 1e-20), ([1.0, 1.0, 0.0], 3e38), ([3.0, -4.0], 1e-30)):
+        d = np.asarray(direction) / np.linalg.norm(direction)
+        for f in (m.privatize, jax.jit(m.privatize)):
+            out = np.asarray(f(key, jnp.asarray(d * scale, jnp.float32), 1.0, 1))
+            assert float(out @ d) > 0.99, (direction, scale, out)  # E[1 - cos] ~ (p - 1) / (2 kappa)
+
+
 def test_mechanism_releases_noisy_unit_direction():
     m = VMFMechanism(kappa=1e5, output_norm=2.0)
     assert isinstance(m, Mechanism)

@@ -153,10 +153,26 @@ def test_gaussian_mechanism_takes_a_traced_noise_multiplier():
     vm = jax.vmap(lambda sigma: GaussianMechanism(noise_multiplier=sigma).privatize(k, s, 1.5, 2))(jnp.array([0.5, 3.0]))
     for row, sigma in zip(vm, (0.5, 3.0)):
         np.testing.assert_array_equal(row, GaussianMechanism(noise_multiplier=sigma).privatize(k, s, 1.5, 2))
-    with pytest.raises(ValueError, match="noise_multiplier must be >= 0"):
-        GaussianMechanism(noise_multiplier=-1.0)
+    for sigma in (-1.0, float("inf")):  # an infinite sigma released inf
+        with pytest.raises(ValueError, match="noise_multiplier must be finite and >= 0"):
+            GaussianMechanism(noise_multiplier=sigma)
     # a traced negative (or NaN) sigma releases NaN, not the release of |sigma| that the symmetric noise would give
     bad = jax.vmap(lambda sigma: GaussianMechanism(noise_multiplier=sigma).privatize(k, s, 1.5, 2))(
         jnp.array([-0.5, jnp.nan, 0.0]))
     assert np.all(np.isnan(bad[:2]))
     np.testing.assert_array_equal(bad[2], s / 2)
+
+
+def test_gaussian_mechanism_refuses_a_clip_norm_or_batch_size_out_of_range():
+    """clip_norm 0 released the sum without noise, a batch size of 0 or below inf or a flipped gradient; an integer
+    sum failed inside jax.random. Traced: NaN, as for sigma."""
+    from recon_jax.mechanisms import GaussianMechanism
+
+    m, k, s = GaussianMechanism(noise_multiplier=1.0), jax.random.key(0), jnp.arange(3.0)
+    for clip_norm, batch_size, name in ((0.0, 1, "clip_norm"), (float("inf"), 1, "clip_norm"), (1.0, 0, "batch_size"),
+                                        (1.0, -2, "batch_size")):
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            m.privatize(k, s, clip_norm, batch_size)
+        out = jax.jit(lambda c, b: m.privatize(k, s, c, b))(clip_norm, batch_size)
+        assert np.all(np.isnan(out)), (clip_norm, batch_size)
+    np.testing.assert_array_equal(m.privatize(k, jnp.arange(3), 2.0, 4), m.privatize(k, s, 2.0, 4))
