@@ -7,10 +7,9 @@ splits -> shadow and released models -> features -> reconstructor -> NN oracle -
   many as a :class:`ModelSetSizes` says, stored and shown as a :class:`RunOptions` says.
 - :func:`attack_features`: white-box (all parameters, or a subset of layers) or black-box (probe logits).
 - :func:`fit_reconstructor`: the reconstructor network on the shadow features, with held-out shadows for the
-  validation MSE (early stopping), streaming from a memory-mapped store, per-epoch checkpoints. What it trains
-  is a :class:`~recon_jax.attacks.reconn.ReconstructorSpec`, whose ``model`` or
-  :func:`~recon_jax.attacks.reconn.reconstructor_network` is the network (both in
-  :mod:`recon_jax.attacks.reconn`; the spec is importable from here too).
+  validation MSE (early stopping), streaming from a memory-mapped store, per-epoch checkpoints. It trains a
+  :class:`~recon_jax.attacks.reconn.ReconstructorSpec` (its ``model``, or
+  :func:`~recon_jax.attacks.reconn.reconstructor_network`, is the network; the spec is importable from here too).
 - :func:`oracle_for`: the nearest-neighbour oracle over the adversary's pool (``splits.pool_images``).
 - :func:`evaluate_reconstructions`: per-target MSE, PSNR, SSIM, NCC, optional classifier KL and success.
 - :func:`informed_attack`: features + reconstructor + evaluation for one setting on given model sets, so
@@ -45,6 +44,7 @@ from recon_jax.data.splits import InformedSplits
 from recon_jax.io import atomic_save_npz
 from recon_jax.models.adapters import ModelFns
 from recon_jax.shadow import ShadowSet, generate_shadow_models
+from recon_jax.shadow.store import host_key_data
 from recon_jax.training import Algorithm
 
 __all__ = [
@@ -289,6 +289,7 @@ def train_model_sets(model_fns: ModelFns, algorithm: Algorithm, splits: Informed
     >>> ms.shadow.params.shape, ms.shadow["probe_logits"].shape, ms.released["eval_accuracy"].shape
     ((20, 118), (20, 5, 10), (4,))
     """
+    host_key_data(key)  # a typed key (an int failed inside jax.random.fold_in)
     n_shadow = _check_count("num_shadow", sizes.num_shadow, len(splits.shadow_images))
     n_targets = _check_count("num_targets", sizes.num_targets, len(splits.target_images))
     probe_size = sizes.probe_size
@@ -463,8 +464,7 @@ def informed_attack(splits: InformedSplits, models: ModelSets, key: jax.Array, *
     return evaluate_reconstructions(
         name, splits.target_images[:n_targets], rec, oracle.nn_mse, classifier_apply=classifier_apply,
         released_accuracy=acc, num_shadow=n - reconstructor.validation_size,
-        num_validation=reconstructor.validation_size, feature_dim=f_shadow.shape[1], fit=fit,
-        seconds=time.time() - t0)
+        num_validation=reconstructor.validation_size, feature_dim=f_shadow.shape[1], fit=fit, seconds=time.time() - t0)
 
 
 def run_informed_pipeline(splits: InformedSplits, model_fns: ModelFns, algorithm: Algorithm, key: jax.Array, *,

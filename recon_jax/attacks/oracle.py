@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import metrics as _metrics
-from recon_jax._validation import Range, check
+from recon_jax._validation import FINITE, Range, check
 
 __all__ = [
     "OracleResult",
@@ -146,7 +146,8 @@ def nn_oracle(targets: jax.Array, pool: jax.Array, percentiles: Sequence[float] 
       An :class:`OracleResult`.
 
     Raises:
-      ValueError: on mismatched shapes, percentiles outside [0, 100] (or NaN), or negative ``bins``.
+      ValueError: on mismatched shapes, NaN or inf in ``targets`` or ``pool`` (concrete), percentiles outside
+        [0, 100] (or NaN), or negative ``bins``.
 
     >>> import jax.numpy as jnp
     >>> r = nn_oracle(jnp.array([[0.0, 0.0]]), jnp.array([[0.0, 1.0], [1.0, 1.0], [0.5, 0.5]]), (50.0,))
@@ -163,6 +164,8 @@ def nn_oracle(targets: jax.Array, pool: jax.Array, percentiles: Sequence[float] 
     t, p = _flat(targets, "targets"), _flat(pool, "pool")
     if t.shape[1] != p.shape[1]:
         raise ValueError(f"targets and pool must have the same example size, got {t.shape[1]} and {p.shape[1]}")
+    check("targets", t, FINITE)  # one NaN pixel in the pool made every target's oracle MSE NaN
+    check("pool", p, FINITE)
     if max_mse is not None and not 0 < max_mse < np.inf:  # inf made every bin edge inf or NaN
         raise ValueError(f"max_mse must be finite and > 0, got {max_mse}")
     dtype = jnp.result_type(t, p, jnp.float32)

@@ -145,6 +145,17 @@ def _to_float_images(images: np.ndarray) -> np.ndarray:
     return np.clip(images.astype(np.float32), 0.0, 1.0)
 
 
+def _class_names(path: str) -> list[str]:
+    """The classes of a train/test folder: the sub-directories of ``path/train`` and ``path/test`` together, sorted,
+    so that a class numbers the same in both splits when one split lacks a class."""
+    names = set()
+    for split in ("train", "test"):
+        d = os.path.join(path, split)
+        if os.path.isdir(d):
+            names |= {c for c in os.listdir(d) if os.path.isdir(os.path.join(d, c))}
+    return sorted(names)
+
+
 def load_image_folder(
     path: str,
     split: str = "train",
@@ -157,7 +168,8 @@ def load_image_folder(
 
     Layout: ``split="train"`` / ``"test"`` read ``path/train`` / ``path/test`` (an error if it is missing: a folder
     without them would give both splits the same images); ``split="all"`` reads ``path`` itself. Labels:
-    ``"subdirs"`` (one sub-directory per class, classes numbered in sorted name order; an error if there is none,
+    ``"subdirs"`` (one sub-directory per class, classes numbered in sorted name order, over ``train/`` and ``test/``
+    together so that both splits number a class alike; an error if there is none,
     or if images lie beside them), a dict mapping file name -> label (images directly in the folder), or ``None``
     (unlabelled: the images directly in the folder, all labelled -1). Files are read in sorted order.
 
@@ -219,10 +231,11 @@ def load_image_folder(
             raise ValueError(f"{len(loose)} images lie directly in {root!r} beside the class sub-directories "
                              f"{classes}: move them into a class directory, or pass labels=None (only those images, "
                              "unlabelled) or a dict of labels")
-        for ci, cname in enumerate(classes):
+        numbering = {c: i for i, c in enumerate(_class_names(path) if split != "all" else classes)}
+        for cname in classes:
             for fname in sorted(os.listdir(os.path.join(root, cname))):
                 if fname.lower().endswith(_IMAGE_SUFFIXES):
-                    files.append((os.path.join(root, cname, fname), ci))
+                    files.append((os.path.join(root, cname, fname), numbering[cname]))
     else:
         files = [(os.path.join(root, f), labels.get(f, -1) if isinstance(labels, dict) else -1) for f in loose]
     if max_examples is not None:

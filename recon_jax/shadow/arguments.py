@@ -18,7 +18,7 @@ import numpy as np
 from recon_jax.training.algorithms import Algorithm
 from recon_jax.training.gram import FIRST_LAYER_MODES
 
-__all__ = ["OUTPUTS", "ShadowOutputs", "ShadowArgs", "check_shadow_args"]
+__all__ = ["OUTPUTS", "ShadowOutputs", "ShadowArgs", "check_shadow_args", "check_label_range"]
 
 #: What :func:`~recon_jax.shadow.generate_shadow_models` can output per model.
 OUTPUTS = ("params", "probe_logits", "eval_accuracy", "target_loss", "final_loss")
@@ -141,6 +141,9 @@ def check_shadow_args(algorithm: Algorithm, fixed_set, targets, *, init_params=N
     fx, tx = fx.astype(dtype), tx.astype(dtype)
     if not (np.issubdtype(fy.dtype, np.integer) and np.issubdtype(ty.dtype, np.integer)):
         raise ValueError(f"labels must be integers, got fixed_set y {fy.dtype} and targets y {ty.dtype}")
+    if fy.ndim != 1 or ty.ndim != 1:
+        raise ValueError(f"labels must be integer class indices [n], not one-hot; got fixed_set y {fy.shape} and "
+                         f"targets y {ty.shape}")
     fy, ty = fy.astype(np.int32), ty.astype(np.int32)
     if fx.shape[0] != fy.shape[0]:
         raise ValueError(f"fixed_set x and y must have the same length, got {fx.shape[0]} and {fy.shape[0]}")
@@ -148,6 +151,9 @@ def check_shadow_args(algorithm: Algorithm, fixed_set, targets, *, init_params=N
         raise ValueError(f"targets x and y must have the same length >= 1, got {tx.shape[0]} and {ty.shape[0]}")
     if tx.shape[1:] != fx.shape[1:]:
         raise ValueError(f"targets x must have example shape {fx.shape[1:]}, got {tx.shape[1:]}")
+    for name, x in (("fixed_set", fx), ("targets", tx)):
+        if not np.isfinite(x).all():
+            raise ValueError(f"{name} x must be finite; got {int((~np.isfinite(x)).sum())} NaN or inf entries")
     count = tx.shape[0]
     tw = np.ones(count, dtype) if target_weights is None else np.asarray(target_weights, dtype)
     if tw.shape != (count,) or not np.all((tw == 0) | (tw == 1)):
@@ -169,4 +175,21 @@ def check_shadow_args(algorithm: Algorithm, fixed_set, targets, *, init_params=N
     ex = ey = None
     if "eval_accuracy" in outputs:
         ex, ey = np.asarray(eval_set[0], dtype), np.asarray(eval_set[1])
+        if ey.ndim != 1 or ey.shape[0] != ex.shape[0] or not np.issubdtype(ey.dtype, np.integer):
+            raise ValueError(f"eval_set must be (x [m, ...], y [m]) with integer labels y, got x {ex.shape} and y "
+                             f"{ey.shape} {ey.dtype}")
     return ShadowArgs(fx, fy, tx, ty, tw, dtype, outputs, shuffle_key, probe, ex, ey)
+
+
+def check_label_range(num_classes: int, **labels) -> None:
+    """Refuses integer labels outside ``[0, num_classes)`` (the model's output width) for softmax cross-entropy,
+    whose one-hot targets are zero rows for them: a model trained on nothing, silently. ``labels``: name -> array
+    or None."""
+    for name, y in labels.items():
+        if y is None:
+            continue
+        y = np.asarray(y)
+        bad = (y < 0) | (y >= num_classes)
+        if bad.any():
+            raise ValueError(f"{name} labels must be in [0, {num_classes}) (the model's {num_classes} outputs), got "
+                             f"{sorted(set(y[bad].tolist()))[:5]}")

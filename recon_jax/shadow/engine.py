@@ -39,7 +39,8 @@ from recon_jax.io import ABOVE_STORES, array_digest, library_code
 from recon_jax.mechanisms.base import GaussianMechanism
 from recon_jax.models.adapters import ModelFns, model_identity
 from recon_jax.models.flatten import layout_of
-from recon_jax.shadow.arguments import ShadowOutputs, check_shadow_args
+from recon_jax.models.losses import softmax_cross_entropy
+from recon_jax.shadow.arguments import ShadowOutputs, check_label_range, check_shadow_args
 from recon_jax.shadow.conv_batching import without_conv_out_sharding
 from recon_jax.shadow.devices import MODEL_AXIS, default_mesh
 from recon_jax.shadow.store import ShadowSet, ShadowStore, host_key_data, key_fingerprint
@@ -205,6 +206,18 @@ def _to_host(tree) -> dict:
 # MIA target weights, outputs; how to run: chunk, mesh, store, progress, dtype, first-layer path), and a call sets
 # two or three, so one options object would add a construction to every call without removing a concept.
 # Many parameters because each keyword is an independent option with a common-case default.
+def _check_init_params(model_fns: ModelFns, init_params, fx) -> None:
+    """init_params must have the tree and shapes the model's init gives (another width's parameters ran into a
+    flax shape error inside the compiled trainer)."""
+    want = jax.eval_shape(model_fns.init, jax.random.key(0), jax.ShapeDtypeStruct((1,) + fx.shape[1:], fx.dtype))
+    leaves = jax.tree_util.tree_leaves_with_path
+    shapes = [(jax.tree_util.keystr(p), tuple(np.shape(a))) for p, a in leaves(init_params)]
+    wanted = [(jax.tree_util.keystr(p), tuple(a.shape)) for p, a in leaves(want)]
+    if shapes != wanted:
+        diff = [f"{w} != {g}" for w, g in zip(wanted, shapes) if w != g][:3] or [f"{len(wanted)} != {len(shapes)}"]
+        raise ValueError(f"init_params must match the model's parameters (model != init_params): {diff}")
+
+
 def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set, targets, key: jax.Array, *,
                            init_params=None, shuffle_key: jax.Array | None = None, target_weights=None,
                            probe_inputs=None, eval_set=None, outputs: Sequence[str] | ShadowOutputs = ("params",),
@@ -302,12 +315,16 @@ def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set,
             chunk_size = _default_chunk_per_device(mesh, model_fns, init_params, fx) * n_dev
         if init_params is not None:
             layout_params = init_params
+            _check_init_params(model_fns, init_params, fx)
         else:
             layout_params = jax.eval_shape(lambda k: model_fns.init(k, jnp.asarray(fx[:1])), jax.random.key(0))
         layout = layout_of(layout_params)
+        logits = jax.eval_shape(model_fns.apply, layout_params, jax.ShapeDtypeStruct((1,) + fx.shape[1:], dtype))
         first_kernel = choose_first_layer(first_layer, model_fns, algorithm, layout_params, fx, count,
                                           platform=mesh.devices.flat[0].platform)
         fn, batched, replicated = _compiled(model_fns, algorithm, outputs, mesh, key_impl, first_kernel)
+    if algorithm.loss_fn is softmax_cross_entropy:  # a custom loss may read its labels otherwise
+        check_label_range(logits.shape[-1], fixed_set=fy, targets=ty, eval_set=ey)
     chunk = -(-chunk_size // n_dev) * n_dev
     gram = None if first_kernel is None else np.asarray(jax.jit(fixed_set_gram)(fx))
     shared_host = SharedInputs(fixed_x=fx, fixed_y=fy, init_params=init_params, key=key_data,

@@ -153,7 +153,8 @@ def host_key_data(key: jax.Array | None) -> np.ndarray | None:
     if key is None:
         return None
     if not (hasattr(key, "dtype") and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)):
-        raise ValueError("keys must be typed keys from jax.random.key(...), not legacy uint32 PRNGKey arrays")
+        raise ValueError(f"keys must be typed keys from jax.random.key(seed), not legacy uint32 PRNGKey arrays or "
+                         f"ints; got {type(key).__name__} {getattr(key, 'dtype', '')}".rstrip())
     return np.asarray(jax.random.key_data(key))
 
 

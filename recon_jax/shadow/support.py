@@ -17,6 +17,8 @@ import jax.extend.core as jex
 import jax.numpy as jnp
 import numpy as np
 
+from flax.errors import FlaxError
+
 from recon_jax.models.adapters import ModelFns
 from recon_jax.training.algorithms import Algorithm
 
@@ -24,8 +26,9 @@ __all__ = ["FAILURES", "UnsupportedConfiguration", "describe_algorithm", "explai
 
 # What tracing, lowering or compiling an unsupported combination raises: a missing batching or transpose rule
 # (NotImplementedError), a model that cannot take the inputs or a library check (TypeError, ValueError), an XLA
-# compilation or runtime error on the device (JaxRuntimeError). Anything else propagates unchanged.
-FAILURES = (NotImplementedError, TypeError, ValueError, jax.errors.JaxRuntimeError)
+# compilation or runtime error on the device (JaxRuntimeError), flax's shape errors (FlaxError, neither of those).
+# Anything else propagates unchanged.
+FAILURES = (NotImplementedError, TypeError, ValueError, jax.errors.JaxRuntimeError, FlaxError)
 
 _NAME_LIMIT = 160
 

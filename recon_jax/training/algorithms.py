@@ -19,6 +19,7 @@ cases.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable
 
 import optax
@@ -34,6 +35,11 @@ SAMPLING_MODES = ("shuffle", "poisson")
 POISSON_OVERFLOW = 1e-9  # default max_batch_size: P[Binomial(n, q) > max_batch_size] <= this, per step
 
 __all__ = ["Algorithm", "CLIPPING_MODES", "PER_EXAMPLE_MODES", "SAMPLING_MODES", "full_batch_gd", "minibatch_sgd", "dp_gd", "dp_sgd"]
+
+
+def _is_count(value) -> bool:
+    """A Python int that is not a bool (``True`` is an int, and was taken as 1 epoch or a batch of 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -93,14 +99,14 @@ class Algorithm:
     loss_fn: Callable = softmax_cross_entropy
 
     def __post_init__(self):
-        if not (isinstance(self.epochs, int) and self.epochs >= 1):
+        if not (_is_count(self.epochs) and self.epochs >= 1):
             raise ValueError(f"epochs must be an integer >= 1, got {self.epochs!r}")
         if self.optimizer is None:
-            if not self.learning_rate > 0:
-                raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+            if not 0 < self.learning_rate < math.inf:
+                raise ValueError(f"learning_rate must be finite and > 0, got {self.learning_rate}")
             if not 0 <= self.momentum < 1:
                 raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
-        if self.batch_size is not None and not (isinstance(self.batch_size, int) and self.batch_size >= 1):
+        if self.batch_size is not None and not (_is_count(self.batch_size) and self.batch_size >= 1):
             raise ValueError(f"batch_size must be None (full batch) or an integer >= 1, got {self.batch_size!r}")
         if self.sampling not in SAMPLING_MODES:
             raise ValueError(f"sampling must be one of {SAMPLING_MODES}, got {self.sampling!r}")
@@ -109,20 +115,20 @@ class Algorithm:
         if self.max_batch_size is not None:
             if self.sampling != "poisson":
                 raise ValueError("max_batch_size applies to sampling='poisson' only")
-            if not (isinstance(self.max_batch_size, int) and self.max_batch_size >= 1):
+            if not (_is_count(self.max_batch_size) and self.max_batch_size >= 1):
                 raise ValueError(f"max_batch_size must be None or an integer >= 1, got {self.max_batch_size!r}")
         if self.shuffle not in ("known", "fresh"):
             raise ValueError(f"shuffle must be 'known' or 'fresh', got {self.shuffle!r}")
         if self.init not in ("fixed", "random"):
             raise ValueError(f"init must be 'fixed' or 'random', got {self.init!r}")
-        if self.clip_norm is not None and not self.clip_norm > 0:
-            raise ValueError(f"clip_norm must be None or > 0, got {self.clip_norm}")
+        if self.clip_norm is not None and not 0 < self.clip_norm < math.inf:
+            raise ValueError(f"clip_norm must be None or finite and > 0, got {self.clip_norm}")
         if self.clipping not in CLIPPING_MODES:
             raise ValueError(f"clipping must be one of {CLIPPING_MODES}, got {self.clipping!r}")
         if self.mechanism is not None and self.clip_norm is None:
             raise ValueError("mechanism requires clip_norm (DP-GD / DP-SGD clip before adding noise)")
         if self.microbatch_size is not None and not (
-                isinstance(self.microbatch_size, int) and self.microbatch_size >= 1):
+                _is_count(self.microbatch_size) and self.microbatch_size >= 1):
             raise ValueError(f"microbatch_size must be None or an integer >= 1, got {self.microbatch_size!r}")
         if self.per_example not in PER_EXAMPLE_MODES:
             raise ValueError(f"per_example must be one of {PER_EXAMPLE_MODES}, got {self.per_example!r}")

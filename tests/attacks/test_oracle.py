@@ -61,6 +61,13 @@ def test_oracle_validation():
         oracle.pairwise_mse(np.zeros((2, 3)), np.zeros((4, 3)), chunk_size=0)
     with pytest.raises(ValueError, match="same shape"):
         oracle.success(jnp.zeros(3), jnp.zeros(2))
+    # one NaN pixel in the pool made every target's oracle MSE NaN (and every target a failure), silently
+    pool = np.zeros((4, 3))
+    pool[0, 0] = np.nan
+    with pytest.raises(ValueError, match="pool must be finite"):
+        oracle.nn_oracle(np.zeros((2, 3)), pool)
+    with pytest.raises(ValueError, match="targets must be finite"):
+        oracle.nn_oracle(pool, np.zeros((2, 3)))
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, 100.5])

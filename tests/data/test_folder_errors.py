@@ -72,3 +72,15 @@ def test_image_size_must_be_positive_ints(folder, bad):
 def test_load_dataset_folder_needs_path():
     with pytest.raises(ValueError, match="path"):
         data.load_dataset("folder")
+
+
+def test_a_class_missing_from_one_split_numbers_alike_in_both(tmp_path):
+    """train/{cat,dog,fox} and test/{cat,fox}: test's fox was numbered 1 (its own sorted position) where train's is 2,
+    so the report measured accuracy against wrong labels."""
+    for split, classes in (("train", ("cat", "dog", "fox")), ("test", ("cat", "fox"))):
+        for c in classes:
+            (tmp_path / split / c).mkdir(parents=True)
+            Image.fromarray(np.full((4, 4), 10 * len(c), np.uint8)).save(tmp_path / split / c / f"{c}.png")
+    _, y_train = data.load_image_folder(str(tmp_path), "train", image_size=4)
+    _, y_test = data.load_image_folder(str(tmp_path), "test", image_size=4)
+    assert y_train.tolist() == [0, 1, 2] and y_test.tolist() == [0, 2]  # cat 0, dog 1, fox 2 in both

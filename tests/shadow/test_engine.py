@@ -264,6 +264,28 @@ def test_invalid_arguments():
                                       progress=False)
     with pytest.raises(ValueError, match="num_devices"):
         shadow.cpu_xla_flags(0)
+    # Labels beyond the model's 4 outputs were one-hot zero rows: models trained on nothing, silently (bitwise equal
+    # for labels 3, 7, 100, -1); a NaN pixel trained NaN models; one-hot eval labels blamed the model's vmapping.
+    for name, bad in (("targets", (targets[0], np.array([7, 1], np.int32))),
+                      ("fixed_set", (fixed[0], np.where(np.arange(len(fixed[1])) == 3, -1, fixed[1])))):
+        kw = {"targets" if name == "targets" else "fixed_set": bad}
+        with pytest.raises(ValueError, match=rf"{name} labels must be in \[0, 4\)"):
+            shadow.generate_shadow_models(FNS, ALG, kw.get("fixed_set", fixed), kw.get("targets", targets),
+                                          jax.random.key(1), init_params=p0, progress=False)
+    with pytest.raises(ValueError, match="fixed_set x must be finite"):
+        shadow.generate_shadow_models(FNS, ALG, (np.where(fixed[0] > 2, np.nan, fixed[0]), fixed[1]), targets,
+                                      jax.random.key(1), init_params=p0, progress=False)
+    with pytest.raises(ValueError, match=r"eval_set must be \(x \[m, ...\], y \[m\]\)"):
+        gen(init_params=p0, outputs=("eval_accuracy",), eval_set=(fixed[0], np.eye(4, dtype=np.int32)[fixed[1]]))
+    with pytest.raises(ValueError, match="not one-hot"):  # a TypeError from a reshape in the Gram path
+        shadow.generate_shadow_models(FNS, ALG, (fixed[0], np.eye(4, dtype=np.int32)[fixed[1]]), targets,
+                                      jax.random.key(1), init_params=p0, progress=False)
+    wide = training.initial_params(models.from_flax(models.MLP(features=(9, 4), activation="elu")),
+                                   jax.random.key(0), fixed[0])
+    with pytest.raises(ValueError, match="init_params must match the model's parameters"):  # flax's shape error
+        gen(init_params=wide)
+    with pytest.raises(ValueError, match="not legacy uint32 PRNGKey arrays or ints; got int"):
+        shadow.generate_shadow_models(FNS, ALG, fixed, targets, 2, init_params=p0, progress=False)
 
 
 @pytest.mark.parametrize("per_example", ["auto", "vmap"])

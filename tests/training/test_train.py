@@ -221,6 +221,16 @@ def test_invalid_arguments_raise(key):
         training.minibatch_sgd(4, shuffle="sometimes")
     with pytest.raises(ValueError, match="clip_norm"):
         training.dp_gd(-1.0)
+    # an infinite clip norm or noise multiplier trained NaN models (a reconstructor loss error far downstream);
+    # True was taken as 1 epoch or a batch of 1
+    inf = float("inf")
+    for make, match in ((lambda: training.dp_gd(inf, noise_multiplier=1.0), "clip_norm must be None or finite"),
+                        (lambda: training.dp_gd(1.0, noise_multiplier=inf), "noise_multiplier must be finite"),
+                        (lambda: training.full_batch_gd(learning_rate=inf), "learning_rate must be finite"),
+                        (lambda: training.full_batch_gd(epochs=True), "epochs must be an integer"),
+                        (lambda: training.dp_sgd(True, 1.0, noise_multiplier=1.0), "batch_size must be None")):
+        with pytest.raises(ValueError, match=match):
+            make()
     with pytest.raises(ValueError, match="mechanism requires clip_norm"):
         training.Algorithm(mechanism=NoNoise())
     with pytest.raises(ValueError, match="init_params"):
