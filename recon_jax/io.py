@@ -183,6 +183,7 @@ def callable_identity(fn: Any) -> str:
     what it computes beyond its name: its code (bytecode, constants, names), defaults and the values its closure
     captured (arrays by value, functions recursively), and a ``functools.partial``'s arguments.
 
+    The values of the module globals its code reads count too (modules and classes by name only).
     Two closures from one factory (``scaled(1.0)``, ``scaled(0.0)``) or two lambdas share a qualname but not an
     identity. A captured object without a stable description (its ``repr`` shows a memory address) makes the
     identity differ between processes: such a store is recomputed, never reused wrongly.
@@ -212,8 +213,23 @@ def _identity(fn: Any, depth: int) -> str:
     cells = [c.cell_contents if _cell_filled(c) else None for c in (inner.__closure__ or ())]
     parts = [_code_parts(code), [_value(v, depth) for v in inner.__defaults__ or ()],
              {k: _value(v, depth) for k, v in sorted((inner.__kwdefaults__ or {}).items())},
-             [_value(v, depth) for v in cells]]
+             [_value(v, depth) for v in cells], _global_values(inner, code, depth)]
     return f"{name}#{stable_hash(parts)[:16]}"
+
+
+def _global_values(fn, code, depth: int) -> dict:
+    """The values of the module globals a function's code names (its own and its nested functions'), modules and
+    classes left out: a ``SCALE = 0.0`` edited in the module changes the identity as a captured value does."""
+    import types
+
+    names, stack = set(), [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if hasattr(k, "co_code"))
+    scope = getattr(fn, "__globals__", {})
+    return {n: _value(scope[n], depth) for n in sorted(names)
+            if n in scope and not isinstance(scope[n], (types.ModuleType, type))}
 
 
 def _cell_filled(cell) -> bool:

@@ -73,3 +73,21 @@ def test_code_record_ignores_prose_but_not_code(tmp_path):
     (extra / "m.py").write_text(base)
     (extra / "n.py").write_text("")
     assert code_record([str(extra)])["sources"] != records["same"]
+
+
+def test_callable_identity_reads_the_module_globals_the_code_names():
+    """A loss reading a module constant kept its identity when the constant changed, so a shadow store trained with
+    SCALE = 1 was reused for SCALE = 0 (across processes, where the edit is a code edit)."""
+    import types
+
+    from recon_jax.io import callable_identity
+
+    mod = types.ModuleType("user_losses")
+    exec("import jax.numpy as jnp\nSCALE = 1.0\n\ndef loss(logits, labels):\n"
+         "    return SCALE * jnp.sum(logits, -1)\n\ndef outer(x):\n    return (lambda y: SCALE * y)(x)\n", mod.__dict__)
+    before = callable_identity(mod.loss), callable_identity(mod.outer)
+    mod.SCALE = 0.0
+    after = callable_identity(mod.loss), callable_identity(mod.outer)  # outer reads SCALE in a nested lambda
+    assert before[0] != after[0] and before[1] != after[1]
+    mod.SCALE = 1.0
+    assert (callable_identity(mod.loss), callable_identity(mod.outer)) == before  # a value, not an address

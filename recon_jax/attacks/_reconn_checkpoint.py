@@ -13,8 +13,9 @@ import numpy as np
 
 from recon_jax.io import (array_digest, atomic_save_npz, code_difference, library_code, resume_across_code_allowed,
                           stable_hash)
+from recon_jax.models.adapters import ModelFns, model_identity
 
-__all__ = ["CheckpointMismatchError", "EpochCheckpoint", "tree_digest"]
+__all__ = ["CheckpointMismatchError", "EpochCheckpoint", "tree_digest", "module_program"]
 
 _CODE = "__code__"  # member: JSON (uint8) of the code record (recon_jax.io.code_record) that saved the state
 
@@ -28,6 +29,17 @@ def tree_digest(tree) -> str:
     """A stable digest of the arrays of a pytree (leaf order and contents)."""
     leaves = jax.tree_util.tree_leaves(tree)
     return stable_hash([array_digest(np.atleast_1d(np.asarray(x))) for x in leaves])
+
+
+def module_program(module, example, **call_kwargs) -> dict | None:
+    """What a flax module computes (:func:`recon_jax.models.model_identity` of its ``init`` and ``apply`` on one
+    example): a checkpoint key part that, unlike ``repr(module)``, changes with the code of ``__call__``. None for
+    no module."""
+    if module is None:
+        return None
+    fns = ModelFns(init=lambda k, x: module.init(k, x, **call_kwargs),
+                   apply=lambda p, x: module.apply(p, x, **call_kwargs), name=repr(module))
+    return model_identity(fns, example)
 
 
 class EpochCheckpoint:

@@ -37,8 +37,8 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
-from recon_jax._validation import check_integer
-from recon_jax.attacks._reconn_checkpoint import CheckpointMismatchError, EpochCheckpoint, tree_digest
+from recon_jax._validation import FINITE_NONNEGATIVE, FINITE_POSITIVE, check, check_integer
+from recon_jax.attacks._reconn_checkpoint import CheckpointMismatchError, EpochCheckpoint, module_program, tree_digest
 from recon_jax.attacks.features import Standardizer, as_feature_matrix, fit_minmax, fit_standardizer
 from recon_jax.attacks._reconn_steps import (
     DROPOUT_STREAM,
@@ -53,7 +53,7 @@ from recon_jax.attacks._reconn_steps import (
     resident_on_accelerator,
     trainable_part,
 )
-from recon_jax.io import array_digest
+from recon_jax.io import array_digest, callable_identity
 from recon_jax.models.reconstructors import reconstructor_mlp, transposed_conv_decoder
 
 __all__ = [
@@ -141,6 +141,24 @@ class ReconstructorSpec:
     monitor: str = "mse"
     train_flag: bool = False
     step_loop: str = "scan"
+
+    def __post_init__(self):
+        # checked when built, so that a bad value stops the informed pipeline before any shadow model trains
+        check_integer("epochs", self.epochs, 1)
+        check_integer("batch_size", self.batch_size, 1)
+        check_integer("validation_size", self.validation_size, 0)
+        if self.patience is not None:
+            check_integer("patience", self.patience, 1)
+        for name in ("mae_weight", "mse_weight", "adversarial_weight", "perceptual_weight", "min_delta"):
+            check(name, getattr(self, name), FINITE_NONNEGATIVE)
+        if self.optimizer is None:
+            check("learning_rate", self.learning_rate, FINITE_POSITIVE)
+        if self.discriminator is not None:
+            check("discriminator_learning_rate", self.discriminator_learning_rate, FINITE_POSITIVE)
+        for name, allowed in (("kind", RECONSTRUCTOR_KINDS), ("scaling", ("standard", "minmax")),
+                              ("monitor", ("mse", "loss")), ("step_loop", ("scan", "host"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
 
 
 def reconstructor_network(target_shape: Sequence[int], kind: str = "mlp", hidden: Sequence[int] = (1000, 1000)):
@@ -288,8 +306,9 @@ def train_reconstructor(features, targets, spec: ReconstructorSpec, key: jax.Arr
         that ran past where this call stops (smaller ``spec.epochs``, or a ``spec.patience`` that stops sooner) is
         not used: the call trains from the start and replaces it. A checkpoint saved by other code (the recon_jax
         sources but ``evidence`` and ``report``, Python or a numeric package's version) is refused.
-      checkpoint_key: JSON-able description of what the hash cannot see; required with ``checkpoint_dir`` when
-        ``spec.optimizer`` or ``spec.perceptual_fn`` is given (functions have no stable hash).
+      checkpoint_key: optional JSON-able description of anything else the checkpoint should be keyed by
+        (``spec.optimizer`` and ``spec.perceptual_fn`` are, by :func:`recon_jax.io.callable_identity`: their code
+        and the values they captured).
       stream_rows: rows gathered per block (rounded down to a multiple of the batch size; default 2,048).
       progress: show a tqdm bar over epochs.
       desc: the bar's label.
@@ -323,33 +342,12 @@ def train_reconstructor(features, targets, spec: ReconstructorSpec, key: jax.Arr
     discriminator_learning_rate = spec.discriminator_learning_rate
     perceptual_fn, perceptual_weight = spec.perceptual_fn, spec.perceptual_weight
     min_delta, monitor, train_flag, step_loop = spec.min_delta, spec.monitor, spec.train_flag, spec.step_loop
-    check_integer("epochs", epochs, 1)
-    check_integer("batch_size", batch_size, 1)
-    for name, v in (("mae_weight", mae_weight), ("mse_weight", mse_weight),
-                    ("adversarial_weight", adversarial_weight), ("perceptual_weight", perceptual_weight),
-                    ("min_delta", min_delta)):
-        if not v >= 0:
-            raise ValueError(f"{name} must be >= 0, got {v}")
-    if optimizer is None and not learning_rate > 0:
-        raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
-    if discriminator is not None and not discriminator_learning_rate > 0:
-        raise ValueError(f"discriminator_learning_rate must be > 0, got {discriminator_learning_rate}")
     if discriminator is not None and t.ndim != 4:
         raise ValueError(f"a discriminator needs image targets [K, H, W, C], got shape {t.shape}")
-    if scaling not in ("standard", "minmax"):
-        raise ValueError(f"scaling must be 'standard' or 'minmax', got {scaling!r}")
-    if monitor not in ("mse", "loss"):
-        raise ValueError(f"monitor must be 'mse' or 'loss', got {monitor!r}")
-    if step_loop not in ("scan", "host"):
-        raise ValueError(f"step_loop must be 'scan' or 'host', got {step_loop!r}")
-    if patience is not None:
-        check_integer("patience", patience, 1)
-        if eval_set is None:
-            raise ValueError("patience (early stopping) needs an eval_set of held-out shadows")
+    if patience is not None and eval_set is None:  # the spec's own values are checked when it is built
+        raise ValueError("patience (early stopping) needs an eval_set of held-out shadows")
     if stream_rows is not None:
         check_integer("stream_rows", stream_rows, 1)
-    if checkpoint_dir is not None and checkpoint_key is None and (optimizer is not None or perceptual_fn is not None):
-        raise ValueError("checkpoint_key is required with checkpoint_dir when optimizer or perceptual_fn is given")
     if standardizer is not None:
         scaler = standardizer
     else:
@@ -387,7 +385,10 @@ def train_reconstructor(features, targets, spec: ReconstructorSpec, key: jax.Arr
     ckpt = None
     if checkpoint_dir is not None:
         description = {
-            "format": "recon_jax.reconn/2", "model": repr(model), "discriminator": repr(discriminator),
+            "format": "recon_jax.reconn/3", "model": repr(model), "discriminator": repr(discriminator),
+            "programs": [module_program(model, gather(f, np.arange(1), dtype), **({"train": False} if train_flag
+                                                                                   else {})),
+                         module_program(discriminator, gather(t, np.arange(1), dtype))],  # __call__ edited, same repr
             "learning_rate": None if optimizer is not None else float(learning_rate),
             "weights": [float(mae_weight), float(mse_weight), float(adversarial_weight), float(perceptual_weight)],
             "discriminator_learning_rate": float(discriminator_learning_rate), "batch_size": bs,
@@ -397,6 +398,9 @@ def train_reconstructor(features, targets, spec: ReconstructorSpec, key: jax.Arr
             "init_params": None if init_params is None else tree_digest(init_params),
             "eval_set": None if eval_set is None else [array_digest(ef), array_digest(et)],
             "dtype": str(dtype), "extra": checkpoint_key, "train_flag": bool(train_flag), "monitor": monitor,
+            "callables": [None if optimizer is None else [callable_identity(optimizer.init),
+                                                          callable_identity(optimizer.update)],
+                          None if perceptual_fn is None else callable_identity(perceptual_fn)],
             "min_delta": float(min_delta)}  # it picks the saved best epoch
         ckpt = EpochCheckpoint(checkpoint_dir, description)
         saved = ckpt.load(state, best)

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -309,6 +310,33 @@ def test_resume_after_stop_equals_uninterrupted_run(tmp_path):
     assert other.resumed_from == 0 and len(list(tmp_path.iterdir())) == 2
 
 
+def _same_repr_reconstructor(activation):
+    """A user's reconstructor class whose __call__ changes while its name and fields (its repr) stay the same."""
+
+    class MyRec(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(6)(activation(nn.Dense(16)(x)))
+
+    return MyRec()
+
+
+def test_a_reconstructor_edited_under_the_same_repr_does_not_resume_the_old_checkpoint(tmp_path):
+    """The checkpoint was keyed by repr(model): a relu -> sin edit of __call__ resumed the relu run's losses and
+    weights through the sin network."""
+    f, t = _toy_task(200)
+    relu, sin = _same_repr_reconstructor(jax.nn.relu), _same_repr_reconstructor(jnp.sin)
+    assert repr(relu) == repr(sin)
+    kw = dict(epochs=2, batch_size=16, progress=False, checkpoint_dir=str(tmp_path))
+    first = _train(relu, f[:160], t[:160], jax.random.key(3), **kw)
+    edited = _train(sin, f[:160], t[:160], jax.random.key(3), **kw)
+    assert edited.resumed_from == 0 and len(list(tmp_path.iterdir())) == 2
+    fresh = _train(sin, f[:160], t[:160], jax.random.key(3), epochs=2, batch_size=16, progress=False)
+    _same_fit(fresh, edited)
+    assert not np.array_equal(first.losses, edited.losses)
+    assert _train(relu, f[:160], t[:160], jax.random.key(3), **kw).resumed_from == 2  # unchanged: resumes
+
+
 def _checkpoint_code(path):
     with np.load(path) as z:
         return json.loads(z["__code__"].tobytes().decode()), {k: z[k] for k in z.files}
@@ -400,9 +428,17 @@ def test_early_stopping_returns_best_epoch():
     with pytest.raises(ValueError, match="eval_set"):
         _train(reconstructors.reconstructor_mlp((6,), (8,)), f, t, jax.random.key(0),
                patience=3, progress=False)
-    with pytest.raises(ValueError, match="checkpoint_key"):
-        _train(reconstructors.reconstructor_mlp((6,), (8,)), f, t, jax.random.key(0),
-               optimizer=optax.sgd(0.1), checkpoint_dir="unused", progress=False)
+
+
+def test_a_checkpoint_is_keyed_by_the_optimizer_it_was_trained_with(tmp_path):
+    """spec.optimizer with a checkpoint directory needed a checkpoint_key that the informed pipeline could not pass
+    (an error after every shadow model had trained); it is keyed by the optimizer's identity now."""
+    f, t = _toy_task(200)
+    first = _fit(f, t, epochs=2, optimizer=optax.adam(1e-2), checkpoint_dir=str(tmp_path))
+    again = _fit(f, t, epochs=3, optimizer=optax.adam(1e-2), checkpoint_dir=str(tmp_path))
+    assert first.resumed_from == 0 and again.resumed_from == 2
+    other = _fit(f, t, epochs=2, optimizer=optax.adam(2e-2), checkpoint_dir=str(tmp_path))
+    assert other.resumed_from == 0 and len(list(tmp_path.iterdir())) == 2
 
 
 # ---------------------------------------------------------------- options of the DR attack (Lumbut & Ponnoprat)
