@@ -302,8 +302,9 @@ def shadow_embeddings(
     n = known.shape[0] + 1
     if not 0 <= target_row < n:
         raise ValueError(f"target_row must be in [0, {n - 1}], got {target_row}")
-    if index_offset < 0:
-        raise ValueError(f"index_offset must be >= 0, got {index_offset}")
+    if not 0 <= index_offset <= 2**32 - candidates.shape[0]:  # run indices are folded in as uint32: no wrap-around
+        raise ValueError(f"index_offset must be in [0, 2**32 - {candidates.shape[0]}] (one run index per candidate "
+                         f"below 2**32), got {index_offset}")
     if chunk_size < 1 or n_jobs < 1:
         raise ValueError(f"chunk_size and n_jobs must be >= 1, got {chunk_size}, {n_jobs}")
     if noise_sigma > 0 and noise_key is None:
@@ -437,6 +438,9 @@ def fit_attack(
             or val_images.shape[0] != val_theta.shape[0]:
         raise ValueError(f"train/val sets must be non-empty and matched, got {train_theta.shape}, "
                          f"{train_images.shape}, {val_theta.shape}, {val_images.shape}")
+    for name, a in (("train_theta", train_theta), ("train_images", train_images), ("val_theta", val_theta),
+                    ("val_images", val_images)):
+        check(name, a, FINITE)  # a NaN trained NaN networks and returned them as a fit
     net = make_reconstructor(kind, image_shape=train_images.shape[1:], width=spec.width, target_row=target_row)
     trainer = ReconstructorSpec(
         model=net, epochs=spec.max_epochs, batch_size=spec.batch_size, optimizer=_adam(float(spec.learning_rate)),

@@ -61,7 +61,8 @@ def pca_embed(data: jax.Array, n_components: int = 2, solver: str = "auto") -> j
 
     Both solvers are exact (full, non-randomised decompositions): ``"svd"`` is ``jnp.linalg.svd`` of the
     centred data; ``"gram"`` obtains the same singular vectors from ``eigh`` of the ``n x n`` Gram matrix
-    (far cheaper when ``n << d``, e.g. 200 MNIST images); ``"auto"`` picks ``"gram"`` when ``n <= d``.
+    (far cheaper when ``n << d``, e.g. 200 MNIST images); ``"auto"`` picks ``"gram"`` when ``n <= d``. Components
+    beyond the rank of the centred data score ~0 with either solver (``"gram"`` sets them to exactly 0).
 
     Sign convention: each principal axis (a row of ``V^T``) is flipped so that its entry of largest absolute
     value is positive (the convention of scikit-learn >= 1.5, ``svd_flip(u_based_decision=False)``).
@@ -107,10 +108,15 @@ def _pca_core(data: jax.Array, n_components: int, solver: str = "auto") -> jax.A
     elif solver == "gram":
         # Exact SVD of xc through the eigendecomposition of the n x n Gram matrix xc xc^T = U S^2 U^T
         # (much cheaper than a d-wide SVD when n << d); axes v_k = xc^T u_k / s_k.
-        _, u = jnp.linalg.eigh(xc @ xc.T)
+        w, u = jnp.linalg.eigh(xc @ xc.T)
         u = u[:, ::-1][:, :n_components]  # [n, k], decreasing eigenvalues
         v = xc.T @ u  # [d, k] = V S
-        vt = (v / jnp.maximum(jnp.linalg.norm(v, axis=0, keepdims=True), jnp.finfo(v.dtype).tiny)).T
+        s = jnp.linalg.norm(v, axis=0, keepdims=True)
+        vt = (v / jnp.maximum(s, jnp.finfo(v.dtype).tiny)).T
+        # Beyond the rank of xc, v is rounding noise that the division would make a unit axis (scores of the size of
+        # the data's spread, where the SVD gives ~0): such axes are dropped, as a rank-revealing SVD would.
+        noise = s[0] <= max(n, d) * jnp.finfo(v.dtype).eps * jnp.sqrt(jnp.maximum(w[-1], 0.0))
+        vt = jnp.where(noise[:, None], 0.0, vt)
     else:
         raise ValueError(f"solver must be 'auto', 'svd' or 'gram', got {solver!r}")
     idx = jnp.argmax(jnp.abs(vt), axis=1)
@@ -219,8 +225,8 @@ def run_key(key: jax.Array, seed_policy: str, run_index: int | jax.Array) -> jax
 
 def _as_key(key_or_seed: Any) -> jax.Array:
     if isinstance(key_or_seed, (int, np.integer)):
-        if int(key_or_seed) < 0:
-            raise ValueError(f"key_or_seed must be a typed key or an int >= 0, got {key_or_seed}")
+        if not 0 <= int(key_or_seed) < 2**32:  # the scikit-learn / umap methods take no larger seed
+            raise ValueError(f"key_or_seed must be a typed key or an int in [0, 2**32), got {key_or_seed}")
         return jax.random.key(int(key_or_seed))
     if isinstance(key_or_seed, jax.Array) and jnp.issubdtype(key_or_seed.dtype, jax.dtypes.prng_key):
         return key_or_seed
@@ -229,8 +235,7 @@ def _as_key(key_or_seed: Any) -> jax.Array:
 
 def _as_seed(key_or_seed: Any) -> int:
     if isinstance(key_or_seed, (int, np.integer)):
-        if int(key_or_seed) < 0:
-            raise ValueError(f"key_or_seed must be a typed key or an int >= 0, got {key_or_seed}")
+        _as_key(key_or_seed)  # the same range
         return int(key_or_seed)
     return seed_from_key(_as_key(key_or_seed))
 
@@ -320,6 +325,12 @@ def sklearn_embed(method: str, data: np.ndarray, seed: int, **opts: Any) -> np.n
     data = np.asarray(data, dtype=np.float64)
     n = data.shape[0]
     opts = dict(opts)
+    if not 0 <= int(seed) < 2**32:  # numpy's and umap's random_state range
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed}")
+    if method == "umap" and n < 4:  # its spectral initialisation needs n > n_components + 1
+        raise ValueError(f"UMAP needs n >= 4 points, got data with {n}")
+    if method == "tsne" and not np.ptp(data, axis=0).any():  # scikit-learn's t-SNE crashes the process on these
+        raise ValueError(f"t-SNE needs at least two distinct points; the {n} rows of data are all the same")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if method == "mds":
@@ -363,9 +374,10 @@ def embed(method: str, data: Any, key_or_seed: Any, **opts: Any) -> jax.Array:
 
     Args:
       method: ``"pca"``, ``"srp"``, ``"mds"``, ``"isomap"``, ``"tsne"`` or ``"umap"``.
-      data: ``[n, d]`` finite array (n >= 3, d >= 3).
-      key_or_seed: typed ``jax.random.key`` or a non-negative int; the method's randomness (SRP matrix,
-        MDS / t-SNE / UMAP initialisation). Ignored by the deterministic PCA and Isomap.
+      data: ``[n, d]`` finite array (n >= 3, d >= 3; UMAP n >= 4; t-SNE two distinct rows or more).
+      key_or_seed: typed ``jax.random.key`` or an int in ``[0, 2**32)``; the method's randomness (SRP matrix,
+        MDS / UMAP initialisation, t-SNE's with ``init="random"``). Ignored by the deterministic PCA and Isomap,
+        and by t-SNE at its default ``init="pca"``, which is deterministic too.
       **opts: method options: ``density`` for SRP (see :func:`srp_matrix`); scikit-learn / umap keyword
         arguments for the others.
 

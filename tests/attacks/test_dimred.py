@@ -38,6 +38,43 @@ def test_pca_matches_sklearn_including_sign(x64, solver, shape):
     np.testing.assert_allclose(np.abs(ours), np.abs(ref), rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.parametrize("rank,k", [(1, 2), (3, 5)])
+def test_pca_components_beyond_the_rank_score_zero_as_in_sklearn(rank, k):
+    """float32, n < d (the gram solver): beyond the centred data's rank, v = X^T u is rounding noise, and dividing it
+    by its norm made a unit axis with scores of the data's size (9.2 against scikit-learn's 2e-7)."""
+    from sklearn.decomposition import PCA
+
+    rng = np.random.default_rng(0)
+    x = (rng.normal(size=(10, rank)) @ rng.normal(size=(rank, 64)) + rng.normal(size=(1, 64))).astype(np.float32)
+    spread = float(np.abs(x - x.mean(0)).max())
+    ref = PCA(n_components=k, svd_solver="full").fit_transform(x.astype(np.float64))
+    for solver in ("gram", "svd"):
+        ours = np.asarray(E.pca_embed(jnp.asarray(x), k, solver))
+        np.testing.assert_allclose(ours[:, rank:], 0.0, atol=1e-5 * spread)
+        np.testing.assert_allclose(np.abs(ours[:, :rank]), np.abs(ref[:, :rank]), rtol=1e-4, atol=1e-5 * spread)
+
+
+def test_inputs_that_crashed_or_wrapped_are_refused_naming_the_argument():
+    """t-SNE on identical rows crashed the process (scikit-learn); UMAP on 3 points raised scipy's TypeError; seeds
+    of 2**32 or more failed in scikit-learn / umap but not for SRP; index_offset 2**32 repeated run 0's randomness;
+    a NaN in the attack's training data returned NaN networks as a fit."""
+    x = _data(10, 6)
+    with pytest.raises(ValueError, match="two distinct points"):
+        E.embed("tsne", np.tile(x[:1], (10, 1)), 0)
+    with pytest.raises(ValueError, match="UMAP needs n >= 4"):
+        E.sklearn_embed("umap", x[:3], 0)
+    for method in ("srp", "tsne"):
+        with pytest.raises(ValueError, match=r"key_or_seed must be a typed key or an int in \[0, 2\*\*32\)"):
+            E.embed(method, x, 2**32)
+    cands = _data(3, 6, seed=1)
+    with pytest.raises(ValueError, match="index_offset must be in"):
+        D.shadow_embeddings(D.EmbeddingSpec(method="srp"), x[:4], cands, jax.random.key(0), index_offset=2**32 - 2,
+                            progress=False)
+    theta, images = np.zeros((4, 4), np.float32), np.zeros((4, 4, 4, 1), np.float32)
+    with pytest.raises(ValueError, match="train_theta must be finite"):
+        D.fit_attack("mlp", np.where(np.eye(4) > 0, np.nan, theta), images, theta, images, jax.random.key(0))
+
+
 def test_pca_sign_convention_is_row_order_equivariant(x64):
     x = _data(20, 8, seed=3)
     perm = np.random.default_rng(1).permutation(20)
