@@ -201,11 +201,6 @@ def _to_host(tree) -> dict:
     return jax.tree_util.tree_map(np.asarray, tree)
 
 
-# The engine's one entry point: the five positional arguments say what is trained (model, algorithm, D-, targets,
-# key); every keyword is an independent option whose default is the common case (known initialisation and shuffle,
-# MIA target weights, outputs; how to run: chunk, mesh, store, progress, dtype, first-layer path), and a call sets
-# two or three, so one options object would add a construction to every call without removing a concept.
-# Many parameters because each keyword is an independent option with a common-case default.
 def _check_init_params(model_fns: ModelFns, init_params, fx) -> None:
     """init_params must have the tree and shapes the model's init gives (another width's parameters ran into a
     flax shape error inside the compiled trainer)."""
@@ -218,6 +213,11 @@ def _check_init_params(model_fns: ModelFns, init_params, fx) -> None:
         raise ValueError(f"init_params must match the model's parameters (model != init_params): {diff}")
 
 
+# The engine's one entry point: the five positional arguments say what is trained (model, algorithm, D-, targets,
+# key); every keyword is an independent option whose default is the common case (known initialisation and shuffle,
+# MIA target weights, outputs; how to run: chunk, mesh, store, progress, dtype, first-layer path), and a call sets
+# two or three, so one options object would add a construction to every call without removing a concept.
+# Many parameters because each keyword is an independent option with a common-case default.
 def generate_shadow_models(model_fns: ModelFns, algorithm: Algorithm, fixed_set, targets, key: jax.Array, *,
                            init_params=None, shuffle_key: jax.Array | None = None, target_weights=None,
                            probe_inputs=None, eval_set=None, outputs: Sequence[str] | ShadowOutputs = ("params",),

@@ -221,6 +221,17 @@ def test_cnn_on_image_folder_smoke(tmp_path):
     assert metrics["rows"][0]["test_accuracy"] > 0.9
 
 
+def _config_that_must_not_train(monkeypatch, tmp_path):
+    """A folder config whose run fails the test if any shadow or released model starts training."""
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("training started before validation")
+
+    monkeypatch.setattr(informed, "generate_shadow_models", no_training)
+    monkeypatch.setattr(app.shadow, "generate_shadow_models", no_training)
+    return _folder_config(_image_folder(tmp_path / "images", n_train=70, n_test=30))
+
+
 @pytest.mark.parametrize("overrides,match", [
     (dict(model="no_such_module:model"), "config.model"),
     (dict(model="numpy:zeros"), "config.model"),  # not a flax module
@@ -238,12 +249,7 @@ def test_unsupported_model_and_data_fail_before_training(tmp_path, monkeypatch, 
 
         monkeypatch.setattr(conv, "resolve_conv_impl", lambda impl: "lax")
 
-    def no_training(*args, **kwargs):
-        raise AssertionError("training started before validation")
-
-    monkeypatch.setattr(informed, "generate_shadow_models", no_training)
-    monkeypatch.setattr(app.shadow, "generate_shadow_models", no_training)
-    config = _folder_config(_image_folder(tmp_path / "images", n_train=70, n_test=30))
+    config = _config_that_must_not_train(monkeypatch, tmp_path)
     with config.unlocked():
         for k, v in overrides.items():
             config[k] = v
@@ -263,12 +269,7 @@ def test_model_with_dropout_stops_before_training_and_says_how_to_switch_it_off(
         "        h = nn.Dropout(0.5, deterministic=not train)(nn.relu(nn.Dense(8)(x.reshape((x.shape[0], -1)))))\n"
         "        return nn.Dense(self.num_classes)(h)\n")
 
-    def no_training(*args, **kwargs):
-        raise AssertionError("training started before validation")
-
-    monkeypatch.setattr(informed, "generate_shadow_models", no_training)
-    monkeypatch.setattr(app.shadow, "generate_shadow_models", no_training)
-    config = _folder_config(_image_folder(tmp_path / "images", n_train=70, n_test=30))
+    config = _config_that_must_not_train(monkeypatch, tmp_path)
     with config.unlocked():
         config.model = f"{tmp_path}/drop.py:DropNet"
     with pytest.raises(ValueError, match=r"config\.model.*random stream.*dropout.*deterministic=True"):
