@@ -30,6 +30,7 @@ __all__ = [
     "allow_resume_across_code",
     "callable_identity",
     "code_difference",
+    "config_difference",
     "code_record",
     "library_code",
     "numeric_versions",
@@ -439,6 +440,26 @@ def code_difference(written: Any, current: dict) -> str | None:
     parts += [f"{name} {old.get(name)} then, {new.get(name)} now" for name in sorted(set(old) | set(new))
               if old.get(name) != new.get(name)]
     return "; ".join(parts) or f"code fingerprint {written['fingerprint']} then, {current['fingerprint']} now"
+
+
+def config_difference(stored: Any, asked: Any) -> str:
+    """The fields (dotted paths, at most 4 named) where two JSON configurations differ, for a store's refusal.
+
+    >>> config_difference({"a": 1, "b": {"c": 2}}, {"a": 1, "b": {"c": 3}})
+    'b.c'
+    """
+    out: list[str] = []
+
+    def walk(a, b, path):
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b)):
+                walk(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
+        elif a != b:
+            out.append(path or "the whole configuration")
+
+    walk(stored, asked, "")
+    more = f" and {len(out) - 4} more" if len(out) > 4 else ""
+    return ", ".join(out[:4]) + more if out else "no field (the hash alone)"
 
 
 def allow_resume_across_code(allow: bool = True) -> None:

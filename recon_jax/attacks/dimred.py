@@ -305,8 +305,8 @@ def shadow_embeddings(
     if not 0 <= index_offset <= 2**32 - candidates.shape[0]:  # run indices are folded in as uint32: no wrap-around
         raise ValueError(f"index_offset must be in [0, 2**32 - {candidates.shape[0]}] (one run index per candidate "
                          f"below 2**32), got {index_offset}")
-    if chunk_size < 1 or n_jobs < 1:
-        raise ValueError(f"chunk_size and n_jobs must be >= 1, got {chunk_size}, {n_jobs}")
+    check_integer("chunk_size", chunk_size, 1)  # 2.5 was taken
+    check_integer("n_jobs", n_jobs, 1)
     if noise_sigma > 0 and noise_key is None:
         raise ValueError("noise_key is required when spec.noise_sigma > 0")
     opts = dict(spec.method_opts)

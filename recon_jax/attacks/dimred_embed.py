@@ -87,8 +87,9 @@ def pca_embed(data: jax.Array, n_components: int = 2, solver: str = "auto") -> j
     """
     _check_data(data)
     n, d = np.shape(data)
-    if not 1 <= n_components <= min(n, d):
-        raise ValueError(f"n_components must be in [1, {min(n, d)}], got {n_components}")
+    if isinstance(n_components, bool) or not isinstance(n_components, (int, np.integer)) \
+            or not 1 <= n_components <= min(n, d):
+        raise ValueError(f"n_components must be an integer in [1, {min(n, d)}], got {n_components!r}")
     if solver not in ("auto", "svd", "gram"):
         raise ValueError(f"solver must be 'auto', 'svd' or 'gram', got {solver!r}")
     return _pca_core(jnp.asarray(data), n_components, solver)
@@ -192,6 +193,8 @@ def srp_embed(data: jax.Array, key: jax.Array, n_components: int = 2, density: f
       (5, 2)
     """
     _check_data(data)
+    if not (isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)):
+        raise ValueError(f"key must be a typed jax.random.key, got {type(key).__name__} (embed takes an int seed)")
     r = srp_matrix(key, np.shape(data)[1], n_components, density)
     return jnp.asarray(data) @ r
 

@@ -223,6 +223,9 @@ def _prepare(apply_fn, params, observed_grad, input_shape, labels, batch_size, n
     # one_hot makes a label outside [0, K) a zero row, a silent wrong target: refused, or NaN targets when traced.
     bad = guard(("labels", labels, Range(lambda v: (v >= 0) & (v < num_classes) & (v % 1 == 0),
                                          f"integers in [0, {num_classes})"))).reshape(-1)
+    if jnp.ndim(labels) > 1:  # reshape(-1) of one-hot rows gave "batch_size = 1 entries, got (10,)"
+        raise ValueError(f"labels must be integer class indices [batch_size], not one-hot; got shape "
+                         f"{jnp.shape(labels)}")
     labels = jnp.asarray(labels, jnp.int32).reshape(-1)
     if labels.shape[0] != batch_size:
         raise ValueError(f"labels must have batch_size = {batch_size} entries, got {labels.shape}")

@@ -57,9 +57,11 @@ def linear_layer_observations(
     if inputs.ndim < 2:
         raise ValueError(f"inputs must have shape [B, ...] with a batch axis, got {inputs.shape}")
     bad = guard(("clip_norm", clip_norm, FINITE_POSITIVE))  # traced: -1 left X unclipped, 0 zeroed it; now NaN
-    if not (isinstance(steps, (int, np.integer)) and steps >= 1):
+    if isinstance(steps, bool) or not (isinstance(steps, (int, np.integer)) and steps >= 1):
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
     batch = inputs.shape[0]
+    if batch < 1:  # the mean over the batch divided by 0
+        raise ValueError(f"inputs must hold at least one record, got shape {inputs.shape}")
     x = inputs.reshape(batch, -1).astype(jnp.result_type(inputs.dtype, jnp.float32))
     w = jnp.zeros_like(x)  # [B, N]: the adversary's weights (any value: the loss is linear in W)
 

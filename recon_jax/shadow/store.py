@@ -68,8 +68,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax.io import (array_digest, atomic_save_npz, atomic_write_json, code_difference, library_code,
-                          resume_across_code_allowed, stable_hash)
+from recon_jax.io import (array_digest, atomic_save_npz, atomic_write_json, code_difference, config_difference,
+                          library_code, resume_across_code_allowed, stable_hash)
 from recon_jax.models.flatten import Layout
 
 __all__ = ["ShadowSet", "ShadowStore", "ShadowStoreCorruptError", "ShadowStoreLostError", "ShadowStoreMismatchError",
@@ -286,7 +286,8 @@ class ShadowStore:
             if existing.get("config_hash") != digest:
                 raise ShadowStoreMismatchError(
                     f"{self.directory} holds a shadow set with a different configuration "
-                    f"(hash {existing.get('config_hash', '?')[:12]} != {digest[:12]}); "
+                    f"(hash {existing.get('config_hash', '?')[:12]} != {digest[:12]}; differs in "
+                    f"{config_difference(existing.get('config'), json.loads(json.dumps(config)))}); "
                     "use a new directory, or delete this one to regenerate")
             differs = [k if k == "layout" else f"{k} ({existing.get(k)} in the store, {v} asked)"
                        for k, v in shapes.items() if existing.get(k) != v]

@@ -70,6 +70,13 @@ def test_inputs_that_crashed_or_wrapped_are_refused_naming_the_argument():
     with pytest.raises(ValueError, match="index_offset must be in"):
         D.shadow_embeddings(D.EmbeddingSpec(method="srp"), x[:4], cands, jax.random.key(0), index_offset=2**32 - 2,
                             progress=False)
+    with pytest.raises(ValueError, match="chunk_size must be an integer"):
+        D.shadow_embeddings(D.EmbeddingSpec(method="pca"), x[:4], cands, jax.random.key(0), chunk_size=2.5,
+                            progress=False)
+    with pytest.raises(ValueError, match="n_components must be an integer"):
+        E.pca_embed(x, 2.5)
+    with pytest.raises(ValueError, match="key must be a typed jax.random.key"):  # JAX's invalid PRNG key data
+        E.srp_embed(x, 0)
     theta, images = np.zeros((4, 4), np.float32), np.zeros((4, 4, 4, 1), np.float32)
     with pytest.raises(ValueError, match="train_theta must be finite"):
         D.fit_attack("mlp", np.where(np.eye(4) > 0, np.nan, theta), images, theta, images, jax.random.key(0))

@@ -481,6 +481,13 @@ def test_attack_inputs_refused_naming_the_argument():
             ga.inverting_gradients(k, apply, params, g.at[0].set(value), (8, 8, 3), fast_ig, labels=jnp.array([1]))
         with pytest.raises(ValueError, match="observed_grad must be finite"):
             ga.dlg(k, apply, params, g.at[0].set(value), (8, 8, 3), fast_dlg)
+    with pytest.raises(ValueError, match="not one-hot"):
+        ga.inverting_gradients(k, apply, params, g, (8, 8, 3), fast_ig, labels=jnp.eye(4)[1:2])
+    with pytest.raises(ValueError, match="at least one record"):  # a ZeroDivisionError
+        ga.linear_layer_observations(k, jnp.zeros((0, 3)), GaussianMechanism(noise_multiplier=1.0), clip_norm=1.0)
+    with pytest.raises(ValueError, match="steps must be an integer"):  # an iota of dtype bool
+        ga.linear_layer_observations(k, jnp.ones((2, 3)), GaussianMechanism(noise_multiplier=1.0), clip_norm=1.0,
+                                     steps=True)
     with pytest.raises(ValueError, match="not used with DLGOptions"):
         ga.dlg(k, apply, params, g, (8, 8, 3), ga.DLGOptions(num_restarts=1, num_steps=1, optimize_labels=True),
                labels=jnp.array([3]))

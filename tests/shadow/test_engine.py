@@ -174,9 +174,9 @@ def test_store_resume_after_interruption_equals_uninterrupted(tmp_path, monkeypa
     # completed store: rerun returns it without recomputation; other config refused
     again = _gen(fixed, targets, probe, outputs=("params", "target_loss"), store=d)
     np.testing.assert_array_equal(again["params"], s["params"])
-    with pytest.raises(shadow.ShadowStoreMismatchError, match="different configuration"):
+    with pytest.raises(shadow.ShadowStoreMismatchError, match=r"different configuration.*differs in [^;]*epochs"):
         _gen(fixed, targets, probe, outputs=("params", "target_loss"), store=d,
-             alg=training.full_batch_gd(learning_rate=0.3, momentum=0.9, epochs=6))
+             alg=training.full_batch_gd(learning_rate=0.3, momentum=0.9, epochs=6))  # the field is named
 
 
 def test_a_store_made_by_other_code_is_refused(tmp_path, monkeypatch):
