@@ -145,6 +145,9 @@ class AttackTrainingSpec:
       patience: epochs without validation improvement before stopping (integer >= 1; reference code: 5); None
         trains all ``max_epochs`` and returns the last parameters.
       l1_weight: weight of the L1 term of the loss MSE + ``l1_weight`` * L1 (finite and >= 0; paper: 1).
+      output: the network's output activation: ``"relu"`` (the paper's; on MNIST's zero background an output unit
+        that dies is harmless, on images without one its pixel stays 0 and the attack can lose to the mean
+        image), ``"sigmoid"`` (images in [0, 1]) or ``"linear"``.
 
     Raises:
       ValueError: a field is out of its range (the message names the field and the range).
@@ -164,6 +167,7 @@ class AttackTrainingSpec:
     max_epochs: int = 500
     patience: int | None = 5
     l1_weight: float = 1.0
+    output: str = "relu"
 
     def __post_init__(self):
         check_integer("width", self.width, 1)
@@ -173,6 +177,8 @@ class AttackTrainingSpec:
         if self.patience is not None:
             check_integer("patience", self.patience, 1)
         check("l1_weight", self.l1_weight, FINITE_NONNEGATIVE)
+        if self.output not in ("relu", "sigmoid", "linear"):
+            raise ValueError(f"output must be 'relu', 'sigmoid' or 'linear', got {self.output!r}")
 
 
 
@@ -441,7 +447,8 @@ def fit_attack(
     for name, a in (("train_theta", train_theta), ("train_images", train_images), ("val_theta", val_theta),
                     ("val_images", val_images)):
         check(name, a, FINITE)  # a NaN trained NaN networks and returned them as a fit
-    net = make_reconstructor(kind, image_shape=train_images.shape[1:], width=spec.width, target_row=target_row)
+    net = make_reconstructor(kind, image_shape=train_images.shape[1:], width=spec.width, target_row=target_row,
+                             output=spec.output)
     trainer = ReconstructorSpec(
         model=net, epochs=spec.max_epochs, batch_size=spec.batch_size, optimizer=_adam(float(spec.learning_rate)),
         mae_weight=float(spec.l1_weight), mse_weight=1.0, scaling="minmax", patience=spec.patience, monitor="loss",

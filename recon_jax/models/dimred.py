@@ -148,10 +148,18 @@ class SplitEncoder(nn.Module):
         return jnp.concatenate([h_t, h_c], axis=1)
 
 
+# The output layer's activation (``output`` of the decoders and the MLP). "relu" is the paper's: on MNIST's zero
+# background a unit that goes dead is harmless, elsewhere its pixel stays at 0; "sigmoid" suits images in [0, 1]
+# without a zero background, "linear" anything.
+_OUTPUTS = {"relu": nn.relu, "sigmoid": nn.sigmoid, "linear": lambda h: h}
+
+
 class MnistDecoder(nn.Module):
-    """Paper Table 3 decoder: code [batch, c] -> image [batch, 28, 28, 1]."""
+    """Paper Table 3 decoder: code [batch, c] -> image [batch, 28, 28, 1] (``output``: the output activation,
+    ``"relu"``, ``"sigmoid"`` or ``"linear"``)."""
 
     width: int = 64
+    output: str = "relu"
 
     @nn.compact
     def __call__(self, code: jax.Array, train: bool = False) -> jax.Array:
@@ -166,14 +174,16 @@ class MnistDecoder(nn.Module):
         # 1 filter 1x1, stride 1, PyTorch padding 2: a 1x1 transposed conv, then crop 2 on each side.
         h = TorchConvTranspose(1, 1, 1, 0, name="convt_out")(h)
         h = h[:, 2:-2, 2:-2, :]
-        return nn.relu(h)
+        return _OUTPUTS[self.output](h)
 
 
 class Chest64Decoder(nn.Module):
-    """Paper Table 5 decoder (NIH Chest X-ray, 64x64): code [batch, c] -> image [batch, 64, 64, 1]."""
+    """Paper Table 5 decoder (NIH Chest X-ray, 64x64): code [batch, c] -> image [batch, 64, 64, 1] (``output``: as
+    in :class:`MnistDecoder`)."""
 
     width: int = 64
     dropout_rate: float = 0.2
+    output: str = "relu"
 
     @nn.compact
     def __call__(self, code: jax.Array, train: bool = False) -> jax.Array:
@@ -187,7 +197,7 @@ class Chest64Decoder(nn.Module):
             if i == 1:
                 h = nn.Dropout(self.dropout_rate, deterministic=not train)(h)
         h = _torch_convt(1, 4, 2, 1, name="convt_out")(h)  # 64
-        return nn.relu(h)
+        return _OUTPUTS[self.output](h)
 
 
 class SplitReconstructor(nn.Module):
@@ -197,32 +207,36 @@ class SplitReconstructor(nn.Module):
       decoder: ``"mnist"`` (Table 3, 28x28) or ``"chest64"`` (Table 5, 64x64).
       width: decoder channel scale (64 = the paper).
       target_row: the target's row in the embedding.
+      output: the output activation, ``"relu"``, ``"sigmoid"`` or ``"linear"`` (``"relu"``: the paper's).
     """
 
     decoder: str = "mnist"
     width: int = 64
     target_row: int = 0
+    output: str = "relu"
 
     @nn.compact
     def __call__(self, theta: jax.Array, train: bool = False) -> jax.Array:
         code = SplitEncoder(target_row=self.target_row, name="encoder")(theta)
         if self.decoder == "mnist":
-            return MnistDecoder(width=self.width, name="decoder")(code, train)
+            return MnistDecoder(width=self.width, output=self.output, name="decoder")(code, train)
         if self.decoder == "chest64":
-            return Chest64Decoder(width=self.width, name="decoder")(code, train)
+            return Chest64Decoder(width=self.width, output=self.output, name="decoder")(code, train)
         raise ValueError(f"decoder must be 'mnist' or 'chest64', got {self.decoder!r}")
 
 
 class BalleMLP(nn.Module):
-    """Balle et al. (2022) reconstructor baseline: dense ReLU layers, ReLU output reshaped to an image.
+    """Balle et al. (2022) reconstructor baseline: dense ReLU layers, an output layer reshaped to an image.
 
     Attributes:
       image_shape: output shape ``(H, W, C)``.
       hidden: hidden layer widths ((1000, 1000) as described in the paper).
+      output: the output activation, ``"relu"``, ``"sigmoid"`` or ``"linear"`` (``"relu"``: the paper's).
     """
 
     image_shape: Sequence[int] = (28, 28, 1)
     hidden: Sequence[int] = (1000, 1000)
+    output: str = "relu"
 
     @nn.compact
     def __call__(self, theta: jax.Array, train: bool = False) -> jax.Array:
@@ -233,12 +247,13 @@ class BalleMLP(nn.Module):
         size = 1
         for s in self.image_shape:
             size *= int(s)
-        h = nn.relu(nn.Dense(size, name="out")(h))
+        h = _OUTPUTS[self.output](nn.Dense(size, name="out")(h))
         return h.reshape((theta.shape[0], *tuple(int(s) for s in self.image_shape)))
 
 
 def make_reconstructor(
-    kind: str, *, image_shape: Sequence[int] = (28, 28, 1), width: int = 64, target_row: int = 0
+    kind: str, *, image_shape: Sequence[int] = (28, 28, 1), width: int = 64, target_row: int = 0,
+    output: str = "relu",
 ) -> nn.Module:
     """Builds the attack network by name.
 
@@ -248,12 +263,13 @@ def make_reconstructor(
       image_shape: ``(H, W, 1)`` of the reconstructed images.
       width: decoder channel scale for ``"split"`` (64 = paper).
       target_row: the target's row in the embedding.
+      output: the output activation: ``"relu"`` (the paper's), ``"sigmoid"`` or ``"linear"``.
 
     Returns:
       A flax module mapping ``[batch, 2n]`` to ``[batch, H, W, 1]``.
 
     Raises:
-      ValueError: for an unknown ``kind``, an unsupported ``image_shape`` or ``width < 1``.
+      ValueError: for an unknown ``kind`` or ``output``, an unsupported ``image_shape`` or ``width < 1``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -266,12 +282,14 @@ def make_reconstructor(
     image_shape = tuple(int(s) for s in image_shape)
     if width < 1:
         raise ValueError(f"width must be >= 1, got {width}")
+    if output not in _OUTPUTS:
+        raise ValueError(f"output must be one of {tuple(_OUTPUTS)}, got {output!r}")
     if kind == "mlp":
-        return BalleMLP(image_shape=image_shape)
+        return BalleMLP(image_shape=image_shape, output=output)
     if kind != "split":
         raise ValueError(f"kind must be 'split' or 'mlp', got {kind!r}")
     if image_shape == (28, 28, 1):
-        return SplitReconstructor(decoder="mnist", width=width, target_row=target_row)
+        return SplitReconstructor(decoder="mnist", width=width, target_row=target_row, output=output)
     if image_shape == (64, 64, 1):
-        return SplitReconstructor(decoder="chest64", width=width, target_row=target_row)
+        return SplitReconstructor(decoder="chest64", width=width, target_row=target_row, output=output)
     raise ValueError(f"image_shape must be (28, 28, 1) or (64, 64, 1) for 'split', got {image_shape}")
