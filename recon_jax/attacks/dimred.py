@@ -79,7 +79,8 @@ _STORE_FORMAT = "recon_jax.attacks.dimred.shadow_embeddings/3"
 class EmbeddingSpec:
     """The embedding mechanism ``M`` the curator runs and the adversary knows (Lumbut & Ponnoprat, Def. 2.1):
     the method and its options, where its randomness comes from, the data scale, and the Sec. 6 input-noise
-    defence. Hashable (``method_opts`` is stored as sorted ``(name, value)`` pairs).
+    defence. Hashable when the option values are (``method_opts`` is stored as sorted ``(name, value)`` pairs; a
+    dict value such as Isomap's ``metric_params`` is not).
 
     Attributes:
       method: one of ``METHODS``.
@@ -251,7 +252,8 @@ def shadow_embeddings(
     ``N(0, spec.noise_sigma^2)`` added to every row of the scaled dataset (Sec. 6 defence) drawn from
     ``fold_in(noise_key, index_offset + j)``; the scikit-learn / umap methods get these keys as integer seeds
     (:func:`recon_jax.io.seed_from_key`). PCA and SRP run as one ``jax.jit(jax.vmap(...))`` per chunk; MDS / Isomap / t-SNE /
-    UMAP in joblib worker processes. Results do not depend on ``chunk_size``, ``n_jobs`` or resume point. Give
+    UMAP in joblib worker processes. Results do not depend on ``chunk_size``, ``n_jobs`` or resume point (beyond
+    float rounding: PCA rows move by ~1e-7 relative with the chunk's batched products). Give
     the train / validation / test candidate sets disjoint ``index_offset`` ranges so that under the ``"fresh"``
     policy every run has its own randomness.
 

@@ -407,4 +407,5 @@ def embed(method: str, data: Any, key_or_seed: Any, **opts: Any) -> jax.Array:
         return pca_embed(jnp.asarray(data, dtype=jnp.result_type(float)), **opts)
     if method == "srp":
         return srp_embed(jnp.asarray(data, dtype=jnp.result_type(float)), _as_key(key_or_seed), **opts)
-    return jnp.asarray(sklearn_embed(method, np.asarray(data), _as_seed(key_or_seed), **opts))
+    out = sklearn_embed(method, np.asarray(data), _as_seed(key_or_seed), **opts)
+    return jnp.asarray(out, dtype=jnp.result_type(float))  # t-SNE and UMAP return float32: float64 under x64
