@@ -96,8 +96,10 @@ def validate_search(input_shape, batch_size, num_restarts, num_steps, lr, data_r
 
 
 def init_inputs(key, shape, data_range, init, dtype):
-    """Starting inputs: uniform in the box ``data_range``, or normal (centred in the box, a quarter of its width
-    per standard deviation; standard normal without a box, which is also where ``"uniform"`` starts then)."""
+    """Starting inputs in the release's float dtype, at least float32 (float64 releases are searched in float64):
+    uniform in the box ``data_range``, or normal (centred in the box, a quarter of its width per standard
+    deviation; standard normal without a box, which is also where ``"uniform"`` starts then)."""
+    dtype = search_dtype(dtype)
     if init == "uniform" and data_range is not None:
         return jax.random.uniform(key, shape, dtype, data_range[0], data_range[1])
     if init in ("uniform", "normal"):
@@ -106,3 +108,9 @@ def init_inputs(key, shape, data_range, init, dtype):
             x = 0.5 * (data_range[0] + data_range[1]) + 0.25 * (data_range[1] - data_range[0]) * x
         return x
     raise ValueError(f"init must be 'uniform' or 'normal', got {init!r}")
+
+
+def search_dtype(release_dtype):
+    """The dtype the attacks search in: the release's, promoted to at least float32 (a bfloat16, float16 or integer
+    release is searched in float32, as every release was before; a float64 one in float64)."""
+    return jnp.promote_types(release_dtype, jnp.float32)

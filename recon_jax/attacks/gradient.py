@@ -34,7 +34,7 @@ from jax.flatten_util import ravel_pytree
 
 from recon_jax._validation import FINITE_NONNEGATIVE, FINITE_POSITIVE, Range, check, check_integer, guard, nan_if
 from recon_jax.attacks._gradient_inputs import (check_release, default_last_layer, flat_release, init_inputs,
-                                                num_classes_of, validate_search)
+                                                num_classes_of, search_dtype, validate_search)
 from recon_jax.attacks.linear_layer import linear_layer_attack, linear_layer_observations
 from recon_jax.models.losses import softmax_cross_entropy
 
@@ -463,7 +463,7 @@ def _dlg_run(key, params, g_obs, fixed_targets, *, apply_fn, loss, input_shape, 
     def init_run(k):
         k_x, k_z = jax.random.split(k)
         return (init_inputs(k_x, shape, data_range, init, g_obs.dtype),
-                jax.random.normal(k_z, (batch_size, num_classes), g_obs.dtype))
+                jax.random.normal(k_z, (batch_size, num_classes), search_dtype(g_obs.dtype)))
 
     clip = _clip_to(data_range)
     (xs, zs), losses = _restarts(key, num_restarts, num_steps, optax.adam(lr), init_run, rec_loss,

@@ -524,3 +524,6 @@ def test_attacks_search_in_the_release_dtype(x64):
                                 ga.InvertingGradientsOptions(num_restarts=1, num_steps=3, tv_weight=0.0))
     d = ga.dlg(jax.random.key(0), apply, params, g, (4,), ga.DLGOptions(num_restarts=1, num_steps=3))
     assert ig.reconstruction.dtype == d.reconstruction.dtype == jnp.float64
+    low = ga.dlg(jax.random.key(0), apply, params, g.astype(jnp.bfloat16), (4,), ga.DLGOptions(num_restarts=1,
+                                                                                               num_steps=3))
+    assert low.reconstruction.dtype == jnp.float32  # at least float32, as before
