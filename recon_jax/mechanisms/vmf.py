@@ -236,7 +236,8 @@ class VMFMechanism:
     VMF variable for the whole flattened gradient, the optimal split of their Prop. 3), and releases a VMF sample
     with concentration ``kappa`` centred at that direction, multiplied by ``output_norm`` (1 in the paper; any
     fixed value is post-processing). A zero average (no direction) is centred at the first basis vector; a sum with
-    NaN or inf entries, or a clip norm or batch size that is not > 0, raises ``ValueError`` (traced: a NaN release).
+    NaN or inf entries, or a clip norm or batch size that is not > 0, raises ``ValueError`` (traced: a NaN release
+    for the sum and the batch size; the clip norm does not enter the release).
 
     Args:
       kappa: concentration >= 0 (kappa = 0: uniform direction, no information).
