@@ -413,7 +413,8 @@ def fit_attack(
       key: typed key (initialisation, shuffling, dropout).
       spec: the network's width and the training hyper-parameters (:class:`AttackTrainingSpec`; default: the
         paper's).
-      target_row: the target's row used when the shadows were made.
+      target_row: the target's row used when the shadows were made; the split network's encoder separates it
+        from the other rows, the MLP reads the whole embedding and does not use it.
       checkpoint_dir: resume training from per-epoch checkpoints in this directory (see the shared trainer).
       progress: show a tqdm bar over epochs.
 
