@@ -12,7 +12,7 @@ import numpy as np
 from flax.errors import FlaxError
 from jax.flatten_util import ravel_pytree
 
-from recon_jax._validation import FINITE_POSITIVE, check, check_integer, is_concrete
+from recon_jax._validation import FINITE, FINITE_POSITIVE, check, check_integer, is_concrete
 
 
 def flat_release(tree_or_array, params) -> jax.Array:
@@ -34,10 +34,7 @@ def check_release(g_obs: jax.Array, zero_refused: str | None) -> None:
     all-zero one when ``zero_refused`` says why it cannot be used. Traced values pass: the NaN loss says it."""
     if not is_concrete(g_obs):
         return
-    finite = np.isfinite(np.asarray(g_obs))
-    if not finite.all():
-        raise ValueError(f"observed_grad must be finite; got {int((~finite).sum())} NaN or inf entries of "
-                         f"{finite.size} (a diverged step, or a release that was not computed)")
+    check("observed_grad", g_obs, FINITE)
     if zero_refused is not None and not bool(jnp.any(g_obs != 0)):
         raise ValueError(f"observed_grad is all zeros: {zero_refused}")
 

@@ -226,11 +226,15 @@ def run_key(key: jax.Array, seed_policy: str, run_index: int | jax.Array) -> jax
     raise ValueError(f"seed_policy must be one of {SEED_POLICIES}, got {seed_policy!r}")
 
 
+def _int_seed(key_or_seed: Any) -> int:
+    if not 0 <= int(key_or_seed) < 2**32:  # the scikit-learn / umap methods take no larger seed
+        raise ValueError(f"key_or_seed must be a typed key or an int in [0, 2**32), got {key_or_seed}")
+    return int(key_or_seed)
+
+
 def _as_key(key_or_seed: Any) -> jax.Array:
     if isinstance(key_or_seed, (int, np.integer)):
-        if not 0 <= int(key_or_seed) < 2**32:  # the scikit-learn / umap methods take no larger seed
-            raise ValueError(f"key_or_seed must be a typed key or an int in [0, 2**32), got {key_or_seed}")
-        return jax.random.key(int(key_or_seed))
+        return jax.random.key(_int_seed(key_or_seed))
     if isinstance(key_or_seed, jax.Array) and jnp.issubdtype(key_or_seed.dtype, jax.dtypes.prng_key):
         return key_or_seed
     raise ValueError(f"key_or_seed must be a typed jax.random.key or an int >= 0, got {type(key_or_seed)}")
@@ -238,8 +242,7 @@ def _as_key(key_or_seed: Any) -> jax.Array:
 
 def _as_seed(key_or_seed: Any) -> int:
     if isinstance(key_or_seed, (int, np.integer)):
-        _as_key(key_or_seed)  # the same range
-        return int(key_or_seed)
+        return _int_seed(key_or_seed)
     return seed_from_key(_as_key(key_or_seed))
 
 

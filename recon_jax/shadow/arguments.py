@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recon_jax._validation import FINITE, Range, check
 from recon_jax.training.algorithms import Algorithm
 from recon_jax.training.gram import FIRST_LAYER_MODES
 
@@ -151,9 +152,8 @@ def check_shadow_args(algorithm: Algorithm, fixed_set, targets, *, init_params=N
         raise ValueError(f"targets x and y must have the same length >= 1, got {tx.shape[0]} and {ty.shape[0]}")
     if tx.shape[1:] != fx.shape[1:]:
         raise ValueError(f"targets x must have example shape {fx.shape[1:]}, got {tx.shape[1:]}")
-    for name, x in (("fixed_set", fx), ("targets", tx)):
-        if not np.isfinite(x).all():
-            raise ValueError(f"{name} x must be finite; got {int((~np.isfinite(x)).sum())} NaN or inf entries")
+    check("fixed_set x", fx, FINITE)
+    check("targets x", tx, FINITE)
     count = tx.shape[0]
     tw = np.ones(count, dtype) if target_weights is None else np.asarray(target_weights, dtype)
     if tw.shape != (count,) or not np.all((tw == 0) | (tw == 1)):
@@ -185,11 +185,7 @@ def check_label_range(num_classes: int, **labels) -> None:
     """Refuses integer labels outside ``[0, num_classes)`` (the model's output width) for softmax cross-entropy,
     whose one-hot targets are zero rows for them: a model trained on nothing, silently. ``labels``: name -> array
     or None."""
+    outputs = Range(lambda v: (v >= 0) & (v < num_classes), f"in [0, {num_classes}) (the model's outputs)")
     for name, y in labels.items():
-        if y is None:
-            continue
-        y = np.asarray(y)
-        bad = (y < 0) | (y >= num_classes)
-        if bad.any():
-            raise ValueError(f"{name} labels must be in [0, {num_classes}) (the model's {num_classes} outputs), got "
-                             f"{sorted(set(y[bad].tolist()))[:5]}")
+        if y is not None:
+            check(f"{name} labels", y, outputs)
